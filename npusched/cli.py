@@ -1,0 +1,137 @@
+"""`solve-schedule`: schedule an int8 TFLite model for an Ethos-U NPU and report the result.
+
+Option names follow Vela's command line so that a Vela user's habits carry over.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import NoReturn, Sequence
+
+from npusched import __version__
+from npusched.errors import NpuschedError
+
+SOLVERS = ("heuristic", "cpsat", "dp")
+DEFAULT_SOLVER = "heuristic"
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """Argument errors become one `error: ...` line and exit status 2, like every other bad input."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"error: {message} (see 'solve-schedule --help')\n")
+        sys.exit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _OneLineParser(
+        prog="solve-schedule",
+        description=(
+            "Choose block configs, stripes, cascades and fast-storage residency for every NPU operator of "
+            "an int8 TFLite model on an Arm Ethos-U55/U65, and report the estimated cycles."
+        ),
+    )
+    parser.add_argument("model", type=Path, help="the .tflite model to schedule")
+    parser.add_argument("--version", action="version", version=f"npusched {__version__}")
+    hw = parser.add_argument_group("hardware (as Vela's options)")
+    hw.add_argument("--accelerator-config", default="ethos-u55-256",
+                    help="ethos-u55-32/64/128/256 or ethos-u65-256/512 (default: %(default)s)")
+    hw.add_argument("--config", action="append", metavar="FILE",
+                    help="Vela-format .ini file; 'Arm/vela.ini' is the one shipped with ethos-u-vela (repeatable)")
+    hw.add_argument("--system-config", default=None,
+                    help="[System_Config.NAME] section to use (default: Vela's internal default)")
+    hw.add_argument("--memory-mode", default=None,
+                    help="[Memory_Mode.NAME] section to use (default: Vela's internal default)")
+    hw.add_argument("--arena-cache-size", type=_non_negative_int, default=None, metavar="BYTES",
+                    help="override the memory mode's arena cache size (fast-storage limit)")
+    sched = parser.add_argument_group("scheduling")
+    sched.add_argument("--optimise", choices=("Performance", "Size"), default="Performance",
+                       help="Vela's optimisation strategy for the heuristic (default: %(default)s)")
+    sched.add_argument("--solver", choices=SOLVERS, default=DEFAULT_SOLVER,
+                       help="scheduler to run (default: %(default)s)")
+    sched.add_argument("--time-limit", type=_positive_float, default=30.0, metavar="SECONDS",
+                       help="wall-clock limit for the whole run (default: %(default)s)")
+    out = parser.add_argument_group("output")
+    out.add_argument("--json", type=Path, metavar="PATH", help="write the schedule document (npusched.schedule/1)")
+    out.add_argument("--quiet", action="store_true", help="print only the network totals, not the per-layer table")
+    return parser
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of bytes, got '{text}'") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got '{text}'") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _run(args)
+    except NpuschedError as exc:
+        sys.stderr.write(f"error: {_one_line(str(exc))}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("error: interrupted\n")
+        return 130
+    except Exception as exc:  # a bug, or input we failed to classify: still one line unless debugging
+        if os.environ.get("NPUSCHED_DEBUG"):
+            raise
+        sys.stderr.write(
+            f"error: internal error on {args.model}: {type(exc).__name__}: {_one_line(str(exc))} "
+            "(set NPUSCHED_DEBUG=1 for a traceback)\n"
+        )
+        return 2
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _run(args: argparse.Namespace) -> int:
+    from npusched.pipeline import RunOptions, run
+
+    started = time.monotonic()
+    options = RunOptions(
+        model_path=args.model,
+        accelerator_config=args.accelerator_config,
+        config_files=tuple(args.config or ()),
+        system_config=args.system_config,
+        memory_mode=args.memory_mode,
+        arena_cache_size=args.arena_cache_size,
+        optimise=args.optimise,
+        solver=args.solver,
+        time_limit_seconds=args.time_limit,
+    )
+    result = run(options, started=started)
+
+    from npusched.io.report_text import format_summary
+
+    print(format_summary(result, per_layer=not args.quiet))
+    if args.json:
+        from npusched.io.report_json import write_json
+
+        write_json(result, args.json)
+        print(f"schedule written to {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""Readers for what Vela prints and writes: the verbose schedule, the per-layer CSV and the summary CSV.
+
+Used by the fidelity scripts and the tests to compare npusched with Vela's own figures.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+_SHAPE = re.compile(r"<Shape4D \[([\d, ]+)\]>")
+_OP_HEAD = re.compile(r"^\t(\d+): Operation (.*?)  - OFM <Shape4D \[([\d, ]+)\]>$")
+_CASCADE = re.compile(r"^\t\t(\d+): (\d+) -> (\d+), size: (\d+)$")
+
+
+def _ints(text: str) -> list[int]:
+    return [int(v) for v in re.findall(r"-?\d+", text)]
+
+
+@dataclass
+class VelaScheduledOp:
+    """One op of Vela's `--verbose-schedule` output."""
+
+    index: int
+    name: str
+    ofm_shape: list[int]
+    op_type: str = ""
+    kernel: tuple[int, int, int, int, int, int] = (1, 1, 1, 1, 1, 1)  # w, h, stride x, stride y, dil x, dil y
+    block_config: Optional[list[int]] = None
+    ofm_block: Optional[list[int]] = None
+    ifm_stripe: Optional[list[int]] = None
+    ifm2_stripe: Optional[list[int]] = None
+    ofm_stripe: Optional[list[int]] = None
+    encoded_weights_bytes: Optional[int] = None
+    weight_buffer_bytes: list[int] = field(default_factory=list)
+    depth_slices: list[int] = field(default_factory=list)
+    cascade: int = 0
+    sram_used_bytes: int = 0
+
+
+@dataclass
+class VelaSchedule:
+    """The final schedule of one NPU subgraph: its ops and cascades (start op, end op, size in bytes)."""
+
+    label: str
+    ops: list[VelaScheduledOp] = field(default_factory=list)
+    cascades: list[tuple[int, int, int, int]] = field(default_factory=list)
+
+
+def _shape_or_none(value: str) -> Optional[list[int]]:
+    match = _SHAPE.search(value)
+    return _ints(match.group(1)) if match else None
+
+
+def read_verbose_schedule(path: Path) -> list[VelaSchedule]:
+    """Parse every `Schedule: '...'` block of a Vela stdout capture."""
+    schedules: list[VelaSchedule] = []
+    op: Optional[VelaScheduledOp] = None
+    for line in Path(path).read_text().splitlines():
+        if line.startswith("Schedule: "):
+            schedules.append(VelaSchedule(label=line.split("'")[1]))
+            op = None
+            continue
+        if not schedules:
+            continue
+        head = _OP_HEAD.match(line)
+        if head:
+            op = VelaScheduledOp(int(head.group(1)), head.group(2).strip(), _ints(head.group(3)))
+            schedules[-1].ops.append(op)
+            continue
+        cascade = _CASCADE.match(line)
+        if cascade:
+            schedules[-1].cascades.append(tuple(int(g) for g in cascade.groups()))  # type: ignore[arg-type]
+            continue
+        if op is None or not line.startswith("\t\t"):
+            if not line.startswith("\t"):
+                op = None
+            continue
+        key, _, value = line.strip().partition(":") if "=" not in line else line.strip().partition("=")
+        key, value = key.strip(), value.strip()
+        if key == "Type":
+            op.op_type = value
+        elif key == "Kernel":
+            op.kernel = tuple(_ints(value))  # type: ignore[assignment]
+        elif key == "Block Config":
+            op.block_config = _ints(value)
+        elif key == "OFM Block":
+            op.ofm_block = _shape_or_none(value)
+        elif key == "IFM Stripe":
+            op.ifm_stripe = _shape_or_none(value)
+        elif key == "IFM2 Stripe":
+            op.ifm2_stripe = _shape_or_none(value)
+        elif key == "OFM Stripe":
+            op.ofm_stripe = _shape_or_none(value)
+        elif key == "Encoded Weights":
+            op.encoded_weights_bytes = _ints(value)[0] if _ints(value) else None
+        elif key.startswith("Weight buffer"):
+            op.weight_buffer_bytes.append(_ints(value)[0])
+        elif key == "Depth slices":
+            op.depth_slices = _ints(value)
+        elif key == "Assigned Cascade":
+            op.cascade = int(value)
+        elif key == "SRAM Used":
+            op.sram_used_bytes = _ints(value)[0]
+    return schedules
+
+
+def read_cpu_operator_count(path: Path) -> int:
+    match = re.search(r"^CPU operators = (\d+)", Path(path).read_text(), re.MULTILINE)
+    if match is None:
+        raise ValueError(f"{path}: no 'CPU operators = N' line")
+    return int(match.group(1))
+
+
+def read_per_layer(path: Path) -> list[list[dict[str, str]]]:
+    """Vela's per-layer CSV: one list of rows per NPU subgraph (a header row starts each subgraph).
+
+    The CSV repeats the column name `Network%`; the second one (MACs share) is keyed `Network% MACs`.
+    """
+    groups: list[list[dict[str, str]]] = []
+    header: list[str] = []
+    with open(path, newline="") as handle:
+        for row in csv.reader(handle):
+            if not row:
+                continue
+            if row[0] == "TFLite_operator":
+                header = [name if name != "Network%" or i < 6 else "Network% MACs" for i, name in enumerate(row)]
+                groups.append([])
+                continue
+            groups[-1].append(dict(zip(header, row)))
+    return groups
+
+
+def read_summary(path: Path) -> dict[str, str]:
+    with open(path, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    if len(rows) != 1:
+        raise ValueError(f"{path}: expected one summary row, found {len(rows)}")
+    return rows[0]

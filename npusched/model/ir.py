@@ -1,0 +1,299 @@
+"""The intermediate representation shared by lowering, pricing and the solvers.
+
+Everything here is immutable: a solver tries a plan by building a new value, never by editing the graph.
+Names follow Vela's legacy core where a user of Vela would look for them (op types such as ``Conv2DBias``,
+NPU block types, memory areas), so that reports read the same.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
+import numpy as np
+
+
+class MemArea(enum.Enum):
+    """A physical memory of the system, as Vela's configuration files name them."""
+
+    Sram = "Sram"
+    Dram = "Dram"
+    OnChipFlash = "OnChipFlash"
+    OffChipFlash = "OffChipFlash"
+    Shram = "Shram"
+
+    def display_name(self) -> str:
+        return {"Sram": "SRAM", "Dram": "DRAM", "OnChipFlash": "On-chip Flash",
+                "OffChipFlash": "Off-chip Flash", "Shram": "SHRAM"}[self.value]
+
+
+class TensorFormat(enum.Enum):
+    """Layout of a feature map in memory: plain NHWC or the NPU's 16-channel brick format."""
+
+    NHWC = "NHWC"
+    NHCWB16 = "NHCWB16"
+
+
+class NpuBlockType(enum.Enum):
+    """The NPU hardware unit that executes a pass (Vela's ``NpuBlockType``)."""
+
+    Default = "Default"
+    ConvolutionMxN = "ConvolutionMxN"
+    VectorProduct = "VectorProduct"
+    Pooling = "Pooling"
+    ConvolutionDepthWise = "ConvolutionDepthWise"
+    ElementWise = "ElementWise"
+    ReduceSum = "ReduceSum"
+    Dma = "Dma"
+
+
+class ResamplingMode(enum.Enum):
+    """How the IFM is upscaled on read (resize ops and transpose convolution)."""
+
+    NONE = "none"
+    NEAREST = "nearest"
+    TRANSPOSE = "transpose"
+
+
+class DataType(enum.Enum):
+    """Element types of feature maps and constants."""
+
+    uint8 = "uint8"
+    int8 = "int8"
+    int16 = "int16"
+    int32 = "int32"
+    int64 = "int64"
+    float32 = "float32"
+    bool = "bool"
+    other = "other"
+
+    @property
+    def size_in_bits(self) -> int:
+        return {"uint8": 8, "int8": 8, "int16": 16, "int32": 32, "int64": 64, "float32": 32, "bool": 8,
+                "other": 8}[self.value]
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self.size_in_bits // 8
+
+
+@dataclass(frozen=True, order=True)
+class Shape4D:
+    """An NHWC shape. Lower-rank shapes are padded at the front with ones, as Vela does."""
+
+    batch: int = 1
+    height: int = 1
+    width: int = 1
+    depth: int = 1
+
+    @staticmethod
+    def from_list(shape: list[int] | tuple[int, ...]) -> Shape4D:
+        dims = [1] * (4 - len(shape)) + [int(d) for d in shape[-4:]]
+        return Shape4D(*dims)
+
+    def as_list(self) -> list[int]:
+        return [self.batch, self.height, self.width, self.depth]
+
+    def elements(self) -> int:
+        return self.batch * self.height * self.width * self.depth
+
+    def elements_wh(self) -> int:
+        return self.height * self.width
+
+    def with_height(self, height: int) -> Shape4D:
+        return replace(self, height=height)
+
+    def with_width(self, width: int) -> Shape4D:
+        return replace(self, width=width)
+
+    def with_hw(self, height: int, width: int) -> Shape4D:
+        return replace(self, height=height, width=width)
+
+    def with_depth(self, depth: int) -> Shape4D:
+        return replace(self, depth=depth)
+
+    def min(self, other: Shape4D) -> Shape4D:
+        return Shape4D(*(min(a, b) for a, b in zip(self.as_list(), other.as_list())))
+
+    def max(self, other: Shape4D) -> Shape4D:
+        return Shape4D(*(max(a, b) for a, b in zip(self.as_list(), other.as_list())))
+
+    def round_up(self, quantum: Shape4D) -> Shape4D:
+        return Shape4D(*(-(-a // q) * q for a, q in zip(self.as_list(), quantum.as_list())))
+
+    def div_round_up(self, other: Shape4D) -> Shape4D:
+        return Shape4D(*(-(-a // b) for a, b in zip(self.as_list(), other.as_list())))
+
+    def __str__(self) -> str:
+        return f"[{self.batch}, {self.height}, {self.width}, {self.depth}]"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """Kernel geometry of a pass. Padding is (top, left, bottom, right) in IFM elements."""
+
+    width: int = 1
+    height: int = 1
+    stride_x: int = 1
+    stride_y: int = 1
+    dilation_x: int = 1
+    dilation_y: int = 1
+    padding: tuple[int, int, int, int] = (0, 0, 0, 0)
+    valid_padding: bool = False
+
+    def elements_wh(self) -> int:
+        return self.width * self.height
+
+    def area_width(self) -> int:
+        return (self.width - 1) * self.dilation_x + 1
+
+    def area_height(self) -> int:
+        return (self.height - 1) * self.dilation_y + 1
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """Per-tensor or per-axis affine quantisation; empty tuples mean unquantised."""
+
+    scale: tuple[float, ...] = ()
+    zero_point: tuple[int, ...] = ()
+    quantized_dimension: int = 0
+    min: tuple[float, ...] = ()
+    max: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class ConstTensor:
+    """A constant input (weights, bias, LUT). ``values`` holds the data in the layout the NPU pass uses:
+    weights as HWIO (Vela's internal layout), bias as a 1-D int32/int64 vector."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: DataType
+    quantization: Quantization
+    values: np.ndarray = field(repr=False)
+
+    @property
+    def size_in_bytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.size_in_bytes
+
+
+@dataclass(frozen=True)
+class FeatureMap:
+    """A non-constant tensor that flows between passes (an edge of the pass graph).
+
+    ``name`` is the TFLite tensor name (or a name Vela would give a tensor it synthesises).
+    ``shape`` is the full 4-D shape of the tensor as stored in memory.
+    """
+
+    name: str
+    shape: Shape4D
+    dtype: DataType
+    quantization: Quantization = Quantization()
+    # Set when the operand is a constant (e.g. the scalar or LUT-free IFM2 of an elementwise pass): it then
+    # lives in permanent storage and is never produced by a pass. Not part of equality/hash.
+    constant: Optional[ConstTensor] = field(default=None, compare=False, repr=False)
+    # The tensor's shape as TFLite/Vela declares it (may be lower rank than 4, e.g. [] for a scalar).
+    orig_shape: Optional[tuple[int, ...]] = field(default=None, compare=False)
+    # Distinguishes tensors that share a name (some models leave every tensor name empty): the TFLite tensor
+    # index for model tensors, -1 for tensors the lowering synthesises (whose names Vela makes unique).
+    uid: int = -1
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self.shape.elements() * self.dtype.size_in_bytes
+
+    @property
+    def is_const(self) -> bool:
+        return self.constant is not None
+
+
+@dataclass(frozen=True)
+class OperandAccess:
+    """How a pass reads or writes a feature map: the full tensor, or a slice of it (concat, split, slice).
+
+    ``shape`` is the 4-D shape the pass sees (Vela's ``ifm_shapes``/``ofm_shapes``); ``read_shape`` /
+    ``write_shape`` and ``offset`` are set only when the pass touches part of the tensor.
+    """
+
+    tensor: FeatureMap
+    shape: Shape4D
+    offset: Optional[Shape4D] = None
+    access_shape: Optional[Shape4D] = None
+
+    @property
+    def effective_shape(self) -> Shape4D:
+        return self.access_shape if self.access_shape is not None else self.shape
+
+
+@dataclass(frozen=True)
+class NpuOp:
+    """One NPU pass as the scheduler sees it (Vela's ``SchedulerOperation``).
+
+    ``name`` is the pass's OFM tensor name (how Vela's per-layer table names it). ``tflite_op`` is the builtin
+    operator it comes from (``CONV_2D``, ...); ``op_type`` is Vela's lowered op type (``Conv2DBias``, ...).
+    """
+
+    index: int
+    name: str
+    tflite_op: str
+    op_type: str
+    npu_block_type: NpuBlockType
+    ifm: OperandAccess
+    ofm: OperandAccess
+    ifm2: Optional[OperandAccess] = None
+    kernel: Kernel = Kernel()
+    activation: Optional[str] = None
+    activation_lut: Optional[ConstTensor] = None
+    resampling_mode: ResamplingMode = ResamplingMode.NONE
+    weights: Optional[ConstTensor] = None
+    bias: Optional[ConstTensor] = None
+    reversed_operands: bool = False
+    uses_scalar: bool = False
+    has_scaling: bool = True
+    rounding_mode: Optional[str] = None
+    attrs: tuple[tuple[str, object], ...] = ()
+
+    @property
+    def macs(self) -> int:
+        """Multiply-accumulates of the whole op, as Vela counts them."""
+        ofm = self.ofm.effective_shape
+        if self.npu_block_type in (NpuBlockType.ConvolutionDepthWise, NpuBlockType.Pooling):
+            return self.kernel.elements_wh() * ofm.elements()
+        if self.npu_block_type in (NpuBlockType.ConvolutionMxN, NpuBlockType.VectorProduct,
+                                   NpuBlockType.ReduceSum):
+            return self.kernel.elements_wh() * self.ifm.effective_shape.depth * ofm.elements()
+        return 0
+
+    def attr(self, key: str, default: object = None) -> object:
+        return dict(self.attrs).get(key, default)
+
+
+@dataclass(frozen=True)
+class CpuOp:
+    """An operator the NPU cannot run; it stays on the CPU and splits the NPU work."""
+
+    index: int
+    name: str
+    tflite_op: str
+    reason: str
+    input_shapes: tuple[tuple[int, ...], ...] = ()
+    output_shapes: tuple[tuple[int, ...], ...] = ()
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def round_up(a: int, quantum: int) -> int:
+    return ceil_div(a, quantum) * quantum
+
+
+def round_down(a: int, quantum: int) -> int:
+    return (a // quantum) * quantum
+
+
+def round_up_to_int(value: float) -> int:
+    return int(math.ceil(value))

@@ -1,0 +1,735 @@
+"""The single judge of a schedule: what it costs and whether it is valid.
+
+Every solver hands its ``Schedule`` here, and every number a report prints comes from here, so schedules from
+different solvers are always compared on the same terms. The prices are Vela 5.2.0's legacy-core estimates:
+
+* per pass, the full-op estimate of ``npusched.model.performance`` (compute, weight DMA, memory access time),
+  fed with the schedule's block config, tensor placements and weight buffering;
+* memory over time, built the way Vela's live-range pass builds it: pass ``i`` of a subgraph runs at step
+  ``2 i``, a tensor is live from the first step that touches it to one step after the last, an elementwise
+  pass may write its OFM over an IFM it consumes, a pre-buffered weight buffer starts one step early and the
+  buffer that does not hold the last depth slice of a double-buffered pass ends one step early.
+
+``verify`` then checks the schedule against the network and the evaluation: every pass has its choices, stripes
+and weight slices are consistent, and fast storage never exceeds its limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from npusched.model import performance as perf
+from npusched.model import weights as wts
+from npusched.model.ir import FeatureMap, MemArea, NpuBlockType, NpuOp, Shape4D, TensorFormat, round_up
+from npusched.model.performance import Direction, Purpose
+from npusched.solver.schedule import OpSchedule, Schedule, TensorPlacement
+
+# Every tensor allocation is a multiple of this many bytes (Vela's Tensor.AllocationQuantum).
+ALLOCATION_QUANTUM = 16
+# Encoded size of one output channel's scale and bias in the weight stream.
+SCALE_ENTRY_BYTES = 10
+
+BandwidthKey = tuple[MemArea, Purpose, Direction]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Results
+
+
+@dataclass(frozen=True)
+class LiveRange:
+    """One allocation in fast storage: the tensors sharing it, the steps it spans (inclusive) and its size."""
+
+    tensors: tuple[str, ...]
+    start: int
+    end: int
+    size: int
+    kind: str = "feature_map"  # or "weight_buffer"
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """Cost of one NPU pass under a schedule (one row of Vela's per-layer table).
+
+    ``total_cycles`` is the larger of ``npu_cycles`` and each memory's ``access_cycles``; ``op_cycles`` is the
+    compute-only estimate before weight and LUT DMA are added. ``sram_used`` is the fast storage in use at the
+    pass's step of its subgraph (Vela's "SRAM Used" of --verbose-schedule); ``network_sram_used`` the same
+    over the whole inference (Vela's per-layer "SRAM Usage", which also counts CPU-side tensors and variables).
+    """
+
+    op_index: int
+    name: str
+    subgraph: str
+    time_index: int
+    npu_cycles: float
+    op_cycles: float
+    total_cycles: float
+    access_cycles: dict[MemArea, float]
+    bandwidth: dict[BandwidthKey, float]
+    macs: int
+    sram_used: int
+    slack_buffering_cycles: float = 0.0
+    full_weight_transfer_cycles: float = 0.0
+    network_sram_used: int = 0
+
+    def bytes_moved(self, mem: MemArea, purpose: Purpose | None = None,
+                    direction: Direction | None = None) -> float:
+        return sum(v for (m, p, d), v in self.bandwidth.items()
+                   if m == mem and purpose in (None, p) and direction in (None, d))
+
+
+@dataclass(frozen=True)
+class SubgraphMemory:
+    """Fast-storage use over the steps of one NPU subgraph."""
+
+    name: str
+    usage: tuple[int, ...]
+    live_ranges: tuple[LiveRange, ...]
+    op_steps: dict[int, int]
+
+    @property
+    def peak(self) -> int:
+        return max(self.usage, default=0)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Costs of a whole schedule. Totals are sums over passes in execution order, as Vela adds them."""
+
+    ops: tuple[OpCost, ...]
+    memory: tuple[SubgraphMemory, ...]
+    total_cycles: float
+    npu_cycles: float
+    access_cycles: dict[MemArea, float]
+    bandwidth: dict[BandwidthKey, float]
+    macs: int
+    peak_fast_storage: int
+    staging_limit: int
+    encoded_weight_bytes: int = 0
+    original_weight_bytes: int = 0
+    notes: tuple[str, ...] = field(default=())
+    network_memory: SubgraphMemory | None = None
+    network_memory_complete: bool = False
+
+    def op(self, index: int) -> OpCost:
+        for cost in self.ops:
+            if cost.op_index == index:
+                return cost
+        raise KeyError(index)
+
+    def bytes_moved(self, mem: MemArea, purpose: Purpose | None = None,
+                    direction: Direction | None = None) -> float:
+        return sum(v for (m, p, d), v in self.bandwidth.items()
+                   if m == mem and purpose in (None, p) and direction in (None, d))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Network access (a Network or a single NpuSubgraph)
+
+
+def subgraphs_of(network_or_subgraph: Any) -> tuple[Any, ...]:
+    """The NPU subgraphs to evaluate: all of a Network's, or the one given."""
+    if hasattr(network_or_subgraph, "subgraphs"):
+        return tuple(network_or_subgraph.subgraphs)
+    return (network_or_subgraph,)
+
+
+def _fm_label(fm: FeatureMap) -> str:
+    return fm.name if fm.name else f"<tensor {fm.uid}>"
+
+
+@dataclass(frozen=True)
+class TensorUse:
+    """Producers and consumers of every feature map of the evaluated subgraphs (by op index)."""
+
+    producers: dict[FeatureMap, tuple[int, ...]]
+    consumers: dict[FeatureMap, tuple[int, ...]]
+    subgraph_outputs: frozenset[FeatureMap]
+    subgraph_inputs: frozenset[FeatureMap]
+    variables: frozenset[str] = frozenset()
+    variable_writes: dict[FeatureMap, str] = field(default_factory=dict)
+
+    def consumer_count(self, fm: FeatureMap) -> int:
+        """Consumers as Vela counts them: a subgraph output has one more (the CPU side or the network output)."""
+        return len(self.consumers.get(fm, ())) + (1 if fm in self.subgraph_outputs else 0)
+
+    def storage_key(self, fm: FeatureMap) -> Any:
+        """Identity of the buffer holding ``fm``: a pass that writes a variable (LSTM state) writes into the
+        variable's own buffer, so its OFM and the variable share one allocation."""
+        name = self.variable_writes.get(fm)
+        if name is not None:
+            return ("variable", name)
+        if fm.name in self.variables:
+            return ("variable", fm.name)
+        return fm
+
+
+def tensor_use(network_or_subgraph: Any) -> TensorUse:
+    producers: dict[FeatureMap, list[int]] = {}
+    consumers: dict[FeatureMap, list[int]] = {}
+    outputs: set[FeatureMap] = set()
+    inputs: set[FeatureMap] = set()
+    writes: dict[FeatureMap, str] = {}
+    for sg in subgraphs_of(network_or_subgraph):
+        outputs.update(getattr(sg, "outputs", ()) or ())
+        inputs.update(getattr(sg, "inputs", ()) or ())
+        for op in sg.ops:
+            for access in (op.ifm, op.ifm2):
+                if access is not None and not access.tensor.is_const:
+                    users = consumers.setdefault(access.tensor, [])
+                    if op.index not in users:
+                        users.append(op.index)
+            producers.setdefault(op.ofm.tensor, []).append(op.index)
+            if op.attr("memory_function") == "VariableTensorWrite" and op.attr("variable_tensor") is not None:
+                var = op.attr("variable_tensor")
+                writes[op.ofm.tensor] = var.name if isinstance(var, FeatureMap) else str(var)
+    return TensorUse({k: tuple(v) for k, v in producers.items()}, {k: tuple(v) for k, v in consumers.items()},
+                     frozenset(outputs), frozenset(inputs), frozenset(writes.values()), writes)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Storage
+
+
+def storage_size(fm: FeatureMap, fmt: TensorFormat) -> int:
+    """Bytes a feature map occupies: depth padded to 16 in brick format, rounded up to the allocation quantum."""
+    shape = fm.shape
+    rank = len(fm.orig_shape) if fm.orig_shape is not None else 4
+    if fmt == TensorFormat.NHCWB16 and 0 < rank <= 4:
+        shape = shape.with_depth(round_up(shape.depth, 16))
+    raw = shape.elements() * fm.dtype.size_in_bytes
+    return round_up(max(raw, 1), ALLOCATION_QUANTUM)
+
+
+def default_placement(arch: Any, fm: FeatureMap) -> TensorPlacement:
+    """Where a feature map lives before any schedule moves it: constants in permanent storage, the rest in
+    feature-map storage, both NHWC."""
+    if fm.is_const:
+        return TensorPlacement(arch.permanent_storage_mem_area, TensorFormat.NHWC)
+    return TensorPlacement(arch.feature_map_storage_mem_area, TensorFormat.NHWC)
+
+
+def placement_of(arch: Any, schedule: Schedule, fm: FeatureMap) -> TensorPlacement:
+    if fm.is_const:
+        return default_placement(arch, fm)
+    return schedule.placement(fm) or default_placement(arch, fm)
+
+
+def _in_fast_storage(arch: Any, placement: TensorPlacement) -> bool:
+    return placement.mem_area == arch.fast_storage_mem_area
+
+
+def weights_need_dma(arch: Any, op: NpuOp) -> bool:
+    """Weights are copied to fast storage only when they sit in a slow permanent memory distinct from it."""
+    if op.weights is None:
+        return False
+    return (arch.permanent_storage_mem_area in (MemArea.Dram, MemArea.OffChipFlash)
+            and arch.permanent_storage_mem_area != arch.fast_storage_mem_area)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Memory over time
+
+
+def elementwise_reuse_source(op: NpuOp, arch: Any, schedule: Schedule, use: TensorUse) -> FeatureMap | None:
+    """The IFM whose buffer a pass may overwrite with its OFM, or None (elementwise passes and DMA copies).
+
+    For an elementwise pass the input must have the pass's OFM shape, be a real (non-scalar, non-constant)
+    tensor in fast storage with the OFM's layout and type, and have no other consumer; the OFM must have no
+    other producer.
+    """
+    if op.npu_block_type == NpuBlockType.ElementWise and op.attr("memory_function") != "VariableTensorWrite":
+        return _elementwise_source(op, arch, schedule, use)
+    if op.op_type == "Memcpy":
+        # A DMA copy reuses its input's buffer when nothing else reads the input.
+        ifm, ofm = op.ifm.tensor, op.ofm.tensor
+        if ifm.is_const or ofm.is_const:
+            return None
+        if not (_in_fast_storage(arch, placement_of(arch, schedule, ifm))
+                and _in_fast_storage(arch, placement_of(arch, schedule, ofm))):
+            return None
+        return ifm if use.consumer_count(ifm) <= 1 else None
+    return None
+
+
+def _elementwise_source(op: NpuOp, arch: Any, schedule: Schedule, use: TensorUse) -> FeatureMap | None:
+    ofm = op.ofm.tensor
+    ofm_place = placement_of(arch, schedule, ofm)
+    if not _in_fast_storage(arch, ofm_place):
+        return None
+    for access in (op.ifm, op.ifm2):
+        if access is None:
+            continue
+        fm = access.tensor
+        if fm.is_const or fm.orig_shape == () or access.shape != op.ofm.shape:
+            continue
+        if op.attr("ifm_write_protected"):
+            continue
+        place = placement_of(arch, schedule, fm)
+        if not _in_fast_storage(arch, place) or place.format != ofm_place.format or fm.dtype != ofm.dtype:
+            continue
+        if use.consumer_count(fm) != 1 or len(use.producers.get(ofm, ())) != 1:
+            continue
+        return fm
+    return None
+
+
+class _RangeBook:
+    """Builds live ranges the way Vela's LiveRangeGraph does (shared ranges for fused tensors)."""
+
+    def __init__(self) -> None:
+        self.ranges: list[dict[str, Any]] = []
+        self.by_key: dict[Any, dict[str, Any]] = {}
+
+    def get(self, key: Any, label: str, size: int, kind: str) -> dict[str, Any]:
+        rng = self.by_key.get(key)
+        if rng is None:
+            rng = {"tensors": [label], "start": None, "end": None, "size": size, "kind": kind}
+            self.by_key[key] = rng
+            self.ranges.append(rng)
+        return rng
+
+    def fuse(self, source_key: Any, source_label: str, source_size: int, key: Any, label: str) -> None:
+        rng = self.get(source_key, source_label, source_size, "feature_map")
+        if key not in self.by_key:
+            rng["tensors"].append(label)
+            self.by_key[key] = rng
+
+    @staticmethod
+    def mark(rng: dict[str, Any], time: int, length: int = 1) -> None:
+        start = max(time, 0)
+        end = time + length
+        if end < start:
+            return
+        rng["start"] = start if rng["start"] is None else min(rng["start"], start)
+        rng["end"] = end if rng["end"] is None else max(rng["end"], end)
+
+
+def _mark_fm(book: _RangeBook, arch: Any, schedule: Schedule, use: TensorUse, fm: FeatureMap, time: int,
+             length: int = 1) -> None:
+    if fm.is_const:
+        return
+    place = placement_of(arch, schedule, fm)
+    if not _in_fast_storage(arch, place):
+        return
+    rng = book.get(use.storage_key(fm), _fm_label(fm), storage_size(fm, place.format), "feature_map")
+    book.mark(rng, time, length)
+
+
+def _mark_subgraph(book: _RangeBook, sg: Any, arch: Any, schedule: Schedule, use: TensorUse, time: int
+                   ) -> tuple[dict[int, int], int]:
+    """Mark the live ranges of one subgraph's passes from step ``time`` on; (step of each op, end step)."""
+    steps: dict[int, int] = {}
+    for op in sg.ops:
+        op_sched = schedule.op(op.index) if schedule.has_op(op.index) else None
+        reuse = elementwise_reuse_source(op, arch, schedule, use)
+        if reuse is not None:
+            place = placement_of(arch, schedule, reuse)
+            book.fuse(use.storage_key(reuse), _fm_label(reuse), storage_size(reuse, place.format),
+                      use.storage_key(op.ofm.tensor), _fm_label(op.ofm.tensor))
+        steps[op.index] = time
+        for access in (op.ifm, op.ifm2, op.ofm):
+            if access is not None:
+                _mark_fm(book, arch, schedule, use, access.tensor, time)
+        if op_sched is not None:
+            buffering = op_sched.weight_buffering
+            last = buffering.last_buffer_index
+            for idx, size in enumerate(buffering.buffer_sizes):
+                rng = book.get(("weights", op.index, idx), f"{op.name}_weight_buffer{idx + 1}",
+                               round_up(size, ALLOCATION_QUANTUM), "weight_buffer")
+                start, length = time, 1
+                if idx == 0 and buffering.pre_buffered:
+                    start -= 1
+                    length += 1
+                if len(buffering.buffer_sizes) > 1 and idx != last:
+                    length -= 1
+                book.mark(rng, start, length)
+        time += 2
+    for fm in getattr(sg, "outputs", ()) or ():
+        _mark_fm(book, arch, schedule, use, fm, time)
+    return steps, time
+
+
+def _usage(book: _RangeBook, end_time: int) -> tuple[tuple[int, ...], tuple[LiveRange, ...]]:
+    usage = [0] * (end_time + 2)
+    ranges = []
+    for rng in book.ranges:
+        if rng["start"] is None:
+            continue
+        for t in range(rng["start"], rng["end"] + 1):
+            usage[t] += rng["size"]
+        ranges.append(LiveRange(tuple(rng["tensors"]), rng["start"], rng["end"], rng["size"], rng["kind"]))
+    return tuple(usage), tuple(ranges)
+
+
+def subgraph_memory(sg: Any, arch: Any, schedule: Schedule, use: TensorUse | None = None) -> SubgraphMemory:
+    """Fast-storage use at every step of one NPU subgraph (Vela's per-subgraph memory snapshot, the one its
+    verbose schedule prints as "SRAM Used")."""
+    use = use if use is not None else tensor_use(sg)
+    book = _RangeBook()
+    steps, end = _mark_subgraph(book, sg, arch, schedule, use, 0)
+    usage, ranges = _usage(book, end)
+    return SubgraphMemory(getattr(sg, "name", ""), usage, ranges, steps)
+
+
+def network_memory(network: Any, arch: Any, schedule: Schedule, use: TensorUse | None = None
+                   ) -> tuple[SubgraphMemory, bool]:
+    """Fast-storage use over the whole inference (the snapshot behind Vela's per-layer "SRAM Usage").
+
+    The network's inputs are live from the start-up step, every CPU operator takes two steps, each NPU subgraph
+    runs where it falls in execution order, and variables (LSTM states) live throughout. The flag is False when
+    CPU operators' tensors are unknown (``CpuOp`` without ``inputs``/``outputs``), so their memory is missing.
+    """
+    use = use if use is not None else tensor_use(network)
+    subgraphs = subgraphs_of(network)
+    sg_of_op = {op.index: sg for sg in subgraphs for op in sg.ops}
+    produced = set(use.producers)
+    complete = True
+    book = _RangeBook()
+    steps: dict[int, int] = {}
+    time = 0
+    for sg in subgraphs:  # start-up: graph inputs (tensors no pass produces)
+        for fm in getattr(sg, "inputs", ()) or ():
+            if fm not in produced and fm.name not in use.variables:
+                _mark_fm(book, arch, schedule, use, fm, time)
+    time += 2
+    done: set[int] = set()
+    for op in getattr(network, "ops", ()) or tuple(o for sg in subgraphs for o in sg.ops):
+        sg = sg_of_op.get(op.index)
+        if sg is None:
+            tensors = tuple(getattr(op, "inputs", ()) or ()) + tuple(getattr(op, "outputs", ()) or ())
+            if not tensors:
+                complete = False
+            for fm in tensors:
+                if isinstance(fm, FeatureMap):
+                    _mark_fm(book, arch, schedule, use, fm, time)
+            time += 2
+            continue
+        if id(sg) in done:
+            continue
+        done.add(id(sg))
+        for fm in getattr(sg, "inputs", ()) or ():
+            _mark_fm(book, arch, schedule, use, fm, time)
+        sg_steps, time = _mark_subgraph(book, sg, arch, schedule, use, time)
+        steps.update(sg_steps)
+    for rng_key, rng in book.by_key.items():
+        if isinstance(rng_key, tuple) and rng_key[:1] == ("variable",):
+            book.mark(rng, 0, time + 1)
+    usage, ranges = _usage(book, time)
+    return SubgraphMemory(getattr(network, "name", ""), usage, ranges, steps), complete
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Pricing one pass
+
+
+def op_query(arch: Any, op: NpuOp, op_sched: OpSchedule, schedule: Schedule, *, ofm_depth: int | None = None,
+             const_area: MemArea | None = None, scheduling_areas: bool = False) -> perf.PerformanceQuery:
+    """The performance query of a pass under a schedule.
+
+    With ``scheduling_areas`` the feature maps are priced where they sit while Vela schedules (feature-map
+    storage), which is what its buffering decisions are based on; otherwise where the schedule puts them.
+    ``ofm_depth`` prices only part of the OFM depth (a weight slice).
+    """
+
+    def area(fm: FeatureMap) -> MemArea:
+        if scheduling_areas and not fm.is_const:
+            return arch.feature_map_storage_mem_area
+        return placement_of(arch, schedule, fm).mem_area
+
+    def fmt(fm: FeatureMap) -> TensorFormat:
+        return placement_of(arch, schedule, fm).format
+
+    ofm_shape = op.ofm.effective_shape
+    if ofm_depth is not None:
+        ofm_shape = ofm_shape.with_depth(ofm_depth)
+    ifm2 = op.ifm2
+    const_shape = Shape4D(1, 1, 1, op.ofm.shape.depth) if op.bias is not None else None
+    return perf.PerformanceQuery(
+        npu_block_type=op.npu_block_type,
+        ifm_shape=op.ifm.effective_shape,
+        ofm_shape=ofm_shape,
+        config=op_sched.block_config,
+        ifm_bits=op.ifm.tensor.dtype.size_in_bits,
+        ofm_bits=op.ofm.tensor.dtype.size_in_bits,
+        ifm_format=fmt(op.ifm.tensor),
+        ofm_format=fmt(op.ofm.tensor),
+        ifm_memory_area=area(op.ifm.tensor),
+        ofm_memory_area=area(op.ofm.tensor),
+        ifm2_shape=ifm2.effective_shape if ifm2 is not None else None,
+        ifm2_bits=ifm2.tensor.dtype.size_in_bits if ifm2 is not None else 0,
+        ifm2_format=fmt(ifm2.tensor) if ifm2 is not None else TensorFormat.NHWC,
+        ifm2_memory_area=area(ifm2.tensor) if ifm2 is not None else None,
+        const_shape=const_shape,
+        const_memory_area=const_area if const_shape is not None else None,
+        kernel=op.kernel,
+    )
+
+
+def scheduler_op_cycles(arch: Any, op: NpuOp, op_sched: OpSchedule, schedule: Schedule,
+                        ofm_depth: int | None = None) -> float:
+    """The compute estimate Vela's scheduler uses while buffering weights (constants assumed in fast storage)."""
+    query = op_query(arch, op, op_sched, schedule, ofm_depth=ofm_depth, const_area=arch.fast_storage_mem_area,
+                     scheduling_areas=True)
+    return perf.measure_cycle_cost(arch, op.op_type, op.activation, query).op_cycles
+
+
+def encoded_weights_for(arch: Any, op: NpuOp, op_sched: OpSchedule) -> wts.EncodedWeights | None:
+    """The weight stream the schedule's op reads (encoded for its block depth and depth slices)."""
+    if op.weights is None:
+        return None
+    return wts.encode_op_weights(arch, op, op_sched.block_config.ofm_block.depth, op_sched.depth_slices)
+
+
+def full_weight_transfer_cycles(arch: Any, op: NpuOp, op_sched: OpSchedule) -> float:
+    """DMA time of the op's whole, unsliced weight stream (what Vela compares slack against)."""
+    full = wts.encode_op_weights(arch, op, op_sched.block_config.ofm_block.depth, (0, op_sched.ofm_stripe.depth))
+    return perf.measure_mem2mem_cycles(arch, arch.permanent_storage_mem_area, arch.fast_storage_mem_area,
+                                       full.total_bytes)
+
+
+def slack_buffering_cycles(arch: Any, op: NpuOp, op_sched: OpSchedule, schedule: Schedule) -> float:
+    """NPU time under which the next pass may prefetch its first weights: this pass's last weight slice (or the
+    whole pass when its weights are not sliced)."""
+    slices = op_sched.depth_slices
+    depth = slices[-1] - slices[-2] if len(slices) > 2 else None
+    return scheduler_op_cycles(arch, op, op_sched, schedule, depth)
+
+
+def _lut_transfer(arch: Any, op: NpuOp) -> perf.DmaTransfer | None:
+    if op.activation_lut is None:
+        return None
+    size = round_up(max(op.activation_lut.size_in_bytes, 1), ALLOCATION_QUANTUM)
+    return perf.DmaTransfer(arch.permanent_storage_mem_area, MemArea.Shram, size)
+
+
+def _memcpy_transfer(arch: Any, op: NpuOp, schedule: Schedule) -> perf.DmaTransfer | None:
+    if op.npu_block_type != NpuBlockType.Dma:
+        return None
+    src = placement_of(arch, schedule, op.ifm.tensor)
+    dst = placement_of(arch, schedule, op.ofm.tensor)
+    return perf.DmaTransfer(src.mem_area, dst.mem_area, storage_size(op.ifm.tensor, src.format))
+
+
+def price_op(arch: Any, op: NpuOp, op_sched: OpSchedule, schedule: Schedule, prev_slack_cycles: float
+             ) -> tuple[perf.OpPerformance, float, float]:
+    """(estimate, own slack-buffering cycles, full weight transfer cycles) of one pass."""
+    buffering = op_sched.weight_buffering
+    encoded = encoded_weights_for(arch, op, op_sched)
+    stream = None
+    full_transfer = 0.0
+    const_area = None
+    if encoded is not None:
+        if buffering.is_buffered:
+            full_transfer = full_weight_transfer_cycles(arch, op, op_sched)
+            first = tuple(r.total_bytes for r in encoded.ranges if r.slice_index == 0)
+            kind = perf.WeightBuffering.DOUBLE if buffering.kind == "double" else perf.WeightBuffering.SINGLE
+            const_area = arch.fast_storage_mem_area
+            stream = perf.WeightStream(
+                encoded_bytes=encoded.total_bytes,
+                original_elements=int(op.weights.values.size),
+                source_area=arch.permanent_storage_mem_area,
+                buffering=kind,
+                buffer_area=arch.fast_storage_mem_area,
+                first_slice_bytes_per_core=first,
+                full_transfer_cycles=full_transfer,
+                scale_element_bytes=SCALE_ENTRY_BYTES,
+            )
+        else:
+            const_area = arch.permanent_storage_mem_area
+            stream = perf.WeightStream(
+                encoded_bytes=encoded.total_bytes,
+                original_elements=int(op.weights.values.size),
+                source_area=arch.permanent_storage_mem_area,
+                scale_element_bytes=SCALE_ENTRY_BYTES,
+            )
+    query = op_query(arch, op, op_sched, schedule, const_area=const_area)
+    slack = slack_buffering_cycles(arch, op, op_sched, schedule)
+    result = perf.estimate_full_op_performance(
+        arch, op.op_type, op.activation, query,
+        weights=stream,
+        prev_slack_cycles=prev_slack_cycles,
+        slack_buffering_cycles=slack,
+        lut=_lut_transfer(arch, op),
+        memcpy=_memcpy_transfer(arch, op, schedule),
+    )
+    return result, slack, full_transfer
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Whole schedule
+
+
+def staging_limit(arch: Any) -> int:
+    """The fast-storage budget the scheduler works to (Vela's optimisation SRAM limit: the arena cache size)."""
+    return int(arch.arena_cache_size)
+
+
+def evaluate(network_or_subgraph: Any, arch: Any, schedule: Schedule) -> Evaluation:
+    """Price every pass of the network (or of one subgraph) under ``schedule``."""
+    use = tensor_use(network_or_subgraph)
+    costs: list[OpCost] = []
+    memories: list[SubgraphMemory] = []
+    total_cycles = 0.0
+    npu_cycles = 0.0
+    access: dict[MemArea, float] = {m: 0.0 for m in perf.ACCESS_AREAS}
+    bandwidth: dict[BandwidthKey, float] = {}
+    macs = 0
+    encoded_total = 0
+    original_total = 0
+    seen_encodings: set[tuple] = set()
+    seen_weights: set[int] = set()
+    notes: list[str] = []
+    whole, complete = network_memory(network_or_subgraph, arch, schedule, use)
+    if not complete:
+        notes.append("CPU operators' tensors are unknown: whole-inference memory leaves them out")
+    for sg in subgraphs_of(network_or_subgraph):
+        memory = subgraph_memory(sg, arch, schedule, use)
+        memories.append(memory)
+        prev_slack = 0.0
+        for op in sg.ops:
+            if not schedule.has_op(op.index):
+                notes.append(f"op {op.index} ({op.name}) has no schedule entry and was not priced")
+                prev_slack = 0.0
+                continue
+            op_sched = schedule.op(op.index)
+            result, slack, full_transfer = price_op(arch, op, op_sched, schedule, prev_slack)
+            step = memory.op_steps[op.index]
+            used = memory.usage[step] if step < len(memory.usage) else 0
+            costs.append(OpCost(
+                op_index=op.index, name=op.name, subgraph=memory.name, time_index=step,
+                npu_cycles=result.npu_cycles, op_cycles=result.op_cycles, total_cycles=result.total_cycles,
+                access_cycles=dict(result.access_cycles), bandwidth=dict(result.bandwidth), macs=result.macs,
+                sram_used=used, slack_buffering_cycles=slack, full_weight_transfer_cycles=full_transfer,
+                network_sram_used=whole.usage[whole.op_steps[op.index]],
+            ))
+            total_cycles += result.total_cycles
+            npu_cycles += result.npu_cycles
+            for mem, value in result.access_cycles.items():
+                access[mem] = access.get(mem, 0.0) + value
+            for key, value in result.bandwidth.items():
+                bandwidth[key] = bandwidth.get(key, 0.0) + value
+            macs += result.macs
+            if op.weights is not None:
+                if id(op.weights) not in seen_weights:
+                    seen_weights.add(id(op.weights))
+                    original_total += int(op.weights.values.size) * int(op.weights.values.itemsize)
+                key = (wts.weights_digest(op.weights), op_sched.block_config.ofm_block.depth, op_sched.depth_slices)
+                if key not in seen_encodings:
+                    seen_encodings.add(key)
+                    encoded = encoded_weights_for(arch, op, op_sched)
+                    encoded_total += sum(r.weight_bytes for r in encoded.ranges)
+            prev_slack = slack
+    peak = max((m.peak for m in memories), default=0)
+    return Evaluation(
+        ops=tuple(costs), memory=tuple(memories), total_cycles=total_cycles, npu_cycles=npu_cycles,
+        access_cycles=access, bandwidth=bandwidth, macs=macs, peak_fast_storage=peak,
+        staging_limit=staging_limit(arch), encoded_weight_bytes=encoded_total, original_weight_bytes=original_total,
+        notes=tuple(notes), network_memory=whole, network_memory_complete=complete,
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Validity
+
+
+def _stripe_problems(op: NpuOp, op_sched: OpSchedule) -> Iterable[str]:
+    ofm = op.ofm.shape
+    stripe = op_sched.ofm_stripe
+    label = f"op {op.index} ({op.name})"
+    if any(s <= 0 or s > f for s, f in zip(stripe.as_list(), ofm.as_list(), strict=True)):
+        yield f"{label}: OFM stripe {stripe} is empty or exceeds the OFM {ofm}"
+    if op_sched.cascade is None and stripe != ofm:
+        yield f"{label}: OFM stripe {stripe} is partial but the op is in no cascade"
+    if stripe == ofm and op_sched.ifm_stripe != op.ifm.shape:
+        yield f"{label}: IFM stripe {op_sched.ifm_stripe} does not match the full IFM {op.ifm.shape}"
+    if (op.ifm2 is None) != (op_sched.ifm2_stripe is None):
+        yield f"{label}: IFM2 stripe {op_sched.ifm2_stripe} does not match the op's IFM2"
+
+
+def _weight_problems(arch: Any, op: NpuOp, op_sched: OpSchedule) -> Iterable[str]:
+    label = f"op {op.index} ({op.name})"
+    buffering = op_sched.weight_buffering
+    if op.weights is None:
+        if buffering.is_buffered or op_sched.encoded_weights is not None:
+            yield f"{label}: has no weights but the schedule buffers or encodes some"
+        return
+    slices = op_sched.depth_slices
+    if len(slices) < 2 or slices[0] != 0 or slices[-1] != op_sched.ofm_stripe.depth or any(
+            a >= b for a, b in zip(slices, slices[1:], strict=False)):
+        yield f"{label}: depth slices {list(slices)} do not rise from 0 to the stripe depth"
+        return
+    if buffering.is_buffered and tuple(buffering.depth_slices) != tuple(slices):
+        yield f"{label}: buffered depth slices {list(buffering.depth_slices)} differ from the encoded {list(slices)}"
+    encoded = encoded_weights_for(arch, op, op_sched)
+    ref = op_sched.encoded_weights
+    if ref is not None and (ref.total_bytes != encoded.total_bytes
+                            or tuple(ref.double_buffer_sizes) != tuple(encoded.double_buffer_sizes)):
+        yield f"{label}: recorded encoded weight sizes disagree with the encoder"
+    expected = {"none": 0, "single": 1, "double": 2}[buffering.kind]
+    if len(buffering.buffer_sizes) != expected:
+        yield f"{label}: {buffering.kind} buffering needs {expected} buffers, has {len(buffering.buffer_sizes)}"
+    elif buffering.kind == "single" and buffering.buffer_sizes[0] < encoded.double_buffer_sizes[0]:
+        yield f"{label}: weight buffer of {buffering.buffer_sizes[0]} bytes is smaller than its slice"
+    elif buffering.kind == "double" and any(
+            b < e for b, e in zip(buffering.buffer_sizes, encoded.double_buffer_sizes, strict=False)):
+        yield f"{label}: weight buffers {list(buffering.buffer_sizes)} are smaller than their slices"
+    if buffering.kind == "single" and len(slices) > 2:
+        yield f"{label}: several depth slices through a single weight buffer"
+    if buffering.is_buffered and not weights_need_dma(arch, op):
+        yield f"{label}: weights are buffered although they need no DMA"
+
+
+def verify(network: Any, arch: Any, schedule: Schedule, evaluation: Evaluation | None = None,
+           limit: int | None = None) -> list[str]:
+    """Every way ``schedule`` is invalid for ``network``; empty when it is valid.
+
+    ``limit`` is the fast-storage budget (default: the architecture's arena cache size); a step above it is
+    reported unless the schedule's status admits it ("over_limit").
+    """
+    problems: list[str] = []
+    for sg in subgraphs_of(network):
+        for op in sg.ops:
+            if not schedule.has_op(op.index):
+                problems.append(f"op {op.index} ({op.name}): no schedule entry")
+                continue
+            op_sched = schedule.op(op.index)
+            if op_sched.block_config is None:
+                problems.append(f"op {op.index} ({op.name}): no block config")
+                continue
+            problems.extend(_stripe_problems(op, op_sched))
+            problems.extend(_weight_problems(arch, op, op_sched))
+    evaluation = evaluation if evaluation is not None else evaluate(network, arch, schedule)
+    budget = staging_limit(arch) if limit is None else int(limit)
+    if schedule.status != "over_limit":
+        for memory in evaluation.memory:
+            over = [t for t, used in enumerate(memory.usage) if used > budget]
+            if over:
+                t = over[0]
+                problems.append(f"subgraph {memory.name}: fast storage use {memory.usage[t]} bytes at step {t} "
+                                f"exceeds the limit of {budget} bytes")
+    return problems
+
+
+def per_op_table(evaluation: Evaluation, ops: Sequence[NpuOp] = ()) -> list[dict[str, Any]]:
+    """Rows shaped like Vela's per-layer CSV (for reports and tests)."""
+    by_index = {op.index: op for op in ops}
+    rows = []
+    for cost in evaluation.ops:
+        op = by_index.get(cost.op_index)
+        rows.append({
+            "op_index": cost.op_index,
+            "name": cost.name,
+            "nng_operator": op.op_type if op is not None else "",
+            "sram_used": cost.sram_used,
+            "op_cycles": cost.total_cycles,
+            "npu_cycles": cost.npu_cycles,
+            "sram_access_cycles": cost.access_cycles.get(MemArea.Sram, 0.0),
+            "dram_access_cycles": cost.access_cycles.get(MemArea.Dram, 0.0),
+            "on_chip_flash_access_cycles": cost.access_cycles.get(MemArea.OnChipFlash, 0.0),
+            "off_chip_flash_access_cycles": cost.access_cycles.get(MemArea.OffChipFlash, 0.0),
+            "macs": cost.macs,
+        })
+    return rows

@@ -1,0 +1,110 @@
+"""The command line end to end: real runs, and bad input giving one `error:` line with exit status 2."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from npusched.cli import main
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "kws_dscnn_int8.tflite"
+HEE = ["--accelerator-config", "ethos-u55-128", "--config", "Arm/vela.ini",
+       "--system-config", "Ethos_U55_High_End_Embedded", "--memory-mode", "Shared_Sram"]
+
+
+def _expect_one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str], fragment: str) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: ")
+    assert "Traceback" not in err
+    assert fragment in lines[0]
+    return lines[0]
+
+
+def test_example_runs_and_writes_the_document(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "kws.json"
+    assert main([str(EXAMPLE), *HEE, "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "NPU operators" in text and "CPU operators = 0" in text
+    doc = json.loads(out.read_text())
+    assert doc["format"] == "npusched.schedule/1"
+    assert doc["accelerator_config"] == "ethos-u55-128"
+    assert doc["system_config"] == "Ethos_U55_High_End_Embedded"
+    assert doc["memory_mode"] == "Shared_Sram"
+    names = {op["name"] for op in doc["ops"]}
+    # The first convolution of the DS-CNN, under its TFLite output tensor name, runs on the NPU.
+    first_conv = next(op for op in doc["ops"] if op["tflite_op"] == "CONV_2D")
+    assert first_conv["placement"] == "npu" and first_conv["ofm_shape"] == [1, 25, 5, 64]
+    assert first_conv["macs"] == 480000  # Vela's MAC count for this layer (golden per_layer.csv)
+    assert len(names) == len(doc["ops"])
+
+
+def test_cpu_operator_is_placed_on_cpu_and_reported(corpus_dir: Path, capsys: pytest.CaptureFixture[str],
+                                                    tmp_path: Path) -> None:
+    out = tmp_path / "mnv2.json"
+    assert main([str(corpus_dir / "mobilenet_v2_224_int8.tflite"), *HEE, "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "CPU operators = 1" in text and "TRANSPOSE" in text
+    cpu = [op for op in json.loads(out.read_text())["ops"] if op["placement"] == "cpu"]
+    assert [op["tflite_op"] for op in cpu] == ["TRANSPOSE"]
+    assert cpu[0]["cpu_reason"]
+
+
+@pytest.mark.parametrize(
+    ("make", "fragment"),
+    [
+        (lambda p: None, "no such file"),
+        (lambda p: p.write_bytes(b""), "empty"),
+        (lambda p: p.write_bytes(EXAMPLE.read_bytes()[:1000]), ""),
+        (lambda p: p.write_bytes(random.Random(7).randbytes(4096)), ""),
+        (lambda p: p.write_bytes(EXAMPLE.read_bytes()[:4] + b"XXXX" + EXAMPLE.read_bytes()[8:]), "identifier"),
+    ],
+    ids=["missing", "empty", "truncated", "random", "wrong-identifier"],
+)
+def test_malformed_model(tmp_path: Path, capsys: pytest.CaptureFixture[str], make, fragment: str) -> None:
+    path = tmp_path / "bad.tflite"
+    make(path)
+    _expect_one_line_error(capsys, [str(path), *HEE], fragment)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "fragment"),
+    [
+        ("--system-config", "No_Such_System", "unknown system config 'No_Such_System'"),
+        ("--memory-mode", "No_Such_Mode", "unknown memory mode 'No_Such_Mode'"),
+        ("--accelerator-config", "ethos-u99-1", "ethos-u99-1"),
+        ("--config", "/nonexistent/vela.ini", "/nonexistent/vela.ini"),
+    ],
+)
+def test_unknown_configuration(capsys: pytest.CaptureFixture[str], option: str, value: str, fragment: str) -> None:
+    argv = [str(EXAMPLE), *HEE]
+    position = argv.index(option) if option in argv else -1
+    if position >= 0:
+        argv[position + 1] = value
+    else:
+        argv += [option, value]
+    _expect_one_line_error(capsys, argv, fragment)
+
+
+def test_bad_option_value_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(EXAMPLE), "--arena-cache-size", "lots"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ")
+
+
+def test_console_script_exit_status(tmp_path: Path) -> None:
+    """The installed entry point behaves as main() does: no traceback, status 2."""
+    bad = tmp_path / "bad.tflite"
+    bad.write_bytes(b"\0" * 64)
+    proc = subprocess.run([sys.executable, "-m", "npusched.cli", str(bad)], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr

@@ -1,0 +1,167 @@
+"""The max schedule against Vela 5.2.0 (legacy core) on the u55-128_hee_shared configuration.
+
+With Shared_Sram every corpus model fits, so Vela ships its ``<sg>_MAX_BUFFERED`` schedule: the golden verbose
+schedule, per-layer CSV and summary CSV describe exactly the schedule ``max_schedule`` must rebuild, and the
+figures ``evaluate`` must price.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from pathlib import Path
+
+import pytest
+
+from npusched.io.tflite_reader import read_tflite
+from npusched.io.vela_report import read_per_layer, read_summary, read_verbose_schedule
+from npusched.model.arch import load_architecture
+from npusched.model.graph import lower_model
+from npusched.model.ir import MemArea
+from npusched.model.performance import Direction, Purpose
+from npusched.solver.evaluator import evaluate, verify
+from npusched.solver.max_schedule import max_schedule
+from npusched.solver.schedule import WeightBuffering
+
+CONFIG = "u55-128_hee_shared"
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+MODELS = sorted(p.name for p in (SHARED / "golden" / "vela-5.2.0-legacy" / CONFIG).glob("*") if p.is_dir())
+REL = 0.01  # 1 % tolerance on cycle figures
+
+
+def _close(mine: float, ref: float) -> bool:
+    return abs(mine - ref) <= REL * max(abs(ref), 1.0)
+
+
+@functools.cache
+def _arch():
+    return load_architecture("ethos-u55-128", ["Arm/vela.ini"], "Ethos_U55_High_End_Embedded", "Shared_Sram")
+
+
+@functools.cache
+def _run(model: str):
+    arch = _arch()
+    network = lower_model(read_tflite(SHARED / "corpus" / f"{model}.tflite"), arch)
+    schedule = max_schedule(network, arch)
+    return network, schedule, evaluate(network, arch, schedule)
+
+
+def _golden(model: str) -> Path:
+    path = SHARED / "golden" / "vela-5.2.0-legacy" / CONFIG / model
+    if not path.is_dir():
+        pytest.skip(f"{path} is missing")
+    return path
+
+
+def _vela_ops(model: str):
+    return [op for sched in read_verbose_schedule(_golden(model) / "vela_stdout.txt") for op in sched.ops]
+
+
+def _vela_rows(model: str):
+    return [row for group in read_per_layer(_golden(model) / "per_layer.csv") for row in group]
+
+
+pytestmark = pytest.mark.skipif(not MODELS, reason="golden files for u55-128_hee_shared are missing")
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_schedule_names_status_and_validity(model):
+    network, schedule, evaluation = _run(model)
+    labels = [s.label for s in read_verbose_schedule(_golden(model) / "vela_stdout.txt")]
+    assert [schedule.name_for(sg.name) for sg in network.subgraphs] == labels
+    assert schedule.status == "fits"
+    assert verify(network, _arch(), schedule, evaluation) == []
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_block_configs_weight_buffers_and_depth_slices(model):
+    network, schedule, _ = _run(model)
+    ops = [op for sg in network.subgraphs for op in sg.ops]
+    vela = _vela_ops(model)
+    assert len(ops) == len(vela)
+    mismatches = []
+    for op, ref in zip(ops, vela, strict=True):
+        mine = schedule.op(op.index)
+        got = (mine.block_config.old_style(), list(mine.weight_buffering.buffer_sizes), list(mine.depth_slices),
+               mine.ofm_stripe.as_list(), mine.ifm_stripe.as_list())
+        want = (ref.block_config, ref.weight_buffer_bytes, ref.depth_slices, ref.ofm_stripe, ref.ifm_stripe)
+        if got != want:
+            mismatches.append((op.index, op.name, got, want))
+        if op.weights is not None and ref.encoded_weights_bytes is not None:
+            assert mine.encoded_weights.total_bytes == ref.encoded_weights_bytes, op.name
+    assert mismatches == []
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_sram_used_per_op(model):
+    _, _, evaluation = _run(model)
+    vela = _vela_ops(model)
+    assert [cost.sram_used for cost in evaluation.ops] == [op.sram_used_bytes for op in vela]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_op_and_npu_cycles_per_op(model):
+    _, _, evaluation = _run(model)
+    rows = _vela_rows(model)
+    assert len(evaluation.ops) == len(rows)
+    off = [(cost.op_index, cost.name, cost.total_cycles, float(row["Op Cycles"]), cost.npu_cycles, float(row["NPU"]))
+           for cost, row in zip(evaluation.ops, rows, strict=True)
+           if not (_close(cost.total_cycles, float(row["Op Cycles"])) and _close(cost.npu_cycles, float(row["NPU"])))]
+    assert off == []
+    assert [cost.macs for cost in evaluation.ops] == [int(row["MAC Count"]) for row in rows]
+    access = [(cost.op_index, cost.name, area, cost.access_cycles[area], float(row[column]))
+              for cost, row in zip(evaluation.ops, rows, strict=True)
+              for area, column in ((MemArea.Sram, "SRAM AC"), (MemArea.OffChipFlash, "OffFlash AC"))
+              if not _close(cost.access_cycles[area], float(row[column]))]
+    assert access == []
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_network_totals(model):
+    _, _, evaluation = _run(model)
+    summary = read_summary(_golden(model) / "summary.csv")
+    assert _close(evaluation.total_cycles, float(summary["cycles_total"]))
+    assert _close(evaluation.npu_cycles, float(summary["cycles_npu"]))
+    assert _close(evaluation.access_cycles[MemArea.Sram], float(summary["cycles_sram_access"]))
+    assert _close(evaluation.access_cycles[MemArea.OffChipFlash], float(summary["cycles_off_chip_flash_access"]))
+    assert _close(evaluation.bytes_moved(MemArea.Sram), float(summary["sram_total_bytes"]))
+    assert _close(evaluation.bytes_moved(MemArea.Sram, Purpose.Weights, Direction.Write),
+                  float(summary["sram_weight_write_bytes"]))
+    assert _close(evaluation.bytes_moved(MemArea.OffChipFlash), float(summary["off_chip_flash_total_bytes"]))
+    assert evaluation.macs == int(summary["nn_macs"])
+    assert evaluation.encoded_weight_bytes == int(summary["total_npu_encoded_weights"])
+    # Vela's allocator can only add fragmentation to the peak of the live ranges.
+    assert evaluation.peak_fast_storage <= float(summary["sram_memory_used"]) * 1024
+
+
+def test_verify_reports_broken_schedules():
+    network, schedule, evaluation = _run("kws_dscnn_int8")
+    arch = _arch()
+    first = network.subgraphs[0].ops[0]
+    buffered = schedule.op(first.index)
+    assert buffered.weight_buffering.kind == "double"  # Vela streams this op's weights in two slices
+
+    dropped = dataclasses.replace(schedule, ops=schedule.ops[1:])
+    assert any("no schedule entry" in p for p in verify(network, arch, dropped))
+
+    shrunk = schedule.with_ops([dataclasses.replace(
+        buffered, weight_buffering=dataclasses.replace(buffered.weight_buffering, buffer_sizes=(16, 16)))])
+    assert any("smaller than their slices" in p for p in verify(network, arch, shrunk))
+
+    single = schedule.with_ops([dataclasses.replace(
+        buffered, weight_buffering=WeightBuffering("single", buffered.depth_slices, (4432,)))])
+    assert any("single weight buffer" in p for p in verify(network, arch, single))
+
+    limit = evaluation.peak_fast_storage - 1
+    assert any("exceeds the limit" in p for p in verify(network, arch, schedule, evaluation, limit=limit))
+    assert verify(network, arch, schedule, evaluation, limit=evaluation.peak_fast_storage) == []
+
+
+def test_unbuffered_schedule_costs_more_and_uses_less_fast_storage():
+    network, schedule, evaluation = _run("kws_dscnn_int8")
+    plain = schedule.with_ops(dataclasses.replace(op, weight_buffering=WeightBuffering(),
+                                                  encoded_weights=None) for op in schedule.ops)
+    # Without buffering every op reads its full-depth weights straight from flash while it runs.
+    cost = evaluate(network, _arch(), plain)
+    assert cost.peak_fast_storage < evaluation.peak_fast_storage
+    assert cost.total_cycles > evaluation.total_cycles
