@@ -8,9 +8,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import NoReturn
 
 from npusched import __version__
 from npusched.errors import NpuschedError
@@ -108,7 +108,6 @@ def _one_line(text: str) -> str:
 def _run(args: argparse.Namespace) -> int:
     from npusched.pipeline import RunOptions, run
 
-    started = time.monotonic()
     options = RunOptions(
         model_path=args.model,
         accelerator_config=args.accelerator_config,
@@ -120,7 +119,7 @@ def _run(args: argparse.Namespace) -> int:
         solver=args.solver,
         time_limit_seconds=args.time_limit,
     )
-    result = run(options, started=started)
+    result = run(options)
 
     from npusched.io.report_text import format_summary
 

@@ -222,8 +222,8 @@ def test_lstm_types_and_state_writes():
     # The cell sum and the new output state are written into the variable state tensors.
     cell = by_name["cell_state#0.0_add"]
     out = by_name["output_state#0.0_mul"]
-    assert dict(cell.attrs)["variable_tensor"] == "tfl.pseudo_qconst1"
-    assert dict(out.attrs)["variable_tensor"] == "tfl.pseudo_qconst"
+    assert dict(cell.attrs)["variable_tensor"].name == "tfl.pseudo_qconst1"
+    assert dict(out.attrs)["variable_tensor"].name == "tfl.pseudo_qconst"
     assert cell.ofm.tensor.dtype == DataType.int16 and out.ofm.tensor.dtype == DataType.int8
     assert dict(cell.attrs)["activation_min"] == -10.0  # cell_clip of the model
     # The input FCs read the sequence tensor directly (Vela moves the slice into the pass).

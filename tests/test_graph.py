@@ -15,12 +15,14 @@ import pytest
 from npusched.io.tflite_reader import read_tflite
 from npusched.model.arch import load_architecture
 from npusched.model.graph import lower_model
-from npusched.model.ir import CpuOp, NpuBlockType, NpuOp
+from npusched.model.ir import CpuOp, NpuBlockType, NpuOp, TensorFormat
 
 MODELS = ("ad01_int8", "dtln", "keyword_scrambled_8bit", "kws_dscnn_int8", "micro_speech_int8",
           "mobilenet_v2_224_int8", "person_detect", "resnet8_ic_int8", "resnet_large_ic_int8", "str_ww_int8",
           "vww_96_int8")
 CONFIG = "u55-128_hee_shared"
+SYNTHETIC_DIR = Path(__file__).parent / "data" / "lowering"
+SYNTHETIC = ("ops_a", "ops_b", "ops_c1", "ops_c2")
 
 _SCHEDULE = re.compile(r"Schedule: '(.*)_(?:MAX|MIN)_BUFFERED'")
 _OPERATION = re.compile(r"\t(\d+): Operation (.*)  - OFM <Shape4D (\[.*\])>")
@@ -202,3 +204,31 @@ def test_sigmoid_is_fused_as_lut_into_the_fully_connected(lowered):
     last = lowered["dtln"].npu_ops[-1]
     assert last.op_type == "FullyConnected" and last.activation == "LUT"
     assert last.activation_lut is not None and last.activation_lut.shape == (1, 1, 1, 256)
+
+
+@pytest.mark.parametrize("name", SYNTHETIC)
+def test_synthetic_operator_coverage_matches_vela(golden_dir, name):
+    """Operators the corpus lacks, against Vela's schedule for small synthetic models (tests/data/lowering)."""
+    net = lower_model(read_tflite(SYNTHETIC_DIR / f"{name}.tflite"), _arch(golden_dir, CONFIG))
+    subgraphs, cpu = parse_schedule(SYNTHETIC_DIR / f"{name}.vela_stdout.txt")
+    assert [sg.name for sg in net.subgraphs] == list(subgraphs)
+    assert len(net.cpu_ops) == cpu
+    for sg in net.subgraphs:
+        assert [describe(op) for op in sg.ops] == subgraphs[sg.name], sg.name
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_brick_format_only_inside_npu_subgraphs(lowered, name):
+    """Vela keeps NPU subgraph inputs/outputs and DMA-copied tensors linear (NHWC); only feature maps passed
+    between NPU passes may be NHCWB16."""
+    for sg in lowered[name].subgraphs:
+        assert all(fm.format == TensorFormat.NHWC for fm in sg.inputs + sg.outputs)
+        for op in sg.ops:
+            if op.op_type == "Memcpy":
+                assert op.ifm.tensor.format == op.ofm.tensor.format == TensorFormat.NHWC
+
+
+def test_convolution_chains_use_brick_format(lowered):
+    net = lowered["mobilenet_v2_224_int8"]
+    convs = [op for op in net.npu_ops if op.op_type == "Conv2DBias"]
+    assert sum(op.ofm.tensor.format == TensorFormat.NHCWB16 for op in convs) == len(convs)

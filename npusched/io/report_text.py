@@ -1,10 +1,50 @@
-"""The text summary printed by `solve-schedule`."""
+"""The text summary printed by `solve-schedule`, laid out like Vela's `--verbose-performance` output.
+
+Every figure comes from the run's Evaluation (the single judge); nothing is recomputed here.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from npusched.model.ir import NpuOp
+from npusched.model.performance import ACCESS_AREAS, Direction, Purpose
+
+_COLUMNS = (
+    ("TFLite_operator", 20, "<"), ("NNG Operator", 20, "<"), ("SRAM Usage", 10, ">"), ("Peak%", 6, ">"),
+    ("Op Cycles", 10, ">"), ("Network%", 8, ">"), ("NPU", 10, ">"), ("SRAM AC", 10, ">"), ("DRAM AC", 10, ">"),
+    ("OnFlash AC", 10, ">"), ("OffFlash AC", 11, ">"), ("MAC Count", 10, ">"), ("Network%", 8, ">"),
+    ("Util%", 6, ">"), ("Name", 20, "<"),
+)
+
+
+def _row(values: list[str]) -> str:
+    return " ".join(f"{v:{align}{width}}" for v, (_, width, align) in zip(values, _COLUMNS, strict=True))
+
+
+def per_layer_table(result: Any) -> list[str]:
+    """One block per NPU subgraph: Vela's per-layer columns, figures from the evaluation."""
+    evaluation = result.evaluation
+    arch = result.arch
+    total_cycles = evaluation.total_cycles or 1.0
+    total_macs = evaluation.macs or 1
+    peak = max((cost.network_sram_used for cost in evaluation.ops), default=0) or 1
+    costs = {cost.op_index: cost for cost in evaluation.ops}
+    lines: list[str] = []
+    for sg in result.network.subgraphs:
+        lines += ["", f"Performance for NPU Subgraph {sg.name}", _row([name for name, _, _ in _COLUMNS]),
+                  _row(["-" * width for _, width, _ in _COLUMNS])]
+        for op in sg.ops:
+            cost = costs[op.index]
+            util = 100.0 * cost.macs / (cost.total_cycles * arch.num_macs_per_cycle) if cost.total_cycles else 0.0
+            lines.append(_row([
+                op.tflite_op, op.op_type, str(cost.network_sram_used),
+                f"{100.0 * cost.network_sram_used / peak:.2f}", f"{cost.total_cycles:.0f}",
+                f"{100.0 * cost.total_cycles / total_cycles:.2f}", f"{cost.npu_cycles:.0f}",
+                *(f"{cost.access_cycles.get(area, 0.0):.0f}" for area in ACCESS_AREAS),
+                str(cost.macs), f"{100.0 * cost.macs / total_macs:.2f}", f"{util:.2f}", op.name,
+            ]))
+    return lines
 
 
 def format_summary(result: Any, per_layer: bool = True) -> str:
@@ -13,23 +53,62 @@ def format_summary(result: Any, per_layer: bool = True) -> str:
     npu_ops = [op for op in network.ops if isinstance(op, NpuOp)]
     total = len(network.ops)
     cpu = len(network.cpu_ops)
-    lines = [
+    lines: list[str] = []
+    if per_layer and result.evaluation is not None:
+        lines += per_layer_table(result) + [""]
+    lines += [
         f"Network summary for {network.name}",
-        f"Accelerator configuration {arch.accelerator_config:>30}",
-        f"System configuration      {arch.system_config:>30}",
-        f"Memory mode               {arch.memory_mode:>30}",
+        _kv("Accelerator configuration", arch.accelerator_name),
+        _kv("System configuration", arch.system_config),
+        _kv("Memory mode", arch.memory_mode),
+        _kv("Accelerator clock", f"{arch.core_clock / 1e6:.0f} MHz"),
+        _kv("Arena cache size (fast-storage limit)", f"{arch.arena_cache_size} bytes"),
         "",
         f"CPU operators = {cpu} ({_percent(cpu, total):.1f}%)",
         f"NPU operators = {len(npu_ops)} ({_percent(len(npu_ops), total):.1f}%)",
-        f"Neural network macs {sum(op.macs for op in npu_ops):>20} MACs/batch",
-        "",
     ]
-    for sg in network.subgraphs:
-        lines.append(f"NPU subgraph {sg.name}: {len(sg.ops)} passes")
-    for op in network.cpu_ops:
-        lines.append(f"CPU operator {op.tflite_op} '{op.name}': {op.reason}")
+    lines += [f"  CPU: {op.reason}" for op in network.cpu_ops]
+    lines += [f"NPU subgraph {sg.name}: {len(sg.ops)} passes" for sg in network.subgraphs]
+    evaluation = result.evaluation
+    if evaluation is None:
+        lines += ["", _kv("Neural network macs", f"{sum(op.macs for op in npu_ops)} MACs/batch")]
+        return "\n".join(lines)
+    lines.append("")
+    for area in ACCESS_AREAS:
+        moved = evaluation.bytes_moved(area)
+        if not moved:
+            continue
+        name = area.display_name()
+        for label, purpose, direction in (("Input  ", Purpose.FeatureMap, Direction.Read),
+                                          ("Weight ", None, Direction.Read),
+                                          ("Output ", Purpose.FeatureMap, Direction.Write)):
+            if purpose is None:
+                value = sum(evaluation.bytes_moved(area, p, direction) for p in Purpose if p != Purpose.FeatureMap)
+            else:
+                value = evaluation.bytes_moved(area, purpose, direction)
+            lines.append(_kv(f"{label} {name} bandwidth", f"{value / 1e6:.2f} MB/batch"))
+        lines.append(_kv(f"Total   {name} bandwidth", f"{moved / 1e6:.2f} MB/batch"))
+    lines += [
+        "",
+        _kv("Neural network macs", f"{evaluation.macs} MACs/batch"),
+        "",
+        f"Schedule ({result.options.solver}, {result.schedule.label or 'unnamed'}): {result.status}",
+        _kv("Total cycles", f"{evaluation.total_cycles:.0f}"),
+        _kv("NPU cycles", f"{evaluation.npu_cycles:.0f}"),
+        *(_kv(f"{area.display_name()} access cycles", f"{evaluation.access_cycles.get(area, 0.0):.0f}")
+          for area in ACCESS_AREAS if evaluation.access_cycles.get(area, 0.0)),
+        _kv("Peak fast storage", f"{evaluation.peak_fast_storage} bytes"),
+        _kv("Inference time", f"{1e3 * evaluation.total_cycles / arch.core_clock:.3f} ms"),
+    ]
     return "\n".join(lines)
+
+
+def _kv(label: str, value: object) -> str:
+    return f"{label:<38}{value!s:>20}"
 
 
 def _percent(part: int, whole: int) -> float:
     return 100.0 * part / whole if whole else 0.0
+
+
+

@@ -9,7 +9,6 @@ import csv
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 _SHAPE = re.compile(r"<Shape4D \[([\d, ]+)\]>")
 _OP_HEAD = re.compile(r"^\t(\d+): Operation (.*?)  - OFM <Shape4D \[([\d, ]+)\]>$")
@@ -29,12 +28,12 @@ class VelaScheduledOp:
     ofm_shape: list[int]
     op_type: str = ""
     kernel: tuple[int, int, int, int, int, int] = (1, 1, 1, 1, 1, 1)  # w, h, stride x, stride y, dil x, dil y
-    block_config: Optional[list[int]] = None
-    ofm_block: Optional[list[int]] = None
-    ifm_stripe: Optional[list[int]] = None
-    ifm2_stripe: Optional[list[int]] = None
-    ofm_stripe: Optional[list[int]] = None
-    encoded_weights_bytes: Optional[int] = None
+    block_config: list[int] | None = None
+    ofm_block: list[int] | None = None
+    ifm_stripe: list[int] | None = None
+    ifm2_stripe: list[int] | None = None
+    ofm_stripe: list[int] | None = None
+    encoded_weights_bytes: int | None = None
     weight_buffer_bytes: list[int] = field(default_factory=list)
     depth_slices: list[int] = field(default_factory=list)
     cascade: int = 0
@@ -50,7 +49,7 @@ class VelaSchedule:
     cascades: list[tuple[int, int, int, int]] = field(default_factory=list)
 
 
-def _shape_or_none(value: str) -> Optional[list[int]]:
+def _shape_or_none(value: str) -> list[int] | None:
     match = _SHAPE.search(value)
     return _ints(match.group(1)) if match else None
 
@@ -58,7 +57,7 @@ def _shape_or_none(value: str) -> Optional[list[int]]:
 def read_verbose_schedule(path: Path) -> list[VelaSchedule]:
     """Parse every `Schedule: '...'` block of a Vela stdout capture."""
     schedules: list[VelaSchedule] = []
-    op: Optional[VelaScheduledOp] = None
+    op: VelaScheduledOp | None = None
     for line in Path(path).read_text().splitlines():
         if line.startswith("Schedule: "):
             schedules.append(VelaSchedule(label=line.split("'")[1]))
@@ -130,7 +129,7 @@ def read_per_layer(path: Path) -> list[list[dict[str, str]]]:
                 header = [name if name != "Network%" or i < 6 else "Network% MACs" for i, name in enumerate(row)]
                 groups.append([])
                 continue
-            groups[-1].append(dict(zip(header, row)))
+            groups[-1].append(dict(zip(header, row, strict=True)))
     return groups
 
 

@@ -430,10 +430,9 @@ class ArchitectureFeatures:
         return self.max_address_offset
 
     def available_shram_banks(self, uses_activation_lut: bool) -> int:
-        banks = self.shram_total_banks
-        if uses_activation_lut and self.shram_reserved_unused_banks == 0:
-            banks -= 2
-        return banks
+        # Without reserved end banks, a LUT takes the last two usable banks.
+        lut_takes = 2 if (uses_activation_lut and not self.shram_reserved_unused_banks) else 0
+        return self.shram_total_banks - lut_takes
 
     def calc_ifm_block_depth(self, ifm_depth: int, ifm_bits: int) -> int:
         if ifm_bits not in (8, 16, 32) or ifm_depth <= 0:

@@ -79,7 +79,8 @@ class BlockConfig:
 
     def old_style(self) -> list[int]:
         """``[ofm height, ofm width, ifm depth, ofm depth]`` as Vela prints "Block Config"."""
-        return [self.ofm_block.height, self.ofm_block.width, self.ifm_block.depth, self.ofm_block.depth]
+        ofm = self.ofm_block
+        return [ofm.height, ofm.width, self.ifm_block.depth, ofm.depth]
 
     def shram_access_end(self) -> int:
         """Bytes of SHRAM this config touches, the LUT excluded."""
@@ -146,9 +147,7 @@ def choose_part_kernel(ifm_shape: Shape4D, ifm_bits: int, kernel: Kernel) -> boo
 
 def ifm_block_depth(arch: ArchitectureFeatures, ifm_shape: Shape4D, ifm_bits: int, is_partkernel: bool) -> int:
     """IFM block depth of a depth-reducing op (convolution, fully connected, reduce sum)."""
-    if ifm_bits == 16:
-        return _round_up(min(ifm_shape.depth, 16), 4)
-    return _round_up(min(ifm_shape.depth, 16 if is_partkernel else 32), arch.ifm_ublock.depth)
+    return _ifm_block_depth_hw(_hw_of(arch), ifm_shape, ifm_bits, is_partkernel)
 
 
 def _upscale(mode: ResamplingMode) -> int:
@@ -156,7 +155,8 @@ def _upscale(mode: ResamplingMode) -> int:
 
 
 def _needed(value: int, stride: int, border: int, upscale: int, nearest: int) -> int:
-    return int(math.ceil(((value - 1) * stride + border + nearest) / upscale))
+    span = (value - 1) * stride + border + nearest
+    return int(math.ceil(span / upscale))
 
 
 def get_ifm_area_required(ofm_shape: Shape4D, kernel: Kernel, resampling_mode: ResamplingMode) -> tuple[int, int]:
@@ -184,7 +184,8 @@ def ifm_block_size(ofm_block: Shape4D, kernel: Kernel, ublock: Shape4D, subkerne
 def fit_block_for_ofm(arch: ArchitectureFeatures, ofm_shape: Shape4D, kernel: Kernel, block: Shape4D) -> Shape4D:
     """On 2-high micro-block accelerators a 1-high OFM with a 1-high kernel uses a 1-high accumulator block."""
     if ofm_shape.height == 1 and kernel.height == 1 and arch.ofm_ublock.height == 2:
-        return Shape4D(1, min(block.height, ofm_shape.height), block.width, block.depth)
+        height = min(block.height, ofm_shape.height)
+        return Shape4D(1, height, block.width, block.depth)
     return block
 
 
@@ -243,6 +244,7 @@ class _Hw:
     ifm_ew_granules: tuple[tuple[int, int], ...]
 
 
+@functools.lru_cache(maxsize=64)
 def _hw_of(arch: ArchitectureFeatures) -> _Hw:
     return _Hw(arch.ofm_ublock, arch.ifm_ublock, arch.ofm_block_max, arch.sub_kernel_max, arch.ofm_split_depth,
                arch.shram, arch.shram_bank_size, tuple(arch.accumulator_granules.items()),
@@ -274,7 +276,7 @@ def _setup(hw: _Hw, npu_block_type: NpuBlockType, ifm_shape: Shape4D, ifm2_shape
     if ifm_bits not in (8, 16, 32):
         raise ValueError(f"the NPU reads 8, 16 or 32-bit IFMs, not {ifm_bits}-bit")
     # A broadcasting elementwise op is sized by its larger input.
-    if ifm2_shape is not None and ifm2_shape.elements() > ifm_shape.elements():
+    if ifm2_shape is not None and ifm_shape.elements() < ifm2_shape.elements():
         ifm_shape = ifm2_shape
     ew = elementwise_usage(npu_block_type, uses_scalar)
     is_depthwise = npu_block_type is NpuBlockType.ConvolutionDepthWise
@@ -286,7 +288,6 @@ def _setup(hw: _Hw, npu_block_type: NpuBlockType, ifm_shape: Shape4D, ifm2_shape
                   granules[ifm_bits], max(lut_banks, hw.shram.reserved_end_banks), ifm_shape)
 
 
-@functools.lru_cache(maxsize=65536)
 def _scan(hw: _Hw, npu_block_type: NpuBlockType, ofm_shape: Shape4D, ifm_shape: Shape4D,
           ifm2_shape: Shape4D | None, uses_scalar: bool, ifm_bits: int, kernel: Kernel, lut_banks: int,
           scaled: bool, resampling_mode: ResamplingMode, everything: bool) -> tuple:
@@ -304,7 +305,7 @@ def _scan(hw: _Hw, npu_block_type: NpuBlockType, ofm_shape: Shape4D, ifm_shape: 
     near = 1 if resampling_mode is ResamplingMode.NEAREST else 0
     area_h, area_w = kernel.area_height(), kernel.area_width()
     ifm_repeats = _ceil_div(area_w, hw.sub_kernel_max.width) * _ceil_div(area_h, hw.sub_kernel_max.height)
-    reduced_depth = ifm_block_depth_hw(hw, ifm, ifm_bits, part)
+    reduced_depth = _ifm_block_depth_hw(hw, ifm, ifm_bits, part)
     weight_fetch_wh = area_w * area_h if s.is_convolution else 0
     sub_h = min(area_h, hw.sub_kernel_max.height)
     sub_w = min(area_w, hw.sub_kernel_max.width)
@@ -395,7 +396,7 @@ def _scan(hw: _Hw, npu_block_type: NpuBlockType, ofm_shape: Shape4D, ifm_shape: 
     return s, part, choice, tuple(candidates)
 
 
-def ifm_block_depth_hw(hw: _Hw, ifm_shape: Shape4D, ifm_bits: int, is_partkernel: bool) -> int:
+def _ifm_block_depth_hw(hw: _Hw, ifm_shape: Shape4D, ifm_bits: int, is_partkernel: bool) -> int:
     if ifm_bits == 16:
         return _round_up(min(ifm_shape.depth, 16), 4)
     return _round_up(min(ifm_shape.depth, 16 if is_partkernel else 32), hw.ifm_ublock.depth)
@@ -420,10 +421,17 @@ def find_block_config(arch: ArchitectureFeatures, npu_block_type: NpuBlockType, 
                       resampling_mode: ResamplingMode = ResamplingMode.NONE) -> BlockConfig | None:
     """Vela's block config for an op producing ``ofm_shape`` from ``ifm_shape`` (stripes, not whole tensors,
     when the op is striped); None when no block fits in SHRAM."""
-    hw = _hw_of(arch)
     ofm, ifm, ifm2, kern, mode = _norm_args(ofm_shape, ifm_shape, ifm2_shape, kernel, resampling_mode)
-    s, part, choice, _ = _scan(hw, npu_block_type, ofm, ifm, ifm2, bool(uses_scalar), int(ifm_bits), kern,
-                               int(lut_banks), bool(scaled), mode, False)
+    return _find(_hw_of(arch), npu_block_type, ofm, ifm, ifm2, bool(uses_scalar), int(ifm_bits), kern,
+                 int(lut_banks), bool(scaled), mode)
+
+
+@functools.lru_cache(maxsize=65536)
+def _find(hw: _Hw, npu_block_type: NpuBlockType, ofm: Shape4D, ifm: Shape4D, ifm2: Shape4D | None,
+          uses_scalar: bool, ifm_bits: int, kernel: Kernel, lut_banks: int, scaled: bool,
+          mode: ResamplingMode) -> BlockConfig | None:
+    s, part, choice, _ = _scan(hw, npu_block_type, ofm, ifm, ifm2, uses_scalar, ifm_bits, kernel, lut_banks, scaled,
+                               mode, False)
     return None if choice is None else _config_of(hw, s, part, choice)
 
 
@@ -437,12 +445,19 @@ def enumerate_block_configs(arch: ArchitectureFeatures, npu_block_type: NpuBlock
     Vela's choice (:func:`find_block_config`) is the lowest-cost searched candidate, ties broken as
     :func:`vela_choice` does. With ``include_unsearched`` False only the blocks Vela itself tries are listed.
     """
-    hw = _hw_of(arch)
     ofm, ifm, ifm2, kern, mode = _norm_args(ofm_shape, ifm_shape, ifm2_shape, kernel, resampling_mode)
-    s, part, _, raws = _scan(hw, npu_block_type, ofm, ifm, ifm2, bool(uses_scalar), int(ifm_bits), kern,
-                             int(lut_banks), bool(scaled), mode, True)
-    return tuple(BlockCandidate(_config_of(hw, s, part, raw), raw[2], raw[3], raw[0], raw[1])
-                 for raw in raws if include_unsearched or raw[1])
+    found = _enumerate(_hw_of(arch), npu_block_type, ofm, ifm, ifm2, bool(uses_scalar), int(ifm_bits), kern,
+                       int(lut_banks), bool(scaled), mode)
+    return found if include_unsearched else tuple(c for c in found if c.searched)
+
+
+@functools.lru_cache(maxsize=4096)
+def _enumerate(hw: _Hw, npu_block_type: NpuBlockType, ofm: Shape4D, ifm: Shape4D, ifm2: Shape4D | None,
+               uses_scalar: bool, ifm_bits: int, kernel: Kernel, lut_banks: int, scaled: bool,
+               mode: ResamplingMode) -> tuple[BlockCandidate, ...]:
+    s, part, _, raws = _scan(hw, npu_block_type, ofm, ifm, ifm2, uses_scalar, ifm_bits, kernel, lut_banks, scaled,
+                             mode, True)
+    return tuple(BlockCandidate(_config_of(hw, s, part, raw), raw[2], raw[3], raw[0], raw[1]) for raw in raws)
 
 
 def vela_choice(candidates: tuple[BlockCandidate, ...]) -> BlockCandidate | None:
@@ -481,7 +496,7 @@ def try_block_config(block: Shape4D, arch: ArchitectureFeatures, npu_block_type:
     block = Shape4D(1, block.height, block.width, block.depth)
     ifm_block = ifm_block_size(block, kernel, hw.ofm_ublock, hw.sub_kernel_max, resampling_mode)
     if not s.equal_depth:
-        ifm_block = ifm_block.with_depth(ifm_block_depth_hw(hw, s.ifm_shape, ifm_bits, is_partkernel))
+        ifm_block = ifm_block.with_depth(_ifm_block_depth_hw(hw, s.ifm_shape, ifm_bits, is_partkernel))
     acc_block = fit_block_for_ofm(arch, ofm_shape, kernel, block)
     fit = _layout_banks(hw.shram.bank_size_bytes, hw.shram.reserved_output_banks, hw.shram.total_banks, int(s.ew),
                         acc_block.height * acc_block.width, acc_block.depth, ifm_block.height * ifm_block.width,

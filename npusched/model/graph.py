@@ -23,6 +23,7 @@ from npusched.model.ir import (
     Quantization,
 )
 from npusched.model.lowering.context import LoweringContext
+from npusched.model.lowering.formats import assign_formats, brick_allowed
 from npusched.model.lowering.importer import import_subgraph
 from npusched.model.lowering.netgraph import (
     BINARY_ELEMENTWISE,
@@ -187,6 +188,9 @@ def _npu_op(ps: Pass, consumer_count: int) -> NpuOp:
         attrs.append(("skirt", tuple(int(v) for v in prim.attrs["skirt"])))
     if any(m != 1 for m in prim.ifm_stride_multiplier[0]):
         attrs.append(("ifm_stride_multiplier", tuple(prim.ifm_stride_multiplier[0])))
+    for key in ("ofm_stride_multiplier", "tile_base_offset_ofm"):
+        if key in prim.attrs:
+            attrs.append((key, prim.attrs[key]))
     attrs.append(("original_type", prim.original_type))
     attrs.append(consumers)
 
@@ -237,8 +241,10 @@ def lower_model(model: TfliteModel, arch: Any = None) -> Network:
             return _decompose(op, top, model, _tsg, arch)
 
         Optimiser(arch=arch, support=support, decompose=decompose).optimise(vsg)
+        allowed = brick_allowed(vsg, arch)
         passes = pack_into_passes(vsg)
         runs = npu_runs(passes)
+        assign_formats(runs, allowed)
         run_of: dict[int, int] = {id(ps): i for i, run in enumerate(runs) for ps in run}
         built: dict[int, NpuOp] = {}
         readers = _readers_per_run(passes, run_of)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field, replace
-from typing import Optional
 
 import numpy as np
 
@@ -115,16 +114,16 @@ class Shape4D:
         return replace(self, depth=depth)
 
     def min(self, other: Shape4D) -> Shape4D:
-        return Shape4D(*(min(a, b) for a, b in zip(self.as_list(), other.as_list())))
+        return Shape4D(*(min(a, b) for a, b in zip(self.as_list(), other.as_list(), strict=True)))
 
     def max(self, other: Shape4D) -> Shape4D:
-        return Shape4D(*(max(a, b) for a, b in zip(self.as_list(), other.as_list())))
+        return Shape4D(*(max(a, b) for a, b in zip(self.as_list(), other.as_list(), strict=True)))
 
     def round_up(self, quantum: Shape4D) -> Shape4D:
-        return Shape4D(*(-(-a // q) * q for a, q in zip(self.as_list(), quantum.as_list())))
+        return Shape4D(*(-(-a // q) * q for a, q in zip(self.as_list(), quantum.as_list(), strict=True)))
 
     def div_round_up(self, other: Shape4D) -> Shape4D:
-        return Shape4D(*(-(-a // b) for a, b in zip(self.as_list(), other.as_list())))
+        return Shape4D(*(-(-a // b) for a, b in zip(self.as_list(), other.as_list(), strict=True)))
 
     def __str__(self) -> str:
         return f"[{self.batch}, {self.height}, {self.width}, {self.depth}]"
@@ -194,12 +193,15 @@ class FeatureMap:
     quantization: Quantization = Quantization()
     # Set when the operand is a constant (e.g. the scalar or LUT-free IFM2 of an elementwise pass): it then
     # lives in permanent storage and is never produced by a pass. Not part of equality/hash.
-    constant: Optional[ConstTensor] = field(default=None, compare=False, repr=False)
+    constant: ConstTensor | None = field(default=None, compare=False, repr=False)
     # The tensor's shape as TFLite/Vela declares it (may be lower rank than 4, e.g. [] for a scalar).
-    orig_shape: Optional[tuple[int, ...]] = field(default=None, compare=False)
+    orig_shape: tuple[int, ...] | None = field(default=None, compare=False)
     # Distinguishes tensors that share a name (some models leave every tensor name empty): the TFLite tensor
     # index for model tensors, -1 for tensors the lowering synthesises (whose names Vela makes unique).
     uid: int = -1
+    # The layout Vela gives the tensor before scheduling: NHCWB16 for NPU-internal pass outputs unless a reader,
+    # writer or shape forbids it (graph lowering decides, as Vela's graph optimiser + scheduler setup do).
+    format: TensorFormat = field(default=TensorFormat.NHWC, compare=False)
 
     @property
     def size_in_bytes(self) -> int:
@@ -220,8 +222,8 @@ class OperandAccess:
 
     tensor: FeatureMap
     shape: Shape4D
-    offset: Optional[Shape4D] = None
-    access_shape: Optional[Shape4D] = None
+    offset: Shape4D | None = None
+    access_shape: Shape4D | None = None
 
     @property
     def effective_shape(self) -> Shape4D:
@@ -243,17 +245,17 @@ class NpuOp:
     npu_block_type: NpuBlockType
     ifm: OperandAccess
     ofm: OperandAccess
-    ifm2: Optional[OperandAccess] = None
+    ifm2: OperandAccess | None = None
     kernel: Kernel = Kernel()
-    activation: Optional[str] = None
-    activation_lut: Optional[ConstTensor] = None
+    activation: str | None = None
+    activation_lut: ConstTensor | None = None
     resampling_mode: ResamplingMode = ResamplingMode.NONE
-    weights: Optional[ConstTensor] = None
-    bias: Optional[ConstTensor] = None
+    weights: ConstTensor | None = None
+    bias: ConstTensor | None = None
     reversed_operands: bool = False
     uses_scalar: bool = False
     has_scaling: bool = True
-    rounding_mode: Optional[str] = None
+    rounding_mode: str | None = None
     attrs: tuple[tuple[str, object], ...] = ()
 
     @property

@@ -1215,7 +1215,7 @@ def _vela_verdict(v: OpView) -> str | None:
     """Why Vela 5.2.0 would place the operator on the CPU, or None if Vela runs it on the NPU."""
     failure = _semantic_failure(v)
     if failure is not None:
-        return f"invalid TFLite semantics: {failure}"
+        return f"fails the TFLite semantic rule: {failure}"
     failure = _first_failure(v, (symmetric_weights,))
     if failure is not None:
         return failure
@@ -1225,7 +1225,7 @@ def _vela_verdict(v: OpView) -> str | None:
     failure = _first_failure(v, generic + _SUPPORT_SPECIFIC.get(v.opcode, ()))
     if failure is None:
         failure = _first_failure(v, _LOWERING_SPECIFIC.get(v.opcode, ()))
-    return f"not supported on the NPU: {failure}" if failure is not None else None
+    return f"fails the NPU rule: {failure}" if failure is not None else None
 
 
 def vela_cpu_reason(op: TfliteOperator, subgraph: TfliteSubgraph) -> str | None:

@@ -13,7 +13,7 @@ schedule (``StripeCost``, Vela's ``SchedulerOpInfo``): both the cascade builder 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional
+from typing import Any
 
 from npusched.model.ir import FeatureMap, NpuBlockType, NpuOp, Shape4D, TensorFormat, round_up
 
@@ -49,7 +49,7 @@ class SchedOp:
     pos: int
     op: NpuOp
     ifm_format: TensorFormat
-    ifm2_format: Optional[TensorFormat]
+    ifm2_format: TensorFormat | None
     ofm_format: TensorFormat
     requires_full_ifm: bool
     requires_full_ifm2: bool
@@ -115,7 +115,7 @@ class StripeCost:
 
     block_config: Any
     stripe_input: Shape4D
-    stripe_input2: Optional[Shape4D]
+    stripe_input2: Shape4D | None
     stripe: Shape4D
     op_cycles: float = 0.0
     cascade: int = 0
@@ -272,7 +272,7 @@ def build_cascades(
         if len(best) > 1:
             end = first.pos + len(best) - 1
             rolling: dict[int, Shape4D] = {}
-            prev: Optional[SchedOp] = None
+            prev: SchedOp | None = None
             for member in best:
                 chosen[member.pos] = replace(ref_costs[member.pos], cascade=end)
                 if prev is not None:

@@ -8,7 +8,9 @@ different solvers are always compared on the same terms. The prices are Vela 5.2
 * memory over time, built the way Vela's live-range pass builds it: pass ``i`` of a subgraph runs at step
   ``2 i``, a tensor is live from the first step that touches it to one step after the last, an elementwise
   pass may write its OFM over an IFM it consumes, a pre-buffered weight buffer starts one step early and the
-  buffer that does not hold the last depth slice of a double-buffered pass ends one step early.
+  buffer that does not hold the last depth slice of a double-buffered pass ends one step early; the passes of a
+  cascade share one step and hold their IFMs in rolling buffers. Two views are kept: per subgraph as Vela's
+  scheduler sees it (its "SRAM Used"), and over the whole inference (its per-layer "SRAM Usage").
 
 ``verify`` then checks the schedule against the network and the evaluation: every pass has its choices, stripes
 and weight slices are consistent, and fast storage never exceeds its limit.
@@ -17,7 +19,7 @@ and weight slices are consistent, and fast storage never exceeds its limit.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from npusched.model import performance as perf
@@ -55,8 +57,10 @@ class OpCost:
 
     ``total_cycles`` is the larger of ``npu_cycles`` and each memory's ``access_cycles``; ``op_cycles`` is the
     compute-only estimate before weight and LUT DMA are added. ``sram_used`` is the fast storage in use at the
-    pass's step of its subgraph (Vela's "SRAM Used" of --verbose-schedule); ``network_sram_used`` the same
-    over the whole inference (Vela's per-layer "SRAM Usage", which also counts CPU-side tensors and variables).
+    pass's step of its subgraph as Vela's scheduler sees it, feature maps still in feature-map storage (its
+    "SRAM Used" of --verbose-schedule; the actual use when feature-map storage is the fast storage);
+    ``network_sram_used`` is the actual use over the whole inference (Vela's per-layer "SRAM Usage", which also
+    counts CPU-side tensors and variables).
     """
 
     op_index: int
@@ -112,6 +116,12 @@ class Evaluation:
     notes: tuple[str, ...] = field(default=())
     network_memory: SubgraphMemory | None = None
     network_memory_complete: bool = False
+
+    @property
+    def network_peak_fast_storage(self) -> int:
+        """Peak of the whole-inference snapshot (a lower bound of what an allocator needs; Vela's equals it
+        whenever its allocation leaves no gaps)."""
+        return self.network_memory.peak if self.network_memory is not None else self.peak_fast_storage
 
     def op(self, index: int) -> OpCost:
         for cost in self.ops:
@@ -320,19 +330,38 @@ def _mark_fm(book: _RangeBook, arch: Any, schedule: Schedule, use: TensorUse, fm
 
 def _mark_subgraph(book: _RangeBook, sg: Any, arch: Any, schedule: Schedule, use: TensorUse, time: int
                    ) -> tuple[dict[int, int], int]:
-    """Mark the live ranges of one subgraph's passes from step ``time`` on; (step of each op, end step)."""
+    """Mark the live ranges of one subgraph's passes from step ``time`` on; (step of each op, end step).
+
+    All ops of a cascade share the step of its first op; the IFM of a cascaded op occupies only its rolling
+    buffer (the range takes the buffer's size, unpadded, as Vela sizes it).
+    """
     steps: dict[int, int] = {}
+    cascade_step: dict[int, int] = {}
+    current = time
     for op in sg.ops:
         op_sched = schedule.op(op.index) if schedule.has_op(op.index) else None
-        reuse = elementwise_reuse_source(op, arch, schedule, use)
-        if reuse is not None:
-            place = placement_of(arch, schedule, reuse)
-            book.fuse(use.storage_key(reuse), _fm_label(reuse), storage_size(reuse, place.format),
-                      use.storage_key(op.ofm.tensor), _fm_label(op.ofm.tensor))
+        cascade = op_sched.cascade if op_sched is not None else None
+        if cascade is None:
+            reuse = elementwise_reuse_source(op, arch, schedule, use)
+            if reuse is not None:
+                place = placement_of(arch, schedule, reuse)
+                book.fuse(use.storage_key(reuse), _fm_label(reuse), storage_size(reuse, place.format),
+                          use.storage_key(op.ofm.tensor), _fm_label(op.ofm.tensor))
+        time = cascade_step.get(cascade, current) if cascade is not None else current
         steps[op.index] = time
+        rolling = op_sched.rolling_buffer if op_sched is not None else None
         for access in (op.ifm, op.ifm2, op.ofm):
-            if access is not None:
-                _mark_fm(book, arch, schedule, use, access.tensor, time)
+            if access is None:
+                continue
+            if access is op.ifm and rolling is not None and not access.tensor.is_const:
+                # A rolling buffer always sits in fast storage, wherever the full tensor would live.
+                fm = access.tensor
+                place = placement_of(arch, schedule, fm)
+                rng = book.get(use.storage_key(fm), _fm_label(fm), storage_size(fm, place.format), "feature_map")
+                rng["size"] = rolling.elements() * fm.dtype.size_in_bytes
+                book.mark(rng, time)
+                continue
+            _mark_fm(book, arch, schedule, use, access.tensor, time)
         if op_sched is not None:
             buffering = op_sched.weight_buffering
             last = buffering.last_buffer_index
@@ -346,10 +375,13 @@ def _mark_subgraph(book: _RangeBook, sg: Any, arch: Any, schedule: Schedule, use
                 if len(buffering.buffer_sizes) > 1 and idx != last:
                     length -= 1
                 book.mark(rng, start, length)
-        time += 2
+        if time == current:
+            current += 2
+        if cascade is not None:
+            cascade_step[cascade] = time
     for fm in getattr(sg, "outputs", ()) or ():
-        _mark_fm(book, arch, schedule, use, fm, time)
-    return steps, time
+        _mark_fm(book, arch, schedule, use, fm, current)
+    return steps, current
 
 
 def _usage(book: _RangeBook, end_time: int) -> tuple[tuple[int, ...], tuple[LiveRange, ...]]:
@@ -362,6 +394,15 @@ def _usage(book: _RangeBook, end_time: int) -> tuple[tuple[int, ...], tuple[Live
             usage[t] += rng["size"]
         ranges.append(LiveRange(tuple(rng["tensors"]), rng["start"], rng["end"], rng["size"], rng["kind"]))
     return tuple(usage), tuple(ranges)
+
+
+def scheduling_view(arch: Any, schedule: Schedule) -> Schedule:
+    """The schedule as Vela's scheduler sees it while choosing buffers: every feature map still in feature-map
+    storage (moving OFMs into fast storage happens afterwards). Identical to ``schedule`` when nothing moved."""
+    area = arch.feature_map_storage_mem_area
+    if all(place.mem_area == area for _, place in schedule.tensors):
+        return schedule
+    return replace(schedule, tensors=tuple((fm, TensorPlacement(area, place.format)) for fm, place in schedule.tensors))
 
 
 def subgraph_memory(sg: Any, arch: Any, schedule: Schedule, use: TensorUse | None = None) -> SubgraphMemory:
@@ -470,7 +511,10 @@ def op_query(arch: Any, op: NpuOp, op_sched: OpSchedule, schedule: Schedule, *, 
 
 def scheduler_op_cycles(arch: Any, op: NpuOp, op_sched: OpSchedule, schedule: Schedule,
                         ofm_depth: int | None = None) -> float:
-    """The compute estimate Vela's scheduler uses while buffering weights (constants assumed in fast storage)."""
+    """The compute estimate Vela's scheduler uses while buffering weights: constants assumed in fast storage and,
+    by default, the op's full OFM depth (even when the op writes only a depth slice of its OFM)."""
+    if ofm_depth is None:
+        ofm_depth = op.ofm.shape.depth
     query = op_query(arch, op, op_sched, schedule, ofm_depth=ofm_depth, const_area=arch.fast_storage_mem_area,
                      scheduling_areas=True)
     return perf.measure_cycle_cost(arch, op.op_type, op.activation, query).op_cycles
@@ -493,6 +537,8 @@ def full_weight_transfer_cycles(arch: Any, op: NpuOp, op_sched: OpSchedule) -> f
 def slack_buffering_cycles(arch: Any, op: NpuOp, op_sched: OpSchedule, schedule: Schedule) -> float:
     """NPU time under which the next pass may prefetch its first weights: this pass's last weight slice (or the
     whole pass when its weights are not sliced)."""
+    if op_sched.tail_slack_cycles is not None:
+        return op_sched.tail_slack_cycles
     slices = op_sched.depth_slices
     depth = slices[-1] - slices[-2] if len(slices) > 2 else None
     return scheduler_op_cycles(arch, op, op_sched, schedule, depth)
@@ -523,7 +569,9 @@ def price_op(arch: Any, op: NpuOp, op_sched: OpSchedule, schedule: Schedule, pre
     const_area = None
     if encoded is not None:
         if buffering.is_buffered:
-            full_transfer = full_weight_transfer_cycles(arch, op, op_sched)
+            # Vela prices the whole-stream DMA only for ops outside cascades (a cascaded op keeps 0).
+            if op_sched.cascade is None:
+                full_transfer = full_weight_transfer_cycles(arch, op, op_sched)
             first = tuple(r.total_bytes for r in encoded.ranges if r.slice_index == 0)
             kind = perf.WeightBuffering.DOUBLE if buffering.kind == "double" else perf.WeightBuffering.SINGLE
             const_area = arch.fast_storage_mem_area
@@ -585,9 +633,11 @@ def evaluate(network_or_subgraph: Any, arch: Any, schedule: Schedule) -> Evaluat
     whole, complete = network_memory(network_or_subgraph, arch, schedule, use)
     if not complete:
         notes.append("CPU operators' tensors are unknown: whole-inference memory leaves them out")
+    view = scheduling_view(arch, schedule)
     for sg in subgraphs_of(network_or_subgraph):
         memory = subgraph_memory(sg, arch, schedule, use)
         memories.append(memory)
+        seen = memory if view is schedule else subgraph_memory(sg, arch, view, use)
         prev_slack = 0.0
         for op in sg.ops:
             if not schedule.has_op(op.index):
@@ -595,9 +645,13 @@ def evaluate(network_or_subgraph: Any, arch: Any, schedule: Schedule) -> Evaluat
                 prev_slack = 0.0
                 continue
             op_sched = schedule.op(op.index)
+            if op_sched.block_config is None:
+                notes.append(f"op {op.index} ({op.name}) has no block config and was not priced")
+                prev_slack = 0.0
+                continue
             result, slack, full_transfer = price_op(arch, op, op_sched, schedule, prev_slack)
             step = memory.op_steps[op.index]
-            used = memory.usage[step] if step < len(memory.usage) else 0
+            used = seen.usage[step] if step < len(seen.usage) else 0
             costs.append(OpCost(
                 op_index=op.index, name=op.name, subgraph=memory.name, time_index=step,
                 npu_cycles=result.npu_cycles, op_cycles=result.op_cycles, total_cycles=result.total_cycles,
@@ -661,11 +715,11 @@ def _weight_problems(arch: Any, op: NpuOp, op_sched: OpSchedule) -> Iterable[str
             a >= b for a, b in zip(slices, slices[1:], strict=False)):
         yield f"{label}: depth slices {list(slices)} do not rise from 0 to the stripe depth"
         return
-    if buffering.is_buffered and tuple(buffering.depth_slices) != tuple(slices):
-        yield f"{label}: buffered depth slices {list(buffering.depth_slices)} differ from the encoded {list(slices)}"
     encoded = encoded_weights_for(arch, op, op_sched)
     ref = op_sched.encoded_weights
-    if ref is not None and (ref.total_bytes != encoded.total_bytes
+    if ref is not None and tuple(ref.depth_slices) != tuple(slices):
+        yield f"{label}: buffered depth slices {list(slices)} differ from the encoded {list(ref.depth_slices)}"
+    elif ref is not None and (ref.total_bytes != encoded.total_bytes
                             or tuple(ref.double_buffer_sizes) != tuple(encoded.double_buffer_sizes)):
         yield f"{label}: recorded encoded weight sizes disagree with the encoder"
     expected = {"none": 0, "single": 1, "double": 2}[buffering.kind]
@@ -686,8 +740,8 @@ def verify(network: Any, arch: Any, schedule: Schedule, evaluation: Evaluation |
            limit: int | None = None) -> list[str]:
     """Every way ``schedule`` is invalid for ``network``; empty when it is valid.
 
-    ``limit`` is the fast-storage budget (default: the architecture's arena cache size); a step above it is
-    reported unless the schedule's status admits it ("over_limit").
+    ``limit`` is the fast-storage budget (default: the architecture's arena cache size); every subgraph's first
+    step above it is reported.
     """
     problems: list[str] = []
     for sg in subgraphs_of(network):
@@ -703,13 +757,12 @@ def verify(network: Any, arch: Any, schedule: Schedule, evaluation: Evaluation |
             problems.extend(_weight_problems(arch, op, op_sched))
     evaluation = evaluation if evaluation is not None else evaluate(network, arch, schedule)
     budget = staging_limit(arch) if limit is None else int(limit)
-    if schedule.status != "over_limit":
-        for memory in evaluation.memory:
-            over = [t for t, used in enumerate(memory.usage) if used > budget]
-            if over:
-                t = over[0]
-                problems.append(f"subgraph {memory.name}: fast storage use {memory.usage[t]} bytes at step {t} "
-                                f"exceeds the limit of {budget} bytes")
+    for memory in evaluation.memory:
+        over = [t for t, used in enumerate(memory.usage) if used > budget]
+        if over:
+            t = over[0]
+            problems.append(f"subgraph {memory.name}: fast storage use {memory.usage[t]} bytes at step {t} "
+                            f"exceeds the limit of {budget} bytes")
     return problems
 
 

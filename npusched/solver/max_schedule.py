@@ -210,10 +210,13 @@ def buffer_weights(network: Any, arch: Any, ref: Schedule, limit: int) -> Schedu
                                                 bool(plan.pre_buffer))
                 else:
                     buffering = WeightBuffering()
+                sliced_but_unbuffered = plan.tail_cycles is not None and len(plan.depth_slices) <= 2
                 op_sched = OpSchedule(
                     op_index=op.index, block_config=op_sched.block_config, ofm_stripe=op_sched.ofm_stripe,
                     ifm_stripe=op_sched.ifm_stripe, ifm2_stripe=op_sched.ifm2_stripe, cascade=op_sched.cascade,
                     weight_buffering=buffering, encoded_weights=_ref(plan.encoded, block_depth),
+                    rolling_buffer=op_sched.rolling_buffer,
+                    tail_slack_cycles=plan.tail_cycles if sliced_but_unbuffered else None,
                 )
                 if plan.tail_cycles is not None:
                     slack_cycles = plan.tail_cycles

@@ -85,7 +85,12 @@ class OpSchedule:
     """The choices for one NPU pass.
 
     ``block_config`` is a ``npusched.model.block_config.BlockConfig`` (typed loosely so this module does not
-    depend on the block-config search). ``cascade`` is None while cascading is not used.
+    depend on the block-config search). ``cascade`` names the cascade the op belongs to (Vela uses the index of
+    the cascade's last op), None when it runs on its own. ``rolling_buffer`` is the shape of the buffer that holds
+    this op's IFM inside a cascade (None for the first op of a cascade and for ops outside one).
+    ``tail_slack_cycles`` keeps a quirk of Vela's weight buffering: when it slices an op's weights but then
+    finds the slices do not fit and reads them unbuffered, the next op may still prefetch only under the
+    planned last slice; those are the cycles of that slice (None: derived from the depth slices).
     """
 
     op_index: int
@@ -96,10 +101,14 @@ class OpSchedule:
     cascade: int | None = None
     weight_buffering: WeightBuffering = NO_BUFFERING
     encoded_weights: EncodedWeightsRef | None = None
+    rolling_buffer: Shape4D | None = None
+    tail_slack_cycles: float | None = None
 
     @property
     def depth_slices(self) -> tuple[int, ...]:
         """OFM depth slices the weights are encoded for ([0, depth] when not split)."""
+        if self.weight_buffering.is_buffered and self.weight_buffering.depth_slices:
+            return self.weight_buffering.depth_slices
         if self.encoded_weights is not None:
             return self.encoded_weights.depth_slices
         return (0, self.ofm_stripe.depth)

@@ -47,6 +47,23 @@ Each module exports one function with this exact signature::
 
 LoweringContext (npusched.model.lowering.context): frozen; ``model`` (TfliteModel), ``subgraph``
 (TfliteSubgraph), ``arch`` (ArchitectureFeatures or None), and the helper methods named above.
+
+Module layout
+-------------
+* ``netgraph``  — the private working graph (VOp/VTensor with producer/consumer links, Vela's traversals).
+* ``importer``  — TfliteSubgraph -> working graph with Vela's read-time conversions (HWIO weights, ...).
+* ``rewrites``  — Vela's graph-optimiser rewrites, run in Vela's order (``Optimiser.optimise``).
+* ``packing``   — pass packing (Vela's depth-first order, CPU-pass regrouping) and NPU-subgraph runs.
+* ``formats``   — NHWC vs NHCWB16 for every NPU feature map (Vela's format restrictions + scheduler setup).
+* ``luts``      — activation lookup tables; ``common``/``context`` — builders and the decomposition context.
+* ``softmax``/``mean``/``lstm`` — decompositions (DECOMP helper).
+
+Extra NpuOp ``attrs`` keys set by graph.py: ``ofm_consumers`` (Vela's consumer-list length of the OFM, incl. the
+graph/subgraph-output marker), ``original_type``, ``skirt``, ``memory_function`` ("ConcatSliceWrite"...),
+``explicit_scaling``, ``forced_output_quantization``, ``ifm_stride_multiplier``, ``ofm_stride_multiplier``,
+``tile_base_offset_ofm``, ``activation_min``/``activation_max`` and ``pass_activation`` (a standalone
+activation packed into the pass; Vela's SchedulerOperation.activation — what its cost model reads — stays the
+primary op's, i.e. ``NpuOp.activation``).
 """
 
 from npusched.model.lowering.context import LoweringContext

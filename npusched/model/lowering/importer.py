@@ -71,7 +71,7 @@ def _attrs_from_options(op: VOp, options: dict) -> None:
     op.attrs = attrs
     if op.type == "DepthwiseConv2DBias" and attrs.get("depth_multiplier") == 0:
         # Implicit multiplier: weight channels over IFM channels (weights are already [H, W, C*M, 1]).
-        op.attrs["depth_multiplier"] = int(op.weights.shape[2] // op.ifm.shape[-1])
+        op.attrs["depth_multiplier"] = int(op.weights.shape[2]) // int(op.ifm.shape[-1])
     faf = attrs.get("fused_activation_function")
     if faf is not None and faf != "NONE" and faf in FUSED_ACTIVATION:
         op.activation = activation_for(FUSED_ACTIVATION[faf])

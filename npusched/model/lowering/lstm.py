@@ -15,7 +15,7 @@ Vela first slices the input sequence and the states with SplitSliceRead ops and 
 by moving the read offset into the consuming passes; the passes returned here read the sequence / state tensors
 directly with that offset (or, where Vela cannot move it, through the 1x1 AvgPool copy it inserts instead).
 Passes that write a state carry ``("memory_function", "VariableTensorWrite")`` and ``("variable_tensor",
-<state name>)`` in ``attrs``: their OFM tensor shares the variable tensor's buffer (Vela gives it the same
+<the state's FeatureMap>)`` in ``attrs``: their OFM tensor shares the variable tensor's buffer (Vela gives it the same
 equivalence id) and, like it, is stored in linear NHWC format. The output copies carry
 ``("memory_function", "ConcatSliceWrite")``.
 """
@@ -96,13 +96,12 @@ class _LstmBuilder:
         self.output_state = ctx.feature_map(op.inputs[OUTPUT_STATE])
         self.cell_state = ctx.feature_map(op.inputs[CELL_STATE])
         self.output_state_name = ctx.tensor(op.inputs[OUTPUT_STATE]).name
-        self.cell_state_name = ctx.tensor(op.inputs[CELL_STATE]).name
         self.hidden_quantization = self._hidden_quantization()
         self.ops: list[NpuOp] = []
 
     def _hidden_quantization(self) -> Quantization | None:
         """Quantisation of the hidden (output-state) intermediate, the 5th of the operator's intermediates."""
-        intermediates = _operator_intermediates(self.op, self.ctx)
+        intermediates = self.op.intermediates
         if len(intermediates) > HIDDEN_INTERMEDIATE and intermediates[HIDDEN_INTERMEDIATE] >= 0:
             return self.ctx.tensor(intermediates[HIDDEN_INTERMEDIATE]).quantization
         return None
@@ -200,7 +199,7 @@ class _LstmBuilder:
         else:
             access = replace(npu_op.ofm, tensor=tensor, shape=state.shape, offset=Shape4D(0, 0, batch, 0),
                              access_shape=_shape4(*orig))
-        attrs = npu_op.attrs + (("memory_function", "VariableTensorWrite"), ("variable_tensor", state.name))
+        attrs = npu_op.attrs + (("memory_function", "VariableTensorWrite"), ("variable_tensor", state))
         return replace(npu_op, ofm=access, attrs=attrs)
 
     def cell_update(self, time: int, batch: int, cell: _Operand, input_gate: FeatureMap, forget_gate: FeatureMap,
@@ -240,7 +239,7 @@ class _LstmBuilder:
             mult, shift = elementwise_mul_scale(Q0_15, Q0_15, _scale(hidden))
             scaling = (False, (shift,), (mult,))
         else:
-            scaling = None  # TODO(reader): the hidden scale needs the TFLite operator's intermediates
+            scaling = None  # the operator's intermediates could not be read
         mul = elementwise_op("Mul", f"{prefix}_mul", squashed, output_gate, tflite_op=TFLITE_OP,
                              quantization=self.output_state.quantization, dtype=self.ifm.dtype,
                              attrs=(("explicit_scaling", scaling),))
@@ -279,28 +278,6 @@ class _LstmBuilder:
                 output_name = output_state.name
                 self.put_output(time, batch, output_state)
         return self.ops
-
-
-def _operator_intermediates(op, ctx: LoweringContext) -> tuple[int, ...]:
-    """The operator's intermediate tensor indices. Taken from the reader's operator when it records them;
-    otherwise looked up in the flatbuffer the model came from (TODO(reader): drop once TfliteOperator has
-    ``intermediates``). Empty when neither is available."""
-    recorded = getattr(op, "intermediates", None)
-    if recorded is not None:
-        return tuple(int(i) for i in recorded)
-    path = getattr(ctx.model, "path", None)
-    try:
-        sg_index = next(i for i, sg in enumerate(ctx.model.subgraphs) if sg is ctx.subgraph)
-        import tflite
-
-        with open(path, "rb") as f:
-            root = tflite.Model.GetRootAsModel(f.read(), 0)
-        operator = root.Subgraphs(sg_index).Operators(int(op.index))
-        if operator.IntermediatesIsNone():
-            return ()
-        return tuple(int(i) for i in operator.IntermediatesAsNumpy())
-    except (OSError, TypeError, StopIteration, AttributeError, ImportError):
-        return ()
 
 
 def _fc_shapes(rows: int, n_in: int, n_out: int) -> tuple[Shape4D, Shape4D]:

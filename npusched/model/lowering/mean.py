@@ -53,7 +53,7 @@ def lower_mean(op, ifm: FeatureMap, ofm: FeatureMap, ctx: LoweringContext) -> li
     mid_shape = _pad_front(mid_shape, 4, 1)
 
     if not any(reduced[i] and in_shape[i] > 1 for i in range(4)):
-        # Nothing to average: Vela turns the op into a memory copy (which it usually bypasses).
+        # Nothing to average: Vela turns the op into a Memcpy pass (DMA), which it keeps.
         return [memcpy_op(name, ifm, ofm, tflite_op=TFLITE_OP)]
 
     if reduced[3] and in_shape[3] > 1:

@@ -8,7 +8,7 @@ created per call, rewritten forward only (never restored), and converted into th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,7 @@ from npusched.model.ir import (
     Quantization,
     ResamplingMode,
     Shape4D,
+    TensorFormat,
 )
 
 # TFLite builtin -> Vela's internal op type name.
@@ -142,6 +143,7 @@ class VTensor:
     ops: list[VOp] = field(default_factory=list)
     consumer_list: list[VOp | None] = field(default_factory=list)
     fm_override: FeatureMap | None = None
+    format: TensorFormat = TensorFormat.NHWC
     const_override: ConstTensor | None = None
 
     def consumers(self) -> list[VOp | None]:
@@ -153,7 +155,7 @@ class VTensor:
 
     @property
     def is_scalar(self) -> bool:
-        return self.shape == [] and self.elements() == 1
+        return not self.shape and self.elements() == 1
 
     def elements(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
@@ -177,11 +179,13 @@ class VTensor:
 
     def feature_map(self) -> FeatureMap:
         if self.fm_override is not None:
+            if self.fm_override.format != self.format:
+                return replace(self.fm_override, format=self.format)
             return self.fm_override
         return FeatureMap(name=self.name, shape=Shape4D.from_list(self.shape) if len(self.shape) <= 4
                           else Shape4D.from_list(self.shape[-4:]), dtype=self.dtype,
                           quantization=self.quantization, constant=self.const_tensor() if self.is_const else None,
-                          orig_shape=tuple(self.shape), uid=self.uid)
+                          orig_shape=tuple(self.shape), uid=self.uid, format=self.format)
 
     def const_tensor(self) -> ConstTensor | None:
         if self.const_override is not None:
@@ -256,7 +260,7 @@ class VOp:
 
     @property
     def ofm(self) -> VTensor | None:
-        return self.outputs[0] if self.outputs else None
+        return None if not self.outputs else self.outputs[0]
 
     # --- graph editing (Vela's Operation helpers) ----------------------------------------------------------
     def add_input(self, tens: VTensor) -> None:

@@ -53,7 +53,7 @@ DecomposeFn = Callable[[VOp], list[NpuOp] | None]
 def needed_total_padding(input_size: int, stride: int, filter_size: int) -> int:
     if input_size % stride == 0:
         return max(filter_size - stride, 0)
-    return max(filter_size - (input_size % stride), 0)
+    return max(0, filter_size - input_size % stride)
 
 
 def explicit_hw_padding(input_size: int, stride: int, filter_size: int, before: int, after: int) -> tuple[int, int]:
@@ -134,11 +134,11 @@ def _avgpool_nop(name: str) -> VOp:
                                        "skirt": (0, 0, 0, 0), "explicit_padding": (0, 0, 0, 0)})
 
 
-def calc_resize_factor(ifm_width: int, stride_x: int) -> tuple[int, int]:
+def calc_resize_factor(ifm_w: int, stride_x: int) -> tuple[int, int]:
     """How far a strided convolution's IFM can be folded into depth (Vela's calc_resize_factor)."""
     factor = stride_x
-    if ifm_width % factor != 0:
-        candidates = [s for s in (2, 3) if factor % s == 0 and ifm_width % (stride_x // s) == 0]
+    if ifm_w % factor != 0:
+        candidates = [s for s in (2, 3) if factor % s == 0 and ifm_w % (stride_x // s) == 0]
         new_factor = factor // (candidates[0] if candidates else 1)
         factor = new_factor if factor != new_factor else 1
     return factor, stride_x // factor
@@ -350,7 +350,7 @@ class Optimiser:
             return op
         new_axis_mask = int(op.attrs.get("new_axis_mask", 0))
         shrink_axis_mask = int(op.attrs.get("shrink_axis_mask", 0))
-        if shrink_axis_mask == 0 and new_axis_mask == 0:
+        if not shrink_axis_mask and not new_axis_mask:
             return op
         axis_4d = [0] * len(op.outputs)
         for idx, out in enumerate(op.outputs):
@@ -551,7 +551,7 @@ class Optimiser:
         zero = const_tensor(ifm.name + "_scalar0", [], ifm.dtype, [0], quant)
         op.inputs = [ifm]
         op.add_input(zero)
-        op.forced_output_quantization = ifm.quantization
+        op.forced_output_quantization = ifm.quantization  # the LUT rescales
         op.activation = Activation("LUT")
         op.activation_lut = luts.lut_tensor(op.name + "_values", values, ofm.dtype)
         op.set_ifm_ofm_shapes()
@@ -614,7 +614,7 @@ class Optimiser:
             op.name = op.name.replace("LeakyRelu", "Relu")
             op.activation = None
             return op
-        if ifm.dtype in (DataType.uint8, DataType.int8) and ifm.dtype == ofm.dtype:
+        if ifm.dtype == ofm.dtype and ifm.dtype in (DataType.int8, DataType.uint8):
             vals = luts.activation_lut("lrelu", ifm.quantization, ofm.quantization, ifm.dtype, alpha)
             return self._to_lut(op, vals, "lrelu")
         return op
@@ -625,7 +625,7 @@ class Optimiser:
         s_x, s_y = op.stride()
         if s_x <= 3:
             return op
-        h, w = op.attrs["filter_height"], op.attrs["filter_width"]
+        w, h = op.attrs["filter_width"], op.attrs["filter_height"]
         op.attrs.update({"stride_h": s_y, "stride_w": s_x, "dilation_h_factor": 1, "dilation_w_factor": 1,
                          "strides": (1, s_y, s_x, 1), "dilation": (1, 1, 1, 1)})
         op.type = "Conv2DBias"
@@ -676,7 +676,7 @@ class Optimiser:
             s_x = final_stride
             op.attrs.update({"stride_w": s_x, "stride_h": s_y, "strides": (1, s_y, s_x, 1)})
         ofm_shape = op.ofm_shapes[0]
-        if ofm_shape.height == 1 or ofm_shape.width == 1:
+        if 1 in (ofm_shape.height, ofm_shape.width):
             padding, _ = padding_and_skirt(op.attrs["padding"], op.kernel_size(), op.stride(), op.dilation(),
                                            ifm_shape, op.attrs.get("explicit_padding"))
             op.attrs["padding"] = "EXPLICIT"
@@ -699,7 +699,7 @@ class Optimiser:
             rows = elems // depth
             if rows * depth == elems and len(op.ifm.shape) != 1:
                 op.ifm_shapes[0] = Shape4D(rows, 1, 1, depth)
-            if op.ifm_shapes[0].batch > 1 and op.ofm_shapes[0].batch == 1:
+            if op.ofm_shapes[0].batch == 1 < op.ifm_shapes[0].batch:
                 o = op.ofm_shapes[0]
                 op.ofm_shapes[0] = Shape4D(o.height * o.width, 1, 1, o.depth)
         return op
@@ -723,12 +723,12 @@ class Optimiser:
 
     def fixup_conv2d_backprop(self, op: VOp) -> VOp:
         if op.type == "Conv2DBackpropInput":
-            op.inputs[0], op.inputs[2] = op.inputs[2], op.inputs[0]
+            op.inputs[2], op.inputs[0] = op.inputs[0], op.inputs[2]
             op.type = "Conv2DBackpropInputSwitchedBias"
             s_x, s_y = op.stride()
             if s_x > 1 or s_y > 1:
                 op.resampling_mode = ResamplingMode.TRANSPOSE
-            op.attrs.update({"stride_w": 1, "stride_h": 1, "strides": (1, 1, 1, 1)})
+            op.attrs.update({"strides": (1, 1, 1, 1), "stride_w": 1, "stride_h": 1})
         return op
 
     def fixup_relus_with_differing_scaling(self, op: VOp) -> VOp:
@@ -855,15 +855,57 @@ class Optimiser:
         return op
 
     def _resize_bilinear_hpc(self, op: VOp) -> VOp:
-        """Half-pixel-centre bilinear resize. Vela builds depthwise convolutions per 2x upscale; we keep
-        the upscale-and-pool structure (same op count for x2) as an approximation."""
-        return self._resize_to_upscale_and_pool(op)
+        """Half-pixel-centre x2 bilinear resize: a 1x1 AvgPool copy of the IFM, then four 2x2 depthwise
+        convolutions (one per output phase: TL, TR, BL, BR) whose outputs interleave in the OFM through a
+        doubled OFM stride and a per-phase tile base offset; each pads by one edge value on two sides."""
+        ifm, ofm = op.ifm, op.ofm
+        n, h, w, c = ifm.shape
+        _, oh, ow, _ = ofm.shape
+        kernels = _bilinear_phase_kernels(h, w, oh, ow)
+        ofm.ops = []
+        elem_size = ofm.dtype.size_in_bytes
+        inter = VTensor(name="intermediate_tens", shape=list(ifm.shape), dtype=ifm.dtype,
+                        quantization=ofm.quantization)
+        op.name = "rb_init_avgpool"
+        op.type = "AvgPool"
+        op.attrs.update({"padding": "VALID", "stride_w": 1, "stride_h": 1, "filter_width": 1, "filter_height": 1,
+                         "strides": (1, 1, 1, 1), "ksize": (1, 1, 1, 1)})
+        op.add_input(ifm)  # Vela appends the IFM again after the size operand (it then reads it twice)
+        op.set_output(inter)
+        op.set_ifm_ofm_shapes()
+        directions = [(1, 1, 0, 0), (1, 0, 0, 1), (0, 1, 1, 0), (0, 0, 1, 1)]
+        for i in (0, 1):
+            for j in (0, 1):
+                index = i * 2 + j
+                dw = VOp("DepthwiseConv2DBias", f"depthwise_conv_{index}", original_type="ResizeBilinear",
+                         tflite_op=op.tflite_op)
+                dw.attrs = {"padding": "TILE", "stride_h": 1, "stride_w": 1, "strides": (1, 1, 1, 1),
+                            "depth_multiplier": 1, "channel_multiplier": 1, "dilation_h_factor": 1,
+                            "dilation_w_factor": 1, "dilation": (1, 1, 1, 1), "explicit_padding": directions[index],
+                            "ofm_stride_multiplier": (1, 2, 2),
+                            "tile_base_offset_ofm": (i * ow + j) * c * elem_size}
+                dw.write_shape = Shape4D(n, h, w, c)
+                dw.write_offset = Shape4D(0, 0, 0, 0)
+                dw.rounding_mode = "AwayZero"
+                ofm.ops.append(dw)
+                dw.outputs = [ofm]
+                shape = [2, 2, 1, c]
+                values = np.dstack([kernels[index]] * c).reshape(shape)
+                weights = const_tensor("weights", shape, inter.dtype, values,
+                                       Quantization(scale=(1.0 / 16,), zero_point=(0,)))
+                weights._dw_reordered = True  # type: ignore[attr-defined]
+                dw.add_input(inter)
+                dw.add_input(weights)
+                dw.inputs.append(None)
+                self.fixup_bias_tensors(dw, DataType.int32)
+                dw.set_ifm_ofm_shapes()
+        return op
 
     def fixup_bias_tensors(self, op: VOp, dtype: DataType | None = None) -> VOp:
         if op.needs_bias() and op.bias is None and op.inputs[1] is not None:
             n = op.inputs[1].shape[-1]
             if dtype is None:
-                dtype = DataType.int64 if op.ifm.dtype == DataType.int16 else DataType.int32
+                dtype = DataType.int32 if op.ifm.dtype != DataType.int16 else DataType.int64
             bias = const_tensor(op.name + "_bias", [n], dtype, [0] * n)
             idx = {"Conv2DBackpropInputSwitchedBias": 3, "Conv2DBackpropInput": 3}.get(op.type, 2)
             while len(op.inputs) < idx:
@@ -877,7 +919,7 @@ class Optimiser:
     def convert_tanh_sigmoid_to_lut(self, op: VOp) -> VOp:
         if op.type in ("Sigmoid", "Tanh"):
             ifm, ofm = op.ifm, op.ofm
-            if ifm.dtype not in (DataType.uint8, DataType.int8) or ifm.dtype != ofm.dtype:
+            if ifm.dtype != ofm.dtype or ifm.dtype not in (DataType.int8, DataType.uint8):
                 return op
             kind = "sigmoid" if op.type == "Sigmoid" else "tanh"
             vals = luts.activation_lut(kind, ifm.quantization, ofm.quantization, ifm.dtype)
@@ -909,7 +951,7 @@ class Optimiser:
         d_w, d_h = op.dilation()
         k_w, k_h = d_w * (k_w0 - 1) + 1, d_h * (k_h0 - 1) + 1
         s_x, s_y = op.stride()
-        if left > k_w // 2 or right > k_w // 2 or top > k_h // 2 or bottom > k_h // 2:
+        if max(left, right) > k_w // 2 or max(top, bottom) > k_h // 2:
             return op
         if not _leading_pad_ok(top, s_y, k_h) or not _leading_pad_ok(left, s_x, k_w):
             return op
@@ -940,7 +982,7 @@ class Optimiser:
             op.inputs.extend(others)
         op.set_input(pad.ifm, 0)
         op.attrs["padding"] = "EXPLICIT"
-        op.attrs["explicit_padding"] = (top, left, bottom, right)
+        op.attrs["explicit_padding"] = (top, left, bottom, right)  # HW padding
         op.set_ifm_ofm_shapes()
         return op
 
@@ -972,7 +1014,7 @@ class Optimiser:
     # === late rewrites ==================================================================================
     def fuse_activation_with_prev(self, op: VOp) -> VOp:
         """Move a LUT no-op's activation onto the op producing its input, when nothing else reads it."""
-        if not op.attrs.get("is_nop", False) or op.activation is None:
+        if op.activation is None or not op.attrs.get("is_nop", False):
             return op
         ifm, ofm = op.ifm, op.ofm
         if ifm is None or ofm is None or not ifm.ops:
@@ -1102,6 +1144,27 @@ def _filter_padding(padding_type: str, cur_pad_x: int, post_stride: int, factor:
     if filter_w % factor != 0 and (size == 0 or cur_pad_x == 0):
         left, right = 0, factor - (filter_w % factor)
     return left, right
+
+
+def _bilinear_phase_kernels(in_h: int, in_w: int, out_h: int, out_w: int) -> list[np.ndarray]:
+    """2x2 interpolation weights (scaled by 16) for the four output phases of a half-pixel x2 resize."""
+    def sample(index: int, in_size: int, out_size: int) -> tuple[float, float]:
+        pos = (index + 0.5) * (in_size / out_size) - 0.5
+        return pos, max(np.floor(pos), 0)
+
+    kernels = []
+    for y in (1, 2):
+        for x in (1, 2):
+            sy, ly = sample(y, in_h, out_h)
+            sx, lx = sample(x, in_w, out_w)
+            fy, fx = sy - ly, sx - lx
+            k = np.zeros((2, 2))
+            k[1, 1] = (1 - fy) * (1 - fx)
+            k[0, 1] = fy * (1 - fx)
+            k[1, 0] = (1 - fy) * fx
+            k[0, 0] = fy * fx
+            kernels.append(k * 16)
+    return kernels
 
 
 def _clone_op(op: VOp, suffix: str) -> VOp:

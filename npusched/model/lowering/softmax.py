@@ -192,9 +192,8 @@ class _SoftmaxBuilder:
         scaled = self.binary("mul", "Mul", diff, self.const(f"{name}_scale_const", multiplier, beta_q), out_q)
 
         name = self.tag("add")
-        exp_table = self.ctx.const_tensor(f"{name}_exp_lut", _as_int32_bits(interpolation_lut_int16(math.exp, -10.0,
-                                                                                                     0.0)),
-                                          DataType.int32, shape=(1, 1, 1, 512))
+        exp_words = _as_int32_bits(interpolation_lut_int16(math.exp, -10.0, 0.0))
+        exp_table = self.ctx.const_tensor(f"{name}_exp_lut", exp_words, DataType.int32, shape=(1, 1, 1, 512))
         exps = self.binary("add", "Add", scaled, self.const(f"{name}_const", 32767, q_none), out_q,
                            dtype=DataType.int16)
         self.ops[-1] = _with_lut(self.ops[-1], exp_table, None, None)
@@ -210,10 +209,9 @@ class _SoftmaxBuilder:
         shifted16 = self.binary("shr", "SHR", shifted, self.const(f"{name}_const", 15, q_none), q_none)
 
         name = self.tag("sub")
-        recip_table = self.ctx.const_tensor(
-            f"{name}_one_over_one_plus_x_lut", _as_int32_bits(interpolation_lut_int16(lambda x: 1.0 / (1.0 + x), 0.0,
-                                                                                       1.0)),
-            DataType.int32, shape=(1, 1, 1, 512))
+        recip_words = _as_int32_bits(interpolation_lut_int16(lambda x: 1.0 / (1.0 + x), 0.0, 1.0))
+        recip_table = self.ctx.const_tensor(f"{name}_one_over_one_plus_x_lut", recip_words, DataType.int32,
+                                            shape=(1, 1, 1, 512))
         reciprocal = self.binary("sub", "Sub", shifted16, self.const(f"{name}_const", 32768, q_none), q_none,
                                  dtype=DataType.int16)
         self.ops[-1] = _with_lut(self.ops[-1], recip_table, None, None)

@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Compare npusched's heuristic schedule and cost model with Vela's golden output, op by op.
+
+Usage: python scripts/fidelity.py MODEL_DIR GOLDEN_DIR CONFIG [--per-op] [--models a,b] [--csv PATH]
+
+GOLDEN_DIR is e.g. ../shared/golden/vela-5.2.0-legacy; CONFIG one of the names in its configs.json (looked up in
+GOLDEN_DIR and its parent). For every model with a golden folder it prints, per op matched by name: block config
+equal?, NPU cycles and op cycles (ours, Vela's, error %); then one line per model and one summary line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from npusched.errors import NpuschedError
+from npusched.io.vela_report import read_per_layer, read_summary, read_verbose_schedule
+from npusched.pipeline import run, run_options_from_vela_args
+
+
+@dataclass
+class OpComparison:
+    model: str
+    name: str
+    block_equal: bool
+    npu_ours: float
+    npu_vela: float
+    cycles_ours: float
+    cycles_vela: float
+
+    @property
+    def npu_error(self) -> float:
+        return _error(self.npu_ours, self.npu_vela)
+
+    @property
+    def cycles_error(self) -> float:
+        return _error(self.cycles_ours, self.cycles_vela)
+
+
+def _error(ours: float, vela: float) -> float:
+    if vela == 0:
+        return 0.0 if ours == 0 else 100.0
+    return 100.0 * (ours - vela) / vela
+
+
+def load_config(golden_dir: Path, name: str) -> dict:
+    for candidate in (golden_dir / "configs.json", golden_dir.parent / "configs.json"):
+        if candidate.is_file():
+            configs = json.loads(candidate.read_text())
+            if name not in configs:
+                raise SystemExit(f"error: unknown config '{name}' (known: {', '.join(sorted(configs))})")
+            return configs[name]
+    raise SystemExit(f"error: no configs.json in {golden_dir} or its parent")
+
+
+def compare_model(model_path: Path, golden: Path, config: dict) -> tuple[list[OpComparison], float, float]:
+    """Per-op comparisons and the network totals (ours, Vela's)."""
+    options = run_options_from_vela_args(model_path, config)
+    result = run(options)
+    vela_ops = [op for sched in read_verbose_schedule(golden / "vela_stdout.txt") for op in sched.ops]
+    vela_rows = [row for group in read_per_layer(golden / "per_layer.csv") for row in group]
+    ours_by_name: dict[str, list] = {}
+    for cost in result.evaluation.ops:
+        ours_by_name.setdefault(cost.name, []).append((cost, result.schedule.op(cost.op_index)))
+    comparisons = []
+    for vela_op, row in zip(vela_ops, vela_rows, strict=True):
+        candidates = ours_by_name.get(vela_op.name)
+        if not candidates:
+            continue
+        cost, op_sched = candidates.pop(0)
+        comparisons.append(OpComparison(
+            model=model_path.stem, name=vela_op.name,
+            block_equal=op_sched.block_config.old_style() == vela_op.block_config,
+            npu_ours=cost.npu_cycles, npu_vela=float(row["NPU"]),
+            cycles_ours=cost.total_cycles, cycles_vela=float(row["Op Cycles"]),
+        ))
+    ours_total = result.evaluation.total_cycles
+    vela_total = float(read_summary(golden / "summary.csv")["cycles_total"])
+    return comparisons, ours_total, vela_total
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model_dir", type=Path)
+    parser.add_argument("golden_dir", type=Path)
+    parser.add_argument("config")
+    parser.add_argument("--models", help="comma-separated model names (default: every model with golden output)")
+    parser.add_argument("--per-op", action="store_true", help="print one line per op")
+    parser.add_argument("--csv", type=Path, help="write the per-op comparison as CSV")
+    args = parser.parse_args()
+    config = load_config(args.golden_dir, args.config)
+    config_dir = args.golden_dir / args.config
+    if not config_dir.is_dir():
+        raise SystemExit(f"error: no golden folder {config_dir}")
+    wanted = set(args.models.split(",")) if args.models else None
+    all_ops: list[OpComparison] = []
+    totals_within_1 = 0
+    models = 0
+    for golden in sorted(p for p in config_dir.iterdir() if p.is_dir()):
+        if wanted and golden.name not in wanted:
+            continue
+        model_path = args.model_dir / f"{golden.name}.tflite"
+        if not model_path.is_file():
+            print(f"{golden.name}: model file missing in {args.model_dir}, skipped")
+            continue
+        try:
+            ops, ours, vela = compare_model(model_path, golden, config)
+        except NpuschedError as exc:
+            print(f"{golden.name}: error: {exc}")
+            continue
+        models += 1
+        all_ops += ops
+        total_error = _error(ours, vela)
+        totals_within_1 += abs(total_error) <= 1.0
+        if args.per_op:
+            for op in ops:
+                print(f"  {'=' if op.block_equal else '!'} npu {op.npu_ours:>12.0f} vs {op.npu_vela:>12.0f} "
+                      f"({op.npu_error:+6.2f}%)  op {op.cycles_ours:>12.0f} vs {op.cycles_vela:>12.0f} "
+                      f"({op.cycles_error:+6.2f}%)  {op.name[:70]}")
+        equal = sum(op.block_equal for op in ops)
+        print(f"{golden.name:<26} ops {len(ops):>4}  block config equal {equal:>4}  total {ours:>14.1f} vs "
+              f"{vela:>14.1f} ({total_error:+.2f}%)")
+    if args.csv:
+        with open(args.csv, "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["model", "name", "block_equal", "npu_ours", "npu_vela", "cycles_ours", "cycles_vela"])
+            for op in all_ops:
+                writer.writerow([op.model, op.name, op.block_equal, op.npu_ours, op.npu_vela, op.cycles_ours,
+                                 op.cycles_vela])
+    equal_ops = [op for op in all_ops if op.block_equal]
+    npu_ok = sum(abs(op.npu_error) <= 1.0 for op in equal_ops)
+    cycles_ok = sum(abs(op.cycles_error) <= 1.0 for op in equal_ops)
+    share = 100.0 * len(equal_ops) / len(all_ops) if all_ops else 0.0
+    print(f"SUMMARY {args.config}: {models} models, {len(all_ops)} ops matched by name; block config equal "
+          f"{len(equal_ops)} ({share:.1f}%); of those NPU cycles within 1%: {npu_ok}, op cycles within 1%: "
+          f"{cycles_ok}; network totals within 1%: {totals_within_1}/{models}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
