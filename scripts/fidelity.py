@@ -12,75 +12,11 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from npusched.errors import NpuschedError
-from npusched.io.vela_report import read_per_layer, read_summary, read_verbose_schedule
-from npusched.pipeline import run, run_options_from_vela_args
-
-
-@dataclass
-class OpComparison:
-    model: str
-    name: str
-    block_equal: bool
-    npu_ours: float
-    npu_vela: float
-    cycles_ours: float
-    cycles_vela: float
-
-    @property
-    def npu_error(self) -> float:
-        return _error(self.npu_ours, self.npu_vela)
-
-    @property
-    def cycles_error(self) -> float:
-        return _error(self.cycles_ours, self.cycles_vela)
-
-
-def _error(ours: float, vela: float) -> float:
-    if vela == 0:
-        return 0.0 if ours == 0 else 100.0
-    return 100.0 * (ours - vela) / vela
-
-
-def load_config(golden_dir: Path, name: str) -> dict:
-    for candidate in (golden_dir / "configs.json", golden_dir.parent / "configs.json"):
-        if candidate.is_file():
-            configs = json.loads(candidate.read_text())
-            if name not in configs:
-                raise SystemExit(f"error: unknown config '{name}' (known: {', '.join(sorted(configs))})")
-            return configs[name]
-    raise SystemExit(f"error: no configs.json in {golden_dir} or its parent")
-
-
-def compare_model(model_path: Path, golden: Path, config: dict) -> tuple[list[OpComparison], float, float]:
-    """Per-op comparisons and the network totals (ours, Vela's)."""
-    options = run_options_from_vela_args(model_path, config)
-    result = run(options)
-    vela_ops = [op for sched in read_verbose_schedule(golden / "vela_stdout.txt") for op in sched.ops]
-    vela_rows = [row for group in read_per_layer(golden / "per_layer.csv") for row in group]
-    ours_by_name: dict[str, list] = {}
-    for cost in result.evaluation.ops:
-        ours_by_name.setdefault(cost.name, []).append((cost, result.schedule.op(cost.op_index)))
-    comparisons = []
-    for vela_op, row in zip(vela_ops, vela_rows, strict=True):
-        candidates = ours_by_name.get(vela_op.name)
-        if not candidates:
-            continue
-        cost, op_sched = candidates.pop(0)
-        comparisons.append(OpComparison(
-            model=model_path.stem, name=vela_op.name,
-            block_equal=op_sched.block_config.old_style() == vela_op.block_config,
-            npu_ours=cost.npu_cycles, npu_vela=float(row["NPU"]),
-            cycles_ours=cost.total_cycles, cycles_vela=float(row["Op Cycles"]),
-        ))
-    ours_total = result.evaluation.total_cycles
-    vela_total = float(read_summary(golden / "summary.csv")["cycles_total"])
-    return comparisons, ours_total, vela_total
+from npusched.fidelity import OpComparison, compare_model, load_config, percent_error
 
 
 def main() -> int:
@@ -92,7 +28,10 @@ def main() -> int:
     parser.add_argument("--per-op", action="store_true", help="print one line per op")
     parser.add_argument("--csv", type=Path, help="write the per-op comparison as CSV")
     args = parser.parse_args()
-    config = load_config(args.golden_dir, args.config)
+    try:
+        config = load_config(args.golden_dir, args.config)
+    except NpuschedError as exc:
+        raise SystemExit(f"error: {exc}") from None
     config_dir = args.golden_dir / args.config
     if not config_dir.is_dir():
         raise SystemExit(f"error: no golden folder {config_dir}")
@@ -114,7 +53,7 @@ def main() -> int:
             continue
         models += 1
         all_ops += ops
-        total_error = _error(ours, vela)
+        total_error = percent_error(ours, vela)
         totals_within_1 += abs(total_error) <= 1.0
         if args.per_op:
             for op in ops:

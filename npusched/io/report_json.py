@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from npusched.model.ir import CpuOp, NpuOp
+from npusched.model.performance import ACCESS_AREAS, Direction
 
 FORMAT = "npusched.schedule/1"
 
@@ -40,6 +41,37 @@ def op_record(op: NpuOp | CpuOp) -> dict[str, Any]:
     }
 
 
+def scheduled_op_record(op: NpuOp, result: Any) -> dict[str, Any]:
+    """What the schedule chose for one NPU pass and what the evaluator says it costs."""
+    choice = result.schedule.op(op.index)
+    cost = result.evaluation.op(op.index)
+    buffering = choice.weight_buffering
+    return {
+        "block_config": choice.block_config.old_style(),
+        "ofm_stripe": choice.ofm_stripe.as_list(),
+        "ifm_stripe": choice.ifm_stripe.as_list(),
+        "cascade": choice.cascade,
+        "weight_buffering": {
+            "kind": buffering.kind,
+            "depth_slices": list(choice.depth_slices),
+            "buffer_bytes": list(buffering.buffer_sizes),
+            "pre_buffered": buffering.pre_buffered,
+        },
+        "ofm_mem_area": _placement(result, op.ofm.tensor).mem_area.value,
+        "ofm_format": _placement(result, op.ofm.tensor).format.value,
+        "cycles": cost.total_cycles,
+        "npu_cycles": cost.npu_cycles,
+        "access_cycles": {area.value: cost.access_cycles.get(area, 0.0) for area in ACCESS_AREAS},
+        "sram_used_bytes": cost.sram_used,
+    }
+
+
+def _placement(result: Any, fm: Any) -> Any:
+    from npusched.solver.evaluator import placement_of
+
+    return placement_of(result.arch, result.schedule, fm)
+
+
 def document(result: Any) -> dict[str, Any]:
     """Build the whole document from a finished run (npusched.pipeline.RunResult)."""
     arch = result.arch
@@ -51,22 +83,41 @@ def document(result: Any) -> dict[str, Any]:
         "system_config": arch.system_config,
         "memory_mode": arch.memory_mode,
         "arena_cache_size": int(arch.arena_cache_size),
-        "solver": options.solver if result.schedules else None,
+        "solver": options.solver if result.schedule is not None else None,
         "status": result.status,
         "totals": _totals(result),
-        "ops": [op_record(op) for op in result.network.ops],
+        "ops": [_record(op, result) for op in result.network.ops],
     }
+
+
+def _record(op: NpuOp | CpuOp, result: Any) -> dict[str, Any]:
+    record = op_record(op)
+    if isinstance(op, NpuOp) and result.schedule is not None:
+        record.update(scheduled_op_record(op, result))
+    return record
 
 
 def _totals(result: Any) -> dict[str, Any]:
     network = result.network
     npu_ops = [op for op in network.ops if isinstance(op, NpuOp)]
-    return {
+    totals: dict[str, Any] = {
         "npu_ops": len(npu_ops),
         "cpu_ops": len(network.cpu_ops),
         "npu_subgraphs": len(network.subgraphs),
         "macs": sum(op.macs for op in npu_ops),
     }
+    evaluation = result.evaluation
+    if evaluation is not None:
+        totals.update({
+            "cycles": evaluation.total_cycles,
+            "npu_cycles": evaluation.npu_cycles,
+            "access_cycles": {area.value: evaluation.access_cycles.get(area, 0.0) for area in ACCESS_AREAS},
+            "bytes_read": {area.value: evaluation.bytes_moved(area, direction=Direction.Read) for area in ACCESS_AREAS},
+            "bytes_written": {area.value: evaluation.bytes_moved(area, direction=Direction.Write)
+                              for area in ACCESS_AREAS},
+            "peak_fast_storage_bytes": evaluation.peak_fast_storage,
+        })
+    return totals
 
 
 def write_json(result: Any, path: Path) -> None:

@@ -1,0 +1,76 @@
+"""Op-by-op comparison of npusched's schedule and cost model with Vela's golden output.
+
+Used by scripts/fidelity.py and by the fidelity tests, so both measure the same thing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from npusched.errors import ConfigError
+from npusched.io.vela_report import read_per_layer, read_summary, read_verbose_schedule
+from npusched.pipeline import run, run_options_from_vela_args
+
+
+@dataclass
+class OpComparison:
+    model: str
+    name: str
+    block_equal: bool
+    npu_ours: float
+    npu_vela: float
+    cycles_ours: float
+    cycles_vela: float
+
+    @property
+    def npu_error(self) -> float:
+        return percent_error(self.npu_ours, self.npu_vela)
+
+    @property
+    def cycles_error(self) -> float:
+        return percent_error(self.cycles_ours, self.cycles_vela)
+
+
+def percent_error(ours: float, vela: float) -> float:
+    if vela == 0:
+        return 0.0 if ours == 0 else 100.0
+    return 100.0 * (ours - vela) / vela
+
+
+def load_config(golden_dir: Path, name: str) -> dict[str, Any]:
+    for candidate in (golden_dir / "configs.json", golden_dir.parent / "configs.json"):
+        if candidate.is_file():
+            configs = json.loads(candidate.read_text())
+            if name not in configs:
+                raise ConfigError(f"unknown golden config '{name}' (known: {', '.join(sorted(configs))})")
+            return configs[name]
+    raise ConfigError(f"no configs.json in {golden_dir} or its parent")
+
+
+def compare_model(model_path: Path, golden: Path, config: dict[str, Any]) -> tuple[list[OpComparison], float, float]:
+    """Per-op comparisons and the network totals (ours, Vela's)."""
+    options = run_options_from_vela_args(model_path, config)
+    result = run(options)
+    vela_ops = [op for sched in read_verbose_schedule(golden / "vela_stdout.txt") for op in sched.ops]
+    vela_rows = [row for group in read_per_layer(golden / "per_layer.csv") for row in group]
+    ours_by_name: dict[str, list] = {}
+    for cost in result.evaluation.ops:
+        ours_by_name.setdefault(cost.name, []).append((cost, result.schedule.op(cost.op_index)))
+    comparisons = []
+    for vela_op, row in zip(vela_ops, vela_rows, strict=True):
+        candidates = ours_by_name.get(vela_op.name)
+        if not candidates:
+            continue
+        cost, op_sched = candidates.pop(0)
+        comparisons.append(OpComparison(
+            model=model_path.stem, name=vela_op.name,
+            block_equal=op_sched.block_config.old_style() == vela_op.block_config,
+            npu_ours=cost.npu_cycles, npu_vela=float(row["NPU"]),
+            cycles_ours=cost.total_cycles, cycles_vela=float(row["Op Cycles"]),
+        ))
+    ours_total = result.evaluation.total_cycles
+    vela_total = float(read_summary(golden / "summary.csv")["cycles_total"])
+    return comparisons, ours_total, vela_total
