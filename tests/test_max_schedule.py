@@ -191,8 +191,8 @@ def test_verify_reports_broken_schedules():
     assert any("smaller than their slices" in p for p in verify(network, arch, shrunk))
 
     single = schedule.with_ops([dataclasses.replace(
-        buffered, weight_buffering=WeightBuffering("single", buffered.depth_slices, (4432,)))])
-    assert any("single weight buffer" in p for p in verify(network, arch, single))
+        buffered, weight_buffering=WeightBuffering("single", buffered.depth_slices, (4432, 4432)))])
+    assert any("single buffering needs 1 buffers" in p for p in verify(network, arch, single))
 
     resliced = schedule.with_ops([dataclasses.replace(
         buffered, weight_buffering=dataclasses.replace(buffered.weight_buffering, depth_slices=(0, 32, 64)))])

@@ -15,8 +15,11 @@ on the evaluator's terms:
 * memory per option is what Vela's cascade builder counts for a striped op: the IFM, IFM2 and OFM stripes with
   the depth rounded up to 16 channels (rolling buffers are brick-formatted), plus the weight buffer.
 
-Everything is pure. Results are memoised per (architecture, op, placements, stripe heights), prices per
-(op, OFM block) and stripe geometry per (op, stripe height); :func:`clear_caches` empties the memo.
+Everything is pure. Within one call each block config is priced once and the weights are encoded once per
+block depth; whole results are memoised per (architecture, op, stripe heights, placements, buffering), and
+:func:`clear_caches` empties that memo. Which blocks fit does not depend on the stripe height except through
+the cap a stripe puts on the block height, so the whole OFM's block list is searched once per op and capped per
+stripe; Vela's own choice is searched per stripe, since its ranking does depend on the stripe.
 """
 
 from __future__ import annotations
@@ -392,7 +395,7 @@ def striped_op_cycles(arch: Any, op: NpuOp, option: OpOption,
 # Enumeration
 
 
-_RESULTS: OrderedDict[tuple, tuple[OpOption, ...]] = OrderedDict()
+_RESULTS: OrderedDict[tuple, tuple[Any, NpuOp, tuple[OpOption, ...]]] = OrderedDict()
 _RESULTS_LIMIT = 512
 
 
@@ -429,13 +432,15 @@ def price_options(arch: Any, op: NpuOp, *, stripe_heights: Iterable[int] | None 
     exactly one option is Vela's choice, unless no block config fits at that height (then the group is empty).
     """
     heights = _normalise_heights(op, stripe_heights)
-    key = (arch, op, heights, _placement_signature(arch, op, placements), weights_buffered)
-    cached = _RESULTS.get(key)
-    if cached is not None:
+    # Keyed by identity (ops may carry unhashable attributes); the entry keeps arch and op alive so the ids
+    # cannot be reused while it exists.
+    key = (id(arch), id(op), heights, _placement_signature(arch, op, placements), weights_buffered)
+    entry = _RESULTS.get(key)
+    if entry is not None and entry[0] is arch and entry[1] is op:
         _RESULTS.move_to_end(key)
-        return cached
+        return entry[2]
     result = _price_options(arch, op, heights, placements, weights_buffered)
-    _RESULTS[key] = result
+    _RESULTS[key] = (arch, op, result)
     if len(_RESULTS) > _RESULTS_LIMIT:
         _RESULTS.popitem(last=False)
     return result
@@ -501,38 +506,36 @@ def vela_choice(options: Sequence[OpOption], stripe_height: int | None = None) -
 def _default_costs(option: OpOption) -> tuple[float, ...]:
     price = option.price
     stripe = option.stripe
+    return (*_price_row(price), float(stripe.ifm_bytes), float(stripe.ifm2_bytes), float(stripe.ofm_bytes))
+
+
+def _price_row(price: OptionPrice) -> tuple[float, ...]:
     return (price.total_cycles, price.npu_cycles, float(price.op_cycles), *price.access_cycles,
-            float(price.encoded_weight_bytes), float(price.weight_buffer_bytes),
-            float(stripe.ifm_bytes), float(stripe.ifm2_bytes), float(stripe.ofm_bytes))
+            float(price.encoded_weight_bytes), float(price.weight_buffer_bytes))
 
 
 def _group_by_stripe(option: OpOption) -> object:
     return (option.stripe.op_index, option.stripe.ofm.height)
 
 
-def _non_dominated(options: Sequence[OpOption], costs: Callable[[OpOption], Sequence[float]]) -> list[bool]:
-    """Keep-mask: an option goes when another is no worse in every cost (lower is better) and, if the two are
-    equal everywhere, came first. Vela's choices are always kept."""
-    n = len(options)
+def _front_mask(table: np.ndarray) -> list[bool]:
+    """Keep-mask over the rows of ``table``: a row goes when a kept row is no larger in every column (lower is
+    better), so of equal rows only the first stays."""
+    n = len(table)
     if n <= 1:
         return [True] * n
-    table = np.asarray([costs(o) for o in options], dtype=np.float64)
-    order = np.lexsort(table.T[::-1])  # sorted by the first cost, ties by the next ...
-    keep = np.ones(n, dtype=bool)
-    kept_rows: list[int] = []
-    for idx in order:
+    order = np.lexsort(table.T[::-1])  # by the first column, ties by the next ...; stable
+    front = np.empty_like(table)
+    size = 0
+    keep = [False] * n
+    for idx in order.tolist():
         row = table[idx]
-        if kept_rows:
-            prior = table[kept_rows]
-            if bool(np.any(np.all(prior <= row, axis=1))):
-                keep[idx] = False
-                continue
-        kept_rows.append(int(idx))
-    result = keep.tolist()
-    for i, option in enumerate(options):
-        if option.is_vela_choice:
-            result[i] = True
-    return result
+        if size and bool((front[:size] <= row).all(axis=1).any()):
+            continue
+        front[size] = row
+        size += 1
+        keep[idx] = True
+    return keep
 
 
 def drop_dominated(options: Sequence[OpOption], *, costs: Callable[[OpOption], Sequence[float]] | None = None,
@@ -542,18 +545,36 @@ def drop_dominated(options: Sequence[OpOption], *, costs: Callable[[OpOption], S
     ``costs`` gives the figures to compare (lower is better; default: total, NPU, compute and per-memory access
     cycles, encoded weight bytes, weight buffer and stripe bytes). Options are compared within a ``group``
     (default: the same op and stripe height, since a cascade fixes an op's stripe height, so options at
-    different heights are not interchangeable); pass ``group=None`` to compare all. Vela's choices are always
-    kept. Order is preserved.
+    different heights are not interchangeable); pass ``group=None`` to compare all. Of options equal in every
+    figure the first stays. Vela's choices are always kept. Order is preserved.
     """
-    cost_fn = costs if costs is not None else _default_costs
     groups: dict[object, list[int]] = {}
     for i, option in enumerate(options):
         groups.setdefault(group(option) if group is not None else None, []).append(i)
+    # With the default figures and groups, the stripe figures are the same throughout a group, so only the
+    # prices decide, and stripe heights that offer the same block configs share one answer.
+    by_prices = costs is None and group is _group_by_stripe
+    rows: dict[int, tuple[float, ...]] = {}
+    masks: dict[tuple[int, ...], list[bool]] = {}
     keep = [False] * len(options)
     for members in groups.values():
-        mask = _non_dominated([options[i] for i in members], cost_fn)
-        for i, kept in zip(members, mask, strict=True):
-            keep[i] = kept
+        members_options = [options[i] for i in members]
+        if by_prices:
+            key = tuple(id(o.price) for o in members_options)
+            mask = masks.get(key)
+            if mask is None:
+                table = []
+                for option in members_options:
+                    row = rows.get(id(option.price))
+                    if row is None:
+                        row = rows[id(option.price)] = _price_row(option.price)
+                    table.append(row)
+                mask = masks[key] = _front_mask(np.asarray(table, dtype=np.float64))
+        else:
+            cost_fn = costs if costs is not None else _default_costs
+            mask = _front_mask(np.asarray([cost_fn(o) for o in members_options], dtype=np.float64))
+        for i, option, kept in zip(members, members_options, mask, strict=True):
+            keep[i] = kept or option.is_vela_choice
     return tuple(o for o, k in zip(options, keep, strict=True) if k)
 
 

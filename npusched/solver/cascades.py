@@ -12,6 +12,7 @@ schedule (``StripeCost``, Vela's ``SchedulerOpInfo``): both the cascade builder 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -181,7 +182,7 @@ def estimate_sram_usage(sop: SchedOp, cost: StripeCost, non_local: int) -> int:
     return ifm + ifm2 + ofm + non_local
 
 
-def _feature_map_between(producer: SchedOp, consumer: SchedOp, costs: dict[int, StripeCost]) -> tuple[Shape4D, int]:
+def _feature_map_between(producer: SchedOp, consumer: SchedOp, costs: Mapping[int, StripeCost]) -> tuple[Shape4D, int]:
     """Shape and size of what sits between two neighbouring passes of a cascade."""
     if producer.requires_full_ofm or consumer.requires_full_ifm:
         shape = max(producer.ofm_shape, consumer.ifm_shape)
@@ -191,13 +192,13 @@ def _feature_map_between(producer: SchedOp, consumer: SchedOp, costs: dict[int, 
 
 
 def build_cascades(
-    sched_ops: list[SchedOp],
-    all_ops: list[SchedOp],
-    ref_costs: dict[int, StripeCost],
-    fallback_costs: dict[int, StripeCost],
+    sched_ops: Sequence[SchedOp],
+    all_ops: Sequence[SchedOp],
+    ref_costs: Mapping[int, StripeCost],
+    fallback_costs: Mapping[int, StripeCost],
     guiding_limit: int,
     spilling: bool,
-    non_local: dict[int, int],
+    non_local: Mapping[int, int],
 ) -> tuple[dict[int, StripeCost], dict[int, CascadeInfo]]:
     """Group ``sched_ops`` into cascades (Vela's ``CascadeBuilder.build_cascades``).
 
@@ -286,8 +287,8 @@ def build_cascades(
     return chosen, cascades
 
 
-def schedule_memory_estimate(sched_ops: list[SchedOp], costs: dict[int, StripeCost], cascades: dict[int, CascadeInfo],
-                             non_local: dict[int, int]) -> int:
+def schedule_memory_estimate(sched_ops: Sequence[SchedOp], costs: Mapping[int, StripeCost],
+                             cascades: Mapping[int, CascadeInfo], non_local: Mapping[int, int]) -> int:
     """Peak fast storage of a candidate: a cascade's own estimate for its passes, whole IFM, OFM and weight
     buffers for the others, each plus what else is live (Vela's ``estimate_schedule_memory_usage``)."""
     peak = 0

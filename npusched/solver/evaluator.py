@@ -730,8 +730,6 @@ def _weight_problems(arch: Any, op: NpuOp, op_sched: OpSchedule) -> Iterable[str
     elif buffering.kind == "double" and any(
             b < e for b, e in zip(buffering.buffer_sizes, encoded.double_buffer_sizes, strict=False)):
         yield f"{label}: weight buffers {list(buffering.buffer_sizes)} are smaller than their slices"
-    if buffering.kind == "single" and len(slices) > 2:
-        yield f"{label}: several depth slices through a single weight buffer"
     if buffering.is_buffered and not weights_need_dma(arch, op):
         yield f"{label}: weights are buffered although they need no DMA"
 

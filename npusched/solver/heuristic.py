@@ -21,8 +21,8 @@ plain values it rebuilds rather than edits, and converts the winner into a ``Sch
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from functools import cached_property
+from dataclasses import dataclass, replace
+from itertools import pairwise
 from typing import Any
 
 from npusched.errors import ScheduleError
@@ -37,6 +37,7 @@ from npusched.solver.cascades import (
     WeightBufferSpec,
     build_cascades,
     cascadable_kind,
+    rolling_buffer_shape,
     schedule_memory_estimate,
 )
 from npusched.solver.evaluator import (
@@ -75,6 +76,7 @@ class SubgraphResult:
     where: dict[FeatureMap, Residence]
     sram_limit: int
     snapshot: Snapshot
+    peak: int = 0
     total_cycles: float = 0.0
     dram_cycles: float = 0.0
     notes: tuple[str, ...] = ()
@@ -99,11 +101,10 @@ class _Context:
     size_strategy: bool
     limit: int
     min_memory_req: int
-    all_ops: tuple[SchedOp, ...] = field(default=())
 
-    @cached_property
-    def ops(self) -> list[SchedOp]:
-        return list(self.facts.sched_ops)
+    @property
+    def ops(self) -> tuple[SchedOp, ...]:
+        return self.facts.sched_ops
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -547,12 +548,25 @@ def schedule_subgraph(arch: Any, sg: Any, use: TensorUse, formats: Mapping[Featu
         if retried:
             notes.append("weight buffers shrunk to keep feature maps in fast storage")
     if not placed.fits:
-        raise ScheduleError(f"no schedule fits {limit} bytes of fast storage; the smallest that fits needs "
-                            f"{placed.peak} bytes")
+        return _smallest_instead(arch, sg, use, formats, earlier, limit, placed.peak)
     total, dram, _ = _price(ctx, costs, placed.where)
     return SubgraphResult(name=getattr(sg, "name", ""), label=label, sched_ops=sched_ops, costs=costs,
                           cascades=cascades, where=placed.where, sram_limit=limit, snapshot=snapshot,
-                          total_cycles=total, dram_cycles=dram, notes=tuple(notes))
+                          peak=placed.peak, total_cycles=total, dram_cycles=dram, notes=tuple(notes))
+
+
+def _smallest_instead(arch: Any, sg: Any, use: TensorUse, formats: Mapping[FeatureMap, TensorFormat],
+                      earlier: _Totals, limit: int, needed: int) -> SubgraphResult:
+    """Where Vela stops ("Allocation exceeds staging limit"), fall back to the schedule optimised for size; it
+    is returned when it fits the staging limit, otherwise no heuristic schedule fits and ScheduleError says
+    how much fast storage the smallest one needs."""
+    smallest = schedule_subgraph(arch, sg, use, formats, "Size", earlier)
+    if smallest.peak > limit:
+        raise ScheduleError(f"no schedule fits {limit} bytes of fast storage; the smallest that fits needs "
+                            f"{min(smallest.peak, needed)} bytes")
+    note = (f"Vela stops here (allocation exceeds the staging limit of {limit} bytes); the schedule optimised "
+            f"for size fits")
+    return replace(smallest, sram_limit=limit, notes=(*smallest.notes, note))
 
 
 def _retry_smaller_buffers(ctx: _Context, costs: dict[int, StripeCost], cascades: dict[int, CascadeInfo],
@@ -668,3 +682,45 @@ def heuristic_schedule(network_or_subgraph: Any, arch: Any, optimise: str | None
     label = labels.pop() if len(labels) == 1 else "MIXED"
     return Schedule(ops=tuple(sorted(ops, key=lambda o: o.op_index)), tensors=tensors, label=label,
                     status="fits", solver="heuristic", notes=tuple(notes))
+
+
+def memory_over_time(network_or_subgraph: Any, arch: Any, schedule: Schedule) -> tuple[Snapshot, ...]:
+    """Vela's fast-storage snapshot of every NPU subgraph under any ``schedule`` (one per subgraph, in order).
+
+    Unlike a per-pass model it knows cascades: the passes of a cascade share one step and the feature maps
+    between them take only their rolling buffers (shaped from the schedule's stripes). Feature maps live where
+    the schedule places them.
+    """
+    use = tensor_use(network_or_subgraph)
+    formats = {fm: place.format for fm, place in vela_tensor_placements(network_or_subgraph, arch, use)}
+    formats.update({fm: place.format for fm, place in schedule.tensors})
+    where = {fm: Residence(place.mem_area, place.mem_area == arch.fast_storage_mem_area)
+             for fm, place in schedule.tensors}
+    snapshots = []
+    for sg in subgraphs_of(network_or_subgraph):
+        sched_ops = sched_ops_of(sg, use, formats)
+        pos_of = {sop.op.index: sop.pos for sop in sched_ops}
+        costs: dict[int, StripeCost] = {}
+        members: dict[int, list[int]] = {}
+        for sop in sched_ops:
+            op_sched = schedule.op(sop.op.index)
+            buffering = op_sched.weight_buffering
+            cascade = pos_of[op_sched.cascade] if op_sched.cascade is not None else 0
+            if cascade:
+                members.setdefault(cascade, []).append(sop.pos)
+            costs[sop.pos] = StripeCost(
+                block_config=op_sched.block_config, stripe_input=op_sched.ifm_stripe,
+                stripe_input2=op_sched.ifm2_stripe, stripe=op_sched.ofm_stripe, cascade=cascade,
+                depth_slices=tuple(op_sched.depth_slices), pre_buffer=buffering.pre_buffered,
+                buffers=tuple(WeightBufferSpec(size, buffering.kind == "double") for size in buffering.buffer_sizes),
+            )
+        cascades = {}
+        for end, positions in members.items():
+            rolling = {later: rolling_buffer_shape(costs[earlier].stripe, costs[later].stripe_input)
+                       for earlier, later in pairwise(positions)}
+            cascades[end] = CascadeInfo(min(positions), end, rolling)
+        facts = SubgraphFacts(sched_ops=sched_ops, outputs=tuple(getattr(sg, "outputs", ()) or ()), use=use,
+                              formats=formats, fast_area=arch.fast_storage_mem_area,
+                              default_area=arch.feature_map_storage_mem_area)
+        snapshots.append(live_ranges(facts, costs, cascades, where))
+    return tuple(snapshots)

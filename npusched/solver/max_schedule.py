@@ -72,8 +72,10 @@ def _must_stay_linear(fm: FeatureMap, arch: Any, use: TensorUse, ops_by_index: d
             return True
         if op.ofm.offset is not None and op.ofm.offset.depth % 16 != 0:
             return True
-        if op.attr("resize_bilinear_half_pixel") or op.attr("memory_function") == "VariableTensorWrite":
+        if op.attr("memory_function") == "VariableTensorWrite":
             return True
+        if op.op_type == "DepthwiseConv2DBias" and op.attr("original_type") == "ResizeBilinear":
+            return True  # half-pixel-centre resize rewrites the OFM strides
     for op in consumers:
         if op.npu_block_type == NpuBlockType.Dma:
             return True
