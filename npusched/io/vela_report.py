@@ -48,6 +48,11 @@ class VelaSchedule:
     ops: list[VelaScheduledOp] = field(default_factory=list)
     cascades: list[tuple[int, int, int, int]] = field(default_factory=list)
 
+    @property
+    def subgraph(self) -> str:
+        """The NPU subgraph's name: the label without Vela's `_MAX_BUFFERED`/`_MIN_BUFFERED` suffix."""
+        return re.sub(r"_(?:MAX|MIN)_BUFFERED$", "", self.label)
+
 
 def _shape_or_none(value: str) -> list[int] | None:
     match = _SHAPE.search(value)
@@ -78,7 +83,8 @@ def read_verbose_schedule(path: Path) -> list[VelaSchedule]:
             if not line.startswith("\t"):
                 op = None
             continue
-        key, _, value = line.strip().partition(":") if "=" not in line else line.strip().partition("=")
+        # `Kernel: w=1, h=1, ...` splits at its colon; the other `=` lines at the equals sign.
+        key, _, value = line.strip().partition(":" if "=" not in line or line.lstrip().startswith("Kernel:") else "=")
         key, value = key.strip(), value.strip()
         if key == "Type":
             op.op_type = value
