@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from npusched.io.vela_report import read_verbose_schedule
 from npusched.model.arch import load_architecture
 from npusched.model.block_config import (
     BlockConfig,
@@ -51,51 +52,22 @@ BLOCK_TYPES = {
 }
 ELEMENTWISE_TYPES = {"Add", "Sub", "Mul", "SHL", "SHR", "CLZ", "Minimum", "Maximum", "LeakyRelu", "Abs"}
 
-_OP = re.compile(r"^\t(\d+): Operation (.*)  - OFM <Shape4D \[(.*)\]>$")
-_KERNEL = re.compile(r"Kernel: w=(\d+), h=(\d+), stride=\((\d+), (\d+)\), dilation=\((\d+), (\d+)\)")
 _SOFTMAX_PASS = re.compile(r"(.*)_(maxpool|sub|shr|reduce_sum|clz|shl|add|mul)(\d+)$")
 
 
-def _shape(text: str) -> Shape4D | None:
-    text = text.strip()
-    if text == "None":
-        return None
-    match = re.fullmatch(r"<Shape4D \[(.*)\]>", text)
-    assert match, text
-    return Shape4D(*(int(v) for v in match.group(1).split(",")))
+def _shape(values: list[int] | None) -> Shape4D | None:
+    return None if values is None else Shape4D(*values)
 
 
 def parse_schedule(path: Path) -> list[dict]:
     """Every op of every NPU schedule in a verbose vela_stdout.txt."""
-    ops: list[dict] = []
-    current: dict | None = None
-    for raw in path.read_text().splitlines():
-        match = _OP.match(raw)
-        if match:
-            current = {"index": int(match.group(1)), "name": match.group(2), "full_ofm": _shape(
-                f"<Shape4D [{match.group(3)}]>")}
-            ops.append(current)
-            continue
-        if current is None:
-            continue
-        line = raw.strip()
-        if line.startswith("Type:"):
-            current["type"] = line[5:].strip()
-        elif line.startswith("Kernel:"):
-            km = _KERNEL.match(line)
-            assert km, line
-            current["kernel"] = Kernel(*(int(v) for v in km.groups()))
-        elif line.startswith("Block Config ="):
-            current["block"] = [int(v) for v in line.split("=", 1)[1].strip()[1:-1].split(",")]
-        elif line.startswith("IFM Stripe"):
-            current["ifm"] = _shape(line.split("=", 1)[1])
-        elif line.startswith("IFM2 Stripe"):
-            current["ifm2"] = _shape(line.split("=", 1)[1])
-        elif line.startswith("OFM Stripe"):
-            current["ofm"] = _shape(line.split("=", 1)[1])
-        elif line.startswith("Assigned Cascade"):
-            current = None
-    return ops
+    return [
+        {"index": op.index, "name": op.name, "type": op.op_type, "kernel": Kernel(*op.kernel),
+         "block": op.block_config, "ifm": _shape(op.ifm_stripe), "ifm2": _shape(op.ifm2_stripe),
+         "ofm": _shape(op.ofm_stripe)}
+        for schedule in read_verbose_schedule(path)
+        for op in schedule.ops
+    ]
 
 
 def block_inputs(op: dict, softmax_prefixes: set[str]) -> dict:

@@ -5,7 +5,6 @@ In the u55-128_hee_shared config every stripe Vela prints is the full IFM/IFM2/O
 """
 
 import json
-import re
 from collections import Counter
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import networkx as nx
 import pytest
 
 from npusched.io.tflite_reader import read_tflite
+from npusched.io.vela_report import read_cpu_operator_count, read_verbose_schedule
 from npusched.model.arch import load_architecture
 from npusched.model.graph import lower_model
 from npusched.model.ir import CpuOp, NpuBlockType, NpuOp, TensorFormat
@@ -24,31 +24,22 @@ CONFIG = "u55-128_hee_shared"
 SYNTHETIC_DIR = Path(__file__).parent / "data" / "lowering"
 SYNTHETIC = ("ops_a", "ops_b", "ops_c1", "ops_c2")
 
-_SCHEDULE = re.compile(r"Schedule: '(.*)_(?:MAX|MIN)_BUFFERED'")
-_OPERATION = re.compile(r"\t(\d+): Operation (.*)  - OFM <Shape4D (\[.*\])>")
-_FIELD = re.compile(r"\t\t(Type|Kernel|IFM Stripe|IFM2 Stripe|OFM Stripe)\s*[:=] (.*)")
-_SHAPE = re.compile(r"<Shape4D (\[.*\])>")
-
-
 def parse_schedule(path: Path) -> tuple[dict[str, list[dict]], int]:
     """NPU subgraph name -> ops (name, type, kernel, stripes) and the 'CPU operators' count of a vela_stdout."""
     subgraphs: dict[str, list[dict]] = {}
-    ops: list[dict] = []
-    cpu = -1
-    for line in path.read_text().splitlines():
-        if m := _SCHEDULE.match(line):
-            ops = subgraphs.setdefault(m.group(1), [])
-        elif m := _OPERATION.match(line):
-            ops.append({"name": m.group(2)})
-        elif (m := _FIELD.match(line)) and ops:
-            value = m.group(2).strip()
-            if m.group(1).endswith("Stripe"):
-                shape = _SHAPE.match(value)
-                value = shape.group(1) if shape else None
-            ops[-1][m.group(1)] = value
-        elif m := re.match(r"CPU operators = (\d+)", line):
-            cpu = int(m.group(1))
-    return subgraphs, cpu
+    for schedule in read_verbose_schedule(path):
+        subgraphs.setdefault(schedule.subgraph, []).extend(
+            {
+                "name": op.name,
+                "Type": op.op_type,
+                "Kernel": "w={}, h={}, stride=({}, {}), dilation=({}, {})".format(*op.kernel),
+                "IFM Stripe": str(op.ifm_stripe),
+                "IFM2 Stripe": None if op.ifm2_stripe is None else str(op.ifm2_stripe),
+                "OFM Stripe": str(op.ofm_stripe),
+            }
+            for op in schedule.ops
+        )
+    return subgraphs, read_cpu_operator_count(path)
 
 
 def describe(op: NpuOp) -> dict:

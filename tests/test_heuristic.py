@@ -181,3 +181,17 @@ def test_rolling_buffer_accounts_for_vela_cascade_size():
     whole_ofm = Shape4D(*second.ofm_shape).elements()
     assert buffer == Shape4D(1, 6, 32, 16)
     assert whole_ifm + buffer.elements() + whole_ofm == size
+
+
+def test_dedicated_size_schedule_that_overflows_the_cache_falls_back():
+    """Optimising for size with dedicated fast storage, Vela's staging limit becomes the min schedule's peak,
+    which for mobilenet_v2 on a 64 KiB cache exceeds the cache (Vela then fails to allocate it). The heuristic
+    returns the performance-optimised schedule instead, and that one stays within the cache at every step."""
+    arch = load_architecture("ethos-u65-512", None, "Ethos_U65_Mid_End", "Dedicated_Sram", arena_cache_size=65536,
+                             optimise="Size")
+    network = lower_model(read_tflite(SHARED / "corpus" / "mobilenet_v2_224_int8.tflite"), arch)
+    schedule = heuristic_schedule(network, arch, "Size")
+    assert any("performance-optimised one fits" in note for note in schedule.notes)
+    (snapshot,) = memory_over_time(network, arch, schedule)
+    assert 0 < snapshot.peak <= 65536
+    assert any(op.cascade is not None for op in schedule.ops)

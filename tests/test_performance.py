@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from npusched.io.tflite_reader import TfliteModel, read_tflite
+from npusched.io.vela_report import read_verbose_schedule
 from npusched.model import performance as P
 from npusched.model.arch import load_architecture
 from npusched.model.ir import (
@@ -92,64 +93,24 @@ class GoldenOp:
     row: dict = field(default_factory=dict)  # the per_layer.csv row
 
 
-_OP_RE = re.compile(r"^\t(\d+): Operation (.*?)  - OFM <Shape4D \[(.*?)\]>$")
-_SHAPE_RE = re.compile(r"<Shape4D \[(.*?)\]>")
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(v) for v in re.findall(r"-?\d+", text))
-
-
-def _shape(text: str) -> Shape4D | None:
-    m = _SHAPE_RE.search(text)
-    return Shape4D(*_ints(m.group(1))) if m else None
+def _shape(values: list[int] | None) -> Shape4D | None:
+    return None if values is None else Shape4D(*values)
 
 
 @functools.cache
 def golden_ops(config: str, model: str) -> tuple[GoldenOp, ...]:
     """The verbose schedule of every NPU subgraph, each op joined with its per_layer.csv row."""
     folder = GOLDEN / config / model
-    ops: list[GoldenOp] = []
-    subgraph = -1
-    current: GoldenOp | None = None
-    for line in (folder / "vela_stdout.txt").read_text().splitlines():
-        if line.startswith("Schedule: "):
-            subgraph += 1
-            continue
-        m = _OP_RE.match(line)
-        if m:
-            current = GoldenOp(subgraph, int(m.group(1)), m.group(2), "", Shape4D(*_ints(m.group(3))), Kernel())
-            ops.append(current)
-            continue
-        if current is None or not line.startswith("\t\t"):
-            if not line.startswith("\t"):
-                current = None
-            continue
-        key, _, value = line.strip().partition(" = ")
-        key = key.strip()
-        if key.startswith("Type:"):
-            current.op_type = key.split(":", 1)[1].strip()
-        elif key.startswith("Kernel:"):
-            w, h, sx, sy, dx, dy = _ints(key)
-            current.kernel = Kernel(width=w, height=h, stride_x=sx, stride_y=sy, dilation_x=dx, dilation_y=dy)
-        elif key == "Block Config":
-            current.block_config = _ints(value)
-        elif key == "OFM Block":
-            current.ofm_block = _shape(value)
-        elif key == "IFM Stripe":
-            current.ifm_stripe = _shape(value)
-        elif key == "IFM2 Stripe":
-            current.ifm2_stripe = _shape(value)
-        elif key == "OFM Stripe":
-            current.ofm_stripe = _shape(value)
-        elif key == "Encoded Weights":
-            current.encoded = None if value.startswith("None") else _ints(value)[0]
-        elif key.startswith("Weight buffer"):
-            current.buffers += (_ints(value)[0],)
-        elif key == "Depth slices":
-            current.depth_slices = _ints(value)
-        elif key == "Assigned Cascade":
-            current.cascade = int(value)
+    ops = [
+        GoldenOp(subgraph, op.index, op.name, op.op_type, Shape4D(*op.ofm_shape), Kernel(*op.kernel),
+                 block_config=None if op.block_config is None else tuple(op.block_config),
+                 ofm_block=_shape(op.ofm_block), ifm_stripe=_shape(op.ifm_stripe),
+                 ifm2_stripe=_shape(op.ifm2_stripe), ofm_stripe=_shape(op.ofm_stripe),
+                 encoded=op.encoded_weights_bytes, buffers=tuple(op.weight_buffer_bytes),
+                 depth_slices=tuple(op.depth_slices), cascade=op.cascade)
+        for subgraph, schedule in enumerate(read_verbose_schedule(folder / "vela_stdout.txt"))
+        for op in schedule.ops
+    ]
 
     with open(folder / "per_layer.csv", newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["Name"] != "Name"]

@@ -77,6 +77,7 @@ class SubgraphResult:
     sram_limit: int
     snapshot: Snapshot
     peak: int = 0
+    fits: bool = True
     total_cycles: float = 0.0
     dram_cycles: float = 0.0
     notes: tuple[str, ...] = ()
@@ -95,12 +96,9 @@ class _Context:
     """Everything fixed while one subgraph is scheduled."""
 
     arch: Any
-    sg: Any
     facts: SubgraphFacts
     spilling: bool
-    size_strategy: bool
     limit: int
-    min_memory_req: int
 
     @property
     def ops(self) -> tuple[SchedOp, ...]:
@@ -431,12 +429,12 @@ def _optimise_cascade(ctx: _Context, info: CascadeInfo, costs: Mapping[int, Stri
 
 
 def _price(ctx: _Context, costs: Mapping[int, StripeCost], where: Mapping[FeatureMap, Residence]
-           ) -> tuple[float, float, list[perf.OpPerformance]]:
-    """(total cycles, DRAM access cycles, per-pass estimates) of the subgraph under ``costs``."""
+           ) -> tuple[float, float]:
+    """(total cycles, DRAM access cycles) of the subgraph under ``costs``, priced from the scheduler's own state
+    (slack and weight-transfer cycles as Vela recorded them while buffering)."""
     arch = ctx.arch
     total = 0.0
     dram = 0.0
-    per_op = []
     prev_slack = 0.0
     for sop in ctx.ops:
         cost = costs[sop.pos]
@@ -471,11 +469,10 @@ def _price(ctx: _Context, costs: Mapping[int, StripeCost], where: Mapping[Featur
             arch, op.op_type, op.activation, query, weights=stream, prev_slack_cycles=prev_slack,
             slack_buffering_cycles=cost.slack_cycles, lut=lut, memcpy=memcpy,
         )
-        per_op.append(result)
         total += result.total_cycles
         dram += result.access_cycles.get(MemArea.Dram, 0.0)
         prev_slack = cost.slack_cycles
-    return total, dram, per_op
+    return total, dram
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -503,9 +500,7 @@ def schedule_subgraph(arch: Any, sg: Any, use: TensorUse, formats: Mapping[Featu
                           formats=formats, fast_area=arch.fast_storage_mem_area,
                           default_area=arch.feature_map_storage_mem_area, variable_writes=variable_writes)
     size_strategy = str(optimise).lower() == "size"
-    ctx = _Context(arch=arch, sg=sg, facts=facts, spilling=bool(arch.is_spilling_enabled()),
-                   size_strategy=size_strategy, limit=staging_limit(arch),
-                   min_memory_req=min_memory_requirement(sched_ops))
+    ctx = _Context(arch=arch, facts=facts, spilling=bool(arch.is_spilling_enabled()), limit=staging_limit(arch))
     cache: dict = {}
     nowhere: dict[FeatureMap, Residence] = {}
 
@@ -515,7 +510,7 @@ def schedule_subgraph(arch: Any, sg: Any, use: TensorUse, formats: Mapping[Featu
     max_peak = live_ranges(facts, max_buffered, {}, nowhere).peak
 
     min_costs = _min_schedule(ctx, cache)
-    guide = ctx.min_memory_req if size_strategy else ctx.limit
+    guide = min_memory_requirement(sched_ops) if size_strategy else ctx.limit
     non_local = _non_local_for_min(ctx, min_costs, live_ranges(facts, min_costs, {}, nowhere))
     min_costs, min_cascades = build_cascades(ctx.ops, ctx.ops, min_costs, template, guide, ctx.spilling, non_local)
     snap_min = live_ranges(facts, min_costs, min_cascades, nowhere)
@@ -547,26 +542,11 @@ def schedule_subgraph(arch: Any, sg: Any, use: TensorUse, formats: Mapping[Featu
         costs, placed, snapshot, retried = _retry_smaller_buffers(ctx, costs, cascades, placed, unbuffered, earlier)
         if retried:
             notes.append("weight buffers shrunk to keep feature maps in fast storage")
-    if not placed.fits:
-        return _smallest_instead(arch, sg, use, formats, earlier, limit, placed.peak)
-    total, dram, _ = _price(ctx, costs, placed.where)
+    total, dram = _price(ctx, costs, placed.where)
     return SubgraphResult(name=getattr(sg, "name", ""), label=label, sched_ops=sched_ops, costs=costs,
                           cascades=cascades, where=placed.where, sram_limit=limit, snapshot=snapshot,
-                          peak=placed.peak, total_cycles=total, dram_cycles=dram, notes=tuple(notes))
-
-
-def _smallest_instead(arch: Any, sg: Any, use: TensorUse, formats: Mapping[FeatureMap, TensorFormat],
-                      earlier: _Totals, limit: int, needed: int) -> SubgraphResult:
-    """Where Vela stops ("Allocation exceeds staging limit"), fall back to the schedule optimised for size; it
-    is returned when it fits the staging limit, otherwise no heuristic schedule fits and ScheduleError says
-    how much fast storage the smallest one needs."""
-    smallest = schedule_subgraph(arch, sg, use, formats, "Size", earlier)
-    if smallest.peak > limit:
-        raise ScheduleError(f"no schedule fits {limit} bytes of fast storage; the smallest that fits needs "
-                            f"{min(smallest.peak, needed)} bytes")
-    note = (f"Vela stops here (allocation exceeds the staging limit of {limit} bytes); the schedule optimised "
-            f"for size fits")
-    return replace(smallest, sram_limit=limit, notes=(*smallest.notes, note))
+                          peak=placed.peak, fits=placed.fits, total_cycles=total, dram_cycles=dram,
+                          notes=tuple(notes))
 
 
 def _retry_smaller_buffers(ctx: _Context, costs: dict[int, StripeCost], cascades: dict[int, CascadeInfo],
@@ -576,7 +556,7 @@ def _retry_smaller_buffers(ctx: _Context, costs: dict[int, StripeCost], cascades
     evicted feature map, re-place the feature maps, and keep the result only if the network gets faster and
     spends less time on DRAM (both rounded to hundredths, as Vela compares them)."""
     facts = ctx.facts
-    total0, dram0, _ = _price(ctx, costs, placed.where)
+    total0, dram0 = _price(ctx, costs, placed.where)
     total0 += earlier.total
     dram0 += earlier.dram
     restored = dict(placed.where)
@@ -594,7 +574,7 @@ def _retry_smaller_buffers(ctx: _Context, costs: dict[int, StripeCost], cascades
     where = _apply_rolling_buffers(ctx, base_cascades, restored)
     retry = use_fast_storage(facts, new_costs, base_cascades, where, placed.scratched, ctx.limit,
                              _element_access(ctx, new_costs))
-    total1, dram1, _ = _price(ctx, new_costs, retry.where)
+    total1, dram1 = _price(ctx, new_costs, retry.where)
     total1 += earlier.total
     dram1 += earlier.dram
     gain_total = round((total0 - total1) / total0, 2) if total0 != 0 else 0
@@ -637,6 +617,29 @@ def _op_schedule(sop: SchedOp, cost: StripeCost, cascade_op_index: int | None) -
                       weight_buffering=buffering, encoded_weights=encoded)
 
 
+def _acceptable_schedule(arch: Any, sg: Any, use: TensorUse, formats: Mapping[FeatureMap, TensorFormat],
+                         optimise: str, earlier: _Totals) -> SubgraphResult:
+    """Vela's schedule of one subgraph, or where Vela would fail, the other strategy's when that one fits.
+
+    Vela fails when the feature maps it must keep in fast storage exceed the staging limit ("Allocation exceeds
+    staging limit"), and, with dedicated fast storage, when a size-optimised schedule peaks above the cache
+    size (its staging limit is then the min schedule's peak, not the cache). Under shared storage a
+    size-optimised schedule is accepted at any peak, as Vela accepts it.
+    """
+    limit = staging_limit(arch)
+    size = str(optimise).lower() == "size"
+    result = schedule_subgraph(arch, sg, use, formats, optimise, earlier)
+    if result.fits and (result.peak <= limit or (size and not arch.is_spilling_enabled())):
+        return result
+    other = schedule_subgraph(arch, sg, use, formats, "Performance" if size else "Size", earlier)
+    if not (other.fits and other.peak <= limit):
+        raise ScheduleError(f"no schedule fits {limit} bytes of fast storage; the smallest that fits needs "
+                            f"{min(result.peak, other.peak)} bytes")
+    note = (f"Vela's {'size' if size else 'performance'}-optimised schedule needs {result.peak} bytes of fast "
+            f"storage, more than the {limit} available; the {'performance' if size else 'size'}-optimised one fits")
+    return replace(other, notes=(*other.notes, note))
+
+
 def schedule_subgraphs(network_or_subgraph: Any, arch: Any, optimise: str | None = None
                        ) -> tuple[SubgraphResult, ...]:
     """Vela's scheduler run on every NPU subgraph in order, in the scheduler's own terms."""
@@ -647,7 +650,7 @@ def schedule_subgraphs(network_or_subgraph: Any, arch: Any, optimise: str | None
     totals = _Totals()
     results = []
     for sg in subgraphs_of(network_or_subgraph):
-        result = schedule_subgraph(arch, sg, use, formats, optimise, totals)
+        result = _acceptable_schedule(arch, sg, use, formats, optimise, totals)
         totals.total += result.total_cycles
         totals.dram += result.dram_cycles
         results.append(result)
