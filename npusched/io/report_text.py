@@ -28,7 +28,7 @@ def per_layer_table(result: Any) -> list[str]:
     arch = result.arch
     total_cycles = evaluation.total_cycles or 1.0
     total_macs = evaluation.macs or 1
-    peak = max((cost.network_sram_used for cost in evaluation.ops), default=0) or 1
+    peak = evaluation.network_peak_fast_storage or 1
     costs = {cost.op_index: cost for cost in evaluation.ops}
     lines: list[str] = []
     for sg in result.network.subgraphs:

@@ -144,15 +144,15 @@ class CascadeInfo:
     mem_usage: int = 0
 
 
-def rolling_buffer_shape(producer_stripe: Shape4D, consumer_stripe_input: Shape4D) -> Shape4D:
+def rolling_buffer_shape(producer_stripe: Shape4D, consumer_ifm_stripe: Shape4D) -> Shape4D:
     """Shape of the rolling buffer between two cascaded passes.
 
     It holds the consumer's IFM stripe plus one producer stripe, rounded to whole consumer stripes; it is as
     wide as the wider of the two (a strided consumer may read a narrower IFM than the producer writes) and in
     brick format, so its depth is padded to 16.
     """
-    height = round_up(producer_stripe.height + consumer_stripe_input.height, consumer_stripe_input.height)
-    width = max(producer_stripe.width, consumer_stripe_input.width)
+    height = round_up(producer_stripe.height + consumer_ifm_stripe.height, consumer_ifm_stripe.height)
+    width = max(producer_stripe.width, consumer_ifm_stripe.width)
     return Shape4D(1, height, width, round_up(producer_stripe.depth, 16))
 
 

@@ -75,7 +75,6 @@ class Snapshot:
     ranges: list[LiveRange]
     time_index: dict[int, int]
     usage: list[int]
-    end_time: int = 0
 
     @property
     def peak(self) -> int:
@@ -220,7 +219,7 @@ def live_ranges(facts: SubgraphFacts, costs: Mapping[int, StripeCost], cascades:
             continue
         for step in range(rng.start, rng.end + 1):
             usage[step] += rng.size
-    return Snapshot(ranges, time_index, usage, now)
+    return Snapshot(ranges, time_index, usage)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -332,7 +331,7 @@ def use_fast_storage(
     base = list(full)
     movable: list[LiveRange] = []
     for rng in snap.ranges:
-        if any(fm in scratched for fm in rng.tensors):
+        if rng.end >= rng.start and any(fm in scratched for fm in rng.tensors):
             movable.append(rng)
             _add(base, rng, -rng.size)
 
