@@ -15,7 +15,7 @@ from npusched.io.tflite_reader import read_tflite
 from npusched.model.arch import load_architecture
 from npusched.model.graph import Network, lower_model
 from npusched.solver.evaluator import Evaluation, evaluate, verify
-from npusched.solver.max_schedule import max_schedule
+from npusched.solver.heuristic import heuristic_schedule
 from npusched.solver.schedule import Schedule
 
 
@@ -106,5 +106,5 @@ def run(options: RunOptions) -> RunResult:
 
 def _solve(network: Network, arch: Any, options: RunOptions) -> Schedule:
     if options.solver == "heuristic":
-        return max_schedule(network, arch)
+        return heuristic_schedule(network, arch, options.optimise)
     raise ScheduleError(f"solver '{options.solver}' is not available yet (available: heuristic)")

@@ -47,6 +47,26 @@ def per_layer_table(result: Any) -> list[str]:
     return lines
 
 
+def cascade_lines(result: Any) -> list[str]:
+    """Cascades per NPU subgraph as Vela's verbose schedule lists them: first op -> last op (positions in the
+    subgraph) and the fast storage in use while the cascade runs."""
+    costs = {cost.op_index: cost for cost in result.evaluation.ops}
+    lines: list[str] = []
+    for sg in result.network.subgraphs:
+        groups: dict[int, list[int]] = {}
+        for position, op in enumerate(sg.ops):
+            cascade = result.schedule.op(op.index).cascade
+            if cascade is not None:
+                groups.setdefault(cascade, []).append(position)
+        if not groups:
+            continue
+        lines.append(f"Cascades of {sg.name}:")
+        for number, positions in enumerate(groups.values()):
+            size = max(costs[sg.ops[p].index].sram_used for p in positions)
+            lines.append(f"  {number}: {positions[0]} -> {positions[-1]}, size: {size}")
+    return lines
+
+
 def format_summary(result: Any, per_layer: bool = True) -> str:
     network = result.network
     arch = result.arch
@@ -73,7 +93,7 @@ def format_summary(result: Any, per_layer: bool = True) -> str:
     if evaluation is None:
         lines += ["", _kv("Neural network macs", f"{sum(op.macs for op in npu_ops)} MACs/batch")]
         return "\n".join(lines)
-    lines.append("")
+    lines += cascade_lines(result) + [""]
     for area in ACCESS_AREAS:
         moved = evaluation.bytes_moved(area)
         if not moved:
