@@ -9,9 +9,8 @@ grouped into NPU subgraphs named as Vela names them (``<subgraph>_split_<n>``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
-
-import networkx as nx
 
 from npusched.model.ir import (
     CpuOp,
@@ -38,6 +37,8 @@ from npusched.model.lowering.packing import Pass, npu_runs, pack_into_passes
 from npusched.model.lowering.rewrites import Optimiser
 
 if TYPE_CHECKING:
+    import networkx as nx
+
     from npusched.io.tflite_reader import TfliteModel, TfliteOperator, TfliteSubgraph
 
 
@@ -45,16 +46,29 @@ if TYPE_CHECKING:
 class NpuSubgraph:
     """A run of NPU passes Vela compiles into one command stream.
 
-    ``graph`` has one node per op index (attribute ``op``) and an edge for every feature map one pass
-    produces and a later pass of the same subgraph reads (attribute ``tensor``). ``inputs`` are the feature
-    maps read from outside the subgraph (graph inputs or CPU results), ``outputs`` those read outside it.
+    ``edges`` are (producer op index, consumer op index, feature map) for every feature map one pass produces
+    and a later pass of the same subgraph reads; ``graph`` is the same as a networkx DiGraph (one node per op
+    index with attribute ``op``, edges with attribute ``tensor``), built on first use so that a run which does
+    not need it does not pay for importing networkx. ``inputs`` are the feature maps read from outside the
+    subgraph (graph inputs or CPU results), ``outputs`` those read outside it.
     """
 
     name: str
-    graph: nx.DiGraph = field(repr=False)
     ops: tuple[NpuOp, ...]
     inputs: tuple[FeatureMap, ...]
     outputs: tuple[FeatureMap, ...]
+    edges: tuple[tuple[int, int, FeatureMap], ...] = field(default=(), repr=False)
+
+    @cached_property
+    def graph(self) -> nx.DiGraph:
+        import networkx
+
+        graph = networkx.DiGraph()
+        for op in self.ops:
+            graph.add_node(op.index, op=op)
+        for producer, consumer, tensor in self.edges:
+            graph.add_edge(producer, consumer, tensor=tensor)
+        return graph
 
 
 @dataclass(frozen=True, eq=False)
@@ -284,13 +298,12 @@ def _readers_per_run(passes: list[Pass], run_of: dict[int, int]) -> dict[tuple[i
 
 def _npu_subgraph(name: str, run: list[Pass], built: dict[int, NpuOp], sg_outputs: list[VTensor]) -> NpuSubgraph:
     ops = [built[id(ps)] for ps in run if id(ps) in built]
-    graph = nx.DiGraph()
+    edges: dict[tuple[int, int], FeatureMap] = {}
     producer: dict[int, int] = {}
     in_run = {id(ps) for ps in run}
     for ps in run:
         if id(ps) not in built:
             continue
-        graph.add_node(built[id(ps)].index, op=built[id(ps)])
     inputs: list[FeatureMap] = []
     outputs: list[FeatureMap] = []
     for ps in run:
@@ -301,7 +314,7 @@ def _npu_subgraph(name: str, run: list[Pass], built: dict[int, NpuOp], sg_output
             if t.is_const or t.purpose == "LUT":
                 continue
             if id(t) in producer:
-                graph.add_edge(producer[id(t)], me.index, tensor=t.feature_map())
+                edges[(producer[id(t)], me.index)] = t.feature_map()
             elif not any(t.feature_map() == x for x in inputs):
                 inputs.append(t.feature_map())
         for t in ps.outputs:
@@ -314,7 +327,8 @@ def _npu_subgraph(name: str, run: list[Pass], built: dict[int, NpuOp], sg_output
                            for c in t.consumers()) or any(t is o for o in sg_outputs)
             if external and not any(t.feature_map() == x for x in outputs):
                 outputs.append(t.feature_map())
-    return NpuSubgraph(name=name, graph=graph, ops=tuple(ops), inputs=tuple(inputs), outputs=tuple(outputs))
+    return NpuSubgraph(name=name, ops=tuple(ops), inputs=tuple(inputs), outputs=tuple(outputs),
+                       edges=tuple((a, b, fm) for (a, b), fm in edges.items()))
 
 
 __all__ = ["Network", "NpuSubgraph", "lower_model", "Quantization"]
