@@ -50,11 +50,47 @@ def load_config(golden_dir: Path, name: str) -> dict[str, Any]:
     raise ConfigError(f"no configs.json in {golden_dir} or its parent")
 
 
-def compare_model(model_path: Path, golden: Path, config: dict[str, Any]) -> tuple[list[OpComparison], float, float]:
-    """Per-op comparisons and the network totals (ours, Vela's)."""
+@dataclass
+class ModelComparison:
+    """One model under one configuration: per-op comparisons, network totals and cascade groupings.
+
+    Cascades are compared as (subgraph position, first op, last op) of every cascade of two or more ops.
+    """
+
+    model: str
+    ops: list[OpComparison]
+    cycles_ours: float
+    cycles_vela: float
+    cascades_ours: frozenset[tuple[int, int, int]]
+    cascades_vela: frozenset[tuple[int, int, int]]
+
+    @property
+    def cycles_error(self) -> float:
+        return percent_error(self.cycles_ours, self.cycles_vela)
+
+    @property
+    def cascades_equal(self) -> bool:
+        return self.cascades_ours == self.cascades_vela
+
+
+def _our_cascades(result: Any) -> frozenset[tuple[int, int, int]]:
+    found = set()
+    for sg_position, sg in enumerate(result.network.subgraphs):
+        groups: dict[int, list[int]] = {}
+        for position, op in enumerate(sg.ops):
+            cascade = result.schedule.op(op.index).cascade
+            if cascade is not None:
+                groups.setdefault(cascade, []).append(position)
+        found |= {(sg_position, p[0], p[-1]) for p in groups.values() if len(p) > 1}
+    return frozenset(found)
+
+
+def compare_model(model_path: Path, golden: Path, config: dict[str, Any]) -> ModelComparison:
+    """Run npusched's heuristic on one model and compare it with Vela's golden output for it."""
     options = run_options_from_vela_args(model_path, config)
     result = run(options)
-    vela_ops = [op for sched in read_verbose_schedule(golden / "vela_stdout.txt") for op in sched.ops]
+    vela_schedules = read_verbose_schedule(golden / "vela_stdout.txt")
+    vela_ops = [op for sched in vela_schedules for op in sched.ops]
     vela_rows = [row for group in read_per_layer(golden / "per_layer.csv") for row in group]
     ours_by_name: dict[str, list] = {}
     for cost in result.evaluation.ops:
@@ -71,6 +107,10 @@ def compare_model(model_path: Path, golden: Path, config: dict[str, Any]) -> tup
             npu_ours=cost.npu_cycles, npu_vela=float(row["NPU"]),
             cycles_ours=cost.total_cycles, cycles_vela=float(row["Op Cycles"]),
         ))
-    ours_total = result.evaluation.total_cycles
-    vela_total = float(read_summary(golden / "summary.csv")["cycles_total"])
-    return comparisons, ours_total, vela_total
+    vela_cascades = frozenset((sg_position, start, end) for sg_position, sched in enumerate(vela_schedules)
+                              for _, start, end, _ in sched.cascades if end > start)
+    return ModelComparison(
+        model=model_path.stem, ops=comparisons, cycles_ours=result.evaluation.total_cycles,
+        cycles_vela=float(read_summary(golden / "summary.csv")["cycles_total"]),
+        cascades_ours=_our_cascades(result), cascades_vela=vela_cascades,
+    )

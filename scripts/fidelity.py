@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from npusched.errors import NpuschedError
-from npusched.fidelity import OpComparison, compare_model, load_config, percent_error
+from npusched.fidelity import ModelComparison, compare_model, load_config
 
 
 def main() -> int:
@@ -27,6 +27,7 @@ def main() -> int:
     parser.add_argument("--models", help="comma-separated model names (default: every model with golden output)")
     parser.add_argument("--per-op", action="store_true", help="print one line per op")
     parser.add_argument("--csv", type=Path, help="write the per-op comparison as CSV")
+    parser.add_argument("--markdown", type=Path, help="append a per-model Markdown table to this file")
     args = parser.parse_args()
     try:
         config = load_config(args.golden_dir, args.config)
@@ -36,9 +37,7 @@ def main() -> int:
     if not config_dir.is_dir():
         raise SystemExit(f"error: no golden folder {config_dir}")
     wanted = set(args.models.split(",")) if args.models else None
-    all_ops: list[OpComparison] = []
-    totals_within_1 = 0
-    models = 0
+    models: list[ModelComparison] = []
     for golden in sorted(p for p in config_dir.iterdir() if p.is_dir()):
         if wanted and golden.name not in wanted:
             continue
@@ -47,22 +46,21 @@ def main() -> int:
             print(f"{golden.name}: model file missing in {args.model_dir}, skipped")
             continue
         try:
-            ops, ours, vela = compare_model(model_path, golden, config)
+            model = compare_model(model_path, golden, config)
         except NpuschedError as exc:
             print(f"{golden.name}: error: {exc}")
             continue
-        models += 1
-        all_ops += ops
-        total_error = percent_error(ours, vela)
-        totals_within_1 += abs(total_error) <= 1.0
+        models.append(model)
         if args.per_op:
-            for op in ops:
+            for op in model.ops:
                 print(f"  {'=' if op.block_equal else '!'} npu {op.npu_ours:>12.0f} vs {op.npu_vela:>12.0f} "
                       f"({op.npu_error:+6.2f}%)  op {op.cycles_ours:>12.0f} vs {op.cycles_vela:>12.0f} "
                       f"({op.cycles_error:+6.2f}%)  {op.name[:70]}")
-        equal = sum(op.block_equal for op in ops)
-        print(f"{golden.name:<26} ops {len(ops):>4}  block config equal {equal:>4}  total {ours:>14.1f} vs "
-              f"{vela:>14.1f} ({total_error:+.2f}%)")
+        equal = sum(op.block_equal for op in model.ops)
+        print(f"{model.model:<26} ops {len(model.ops):>4}  block config equal {equal:>4}  cascades "
+              f"{'equal' if model.cascades_equal else 'DIFFER'}  total {model.cycles_ours:>14.1f} vs "
+              f"{model.cycles_vela:>14.1f} ({model.cycles_error:+.2f}%)")
+    all_ops = [op for model in models for op in model.ops]
     if args.csv:
         with open(args.csv, "w", newline="") as handle:
             writer = csv.writer(handle)
@@ -74,9 +72,22 @@ def main() -> int:
     npu_ok = sum(abs(op.npu_error) <= 1.0 for op in equal_ops)
     cycles_ok = sum(abs(op.cycles_error) <= 1.0 for op in equal_ops)
     share = 100.0 * len(equal_ops) / len(all_ops) if all_ops else 0.0
-    print(f"SUMMARY {args.config}: {models} models, {len(all_ops)} ops matched by name; block config equal "
-          f"{len(equal_ops)} ({share:.1f}%); of those NPU cycles within 1%: {npu_ok}, op cycles within 1%: "
-          f"{cycles_ok}; network totals within 1%: {totals_within_1}/{models}")
+    within = {limit: sum(abs(m.cycles_error) <= limit for m in models) for limit in (1.0, 2.0, 10.0)}
+    cascades = sum(m.cascades_equal for m in models)
+    summary = (f"{args.config}: {len(models)} models, {len(all_ops)} ops matched by name; block config equal "
+               f"{len(equal_ops)} ({share:.1f}%); of those NPU cycles within 1%: {npu_ok}, op cycles within 1%: "
+               f"{cycles_ok}; network totals within 1%/2%/10%: {within[1.0]}/{within[2.0]}/{within[10.0]} of "
+               f"{len(models)}; cascade grouping equal: {cascades}/{len(models)}")
+    print("SUMMARY " + summary)
+    if args.markdown:
+        with open(args.markdown, "a") as handle:
+            handle.write(f"\n## {args.config}\n\n{summary}\n\n")
+            handle.write("| model | ops | block config equal | cascades equal | npusched cycles | Vela cycles | "
+                         "error % |\n|---|---:|---:|:---:|---:|---:|---:|\n")
+            for m in models:
+                handle.write(f"| {m.model} | {len(m.ops)} | {sum(op.block_equal for op in m.ops)} | "
+                             f"{'yes' if m.cascades_equal else 'no'} | {m.cycles_ours:.1f} | {m.cycles_vela:.1f} | "
+                             f"{m.cycles_error:+.2f} |\n")
     return 0
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from npusched.fidelity import compare_model, load_config, percent_error
+from npusched.fidelity import compare_model, load_config
 
 CONFIG = "u55-128_hee_shared"
 
@@ -27,7 +27,7 @@ def test_every_corpus_model_is_compared(corpus_comparison, corpus_dir: Path) -> 
 
 
 def test_block_configs_match_vela(corpus_comparison) -> None:
-    ops = [op for comparisons, _, _ in corpus_comparison.values() for op in comparisons]
+    ops = [op for model in corpus_comparison.values() for op in model.ops]
     assert len(ops) >= 440  # every scheduled op of the corpus is matched by name
     equal = sum(op.block_equal for op in ops)
     assert equal / len(ops) >= 0.95, f"block config equal for {equal}/{len(ops)} ops"
@@ -35,7 +35,7 @@ def test_block_configs_match_vela(corpus_comparison) -> None:
 
 def test_op_cycles_within_one_percent_where_blocks_match(corpus_comparison) -> None:
     off = [(op.model, op.name, op.npu_error, op.cycles_error)
-           for comparisons, _, _ in corpus_comparison.values() for op in comparisons
+           for model in corpus_comparison.values() for op in model.ops
            if op.block_equal and (abs(op.npu_error) > 1.0 or abs(op.cycles_error) > 1.0)]
     assert not off, off[:5]
 
@@ -44,5 +44,5 @@ def test_op_cycles_within_one_percent_where_blocks_match(corpus_comparison) -> N
                                    "micro_speech_int8", "mobilenet_v2_224_int8", "person_detect", "resnet8_ic_int8",
                                    "resnet_large_ic_int8", "str_ww_int8", "vww_96_int8"])
 def test_network_total_within_one_percent(corpus_comparison, model: str) -> None:
-    _, ours, vela = corpus_comparison[model]
-    assert abs(percent_error(ours, vela)) <= 1.0, (ours, vela)
+    comparison = corpus_comparison[model]
+    assert abs(comparison.cycles_error) <= 1.0, (comparison.cycles_ours, comparison.cycles_vela)
