@@ -111,7 +111,8 @@ class StripeCost:
     ``encoded`` is the weight stream (``npusched.model.weights.EncodedWeights``) the pass reads, ``depth_slices``
     the OFM depth slices it was encoded for; ``buffers`` the weight buffers in fast storage. ``op_cycles`` is the
     scheduler's compute estimate of the whole pass; the ``slack_*`` fields say how much time and fast storage the
-    next pass may use to prefetch its weights under this one.
+    next pass may use to prefetch its weights under this one (``slack_depth``: the OFM depth whose compute time
+    ``slack_cycles`` is, when weight slicing set it).
     """
 
     block_config: Any
@@ -125,6 +126,7 @@ class StripeCost:
     buffers: tuple[WeightBufferSpec, ...] = ()
     pre_buffer: bool = False
     slack_cycles: float = 0.0
+    slack_depth: int | None = None
     slack_memory: int = 0
     full_transfer_cycles: float = 0.0
 

@@ -12,20 +12,25 @@ different solvers are always compared on the same terms. The prices are Vela 5.2
   cascade share one step and hold their IFMs in rolling buffers. Two views are kept: per subgraph as Vela's
   scheduler sees it (its "SRAM Used"), and over the whole inference (its per-layer "SRAM Usage").
 
-``verify`` then checks the schedule against the network and the evaluation: every pass has its choices, stripes
-and weight slices are consistent, and fast storage never exceeds its limit.
+``verify`` then checks the schedule against the network and the evaluation: every pass has its choices, stripes,
+cascades and weight slices are consistent, and fast storage never exceeds its limit.
+
+The memory model is the only one in the project: the heuristic scheduler runs its candidates through it
+(``pass_memory_walk``), so what it decides on is what is judged here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from npusched.model import performance as perf
 from npusched.model import weights as wts
+from npusched.model.block_config import get_ifm_area_required
 from npusched.model.ir import FeatureMap, MemArea, NpuBlockType, NpuOp, Shape4D, TensorFormat, round_up
 from npusched.model.performance import Direction, Purpose
+from npusched.solver.cascades import rolling_buffer_shape
 from npusched.solver.schedule import OpSchedule, Schedule, TensorPlacement
 
 # Every tensor allocation is a multiple of this many bytes (Vela's Tensor.AllocationQuantum).
@@ -42,13 +47,20 @@ BandwidthKey = tuple[MemArea, Purpose, Direction]
 
 @dataclass(frozen=True)
 class LiveRange:
-    """One allocation in fast storage: the tensors sharing it, the steps it spans (inclusive) and its size."""
+    """One allocation in fast storage: the tensors sharing it (names, and the feature maps themselves), the steps
+    it spans (inclusive) and its size."""
 
     tensors: tuple[str, ...]
     start: int
     end: int
     size: int
     kind: str = "feature_map"  # or "weight_buffer"
+    feature_maps: tuple[FeatureMap, ...] = ()
+    weight_of: int | None = None  # op index of the pass whose weight buffer this is
+
+    def overlaps(self, other: LiveRange) -> bool:
+        """Whether the two ranges are live together for more than a shared boundary step."""
+        return max(self.start, other.start) < min(self.end, other.end)
 
 
 @dataclass(frozen=True)
@@ -116,6 +128,14 @@ class Evaluation:
     notes: tuple[str, ...] = field(default=())
     network_memory: SubgraphMemory | None = None
     network_memory_complete: bool = False
+
+    @property
+    def sram_used_peaks(self) -> tuple[int, ...]:
+        """Per subgraph, the most fast storage in use at any of its passes' steps as Vela's scheduler sees it (the
+        largest "SRAM Used" of its verbose schedule). ``peak_fast_storage`` is the real requirement: it also
+        counts the steps between passes and the feature maps the schedule moved into fast storage (Vela's
+        "sram_memory_used" when its allocation leaves no gaps)."""
+        return tuple(max((c.sram_used for c in self.ops if c.subgraph == m.name), default=0) for m in self.memory)
 
     @property
     def network_peak_fast_storage(self) -> int:
@@ -241,159 +261,250 @@ def weights_need_dma(arch: Any, op: NpuOp) -> bool:
 
 # --------------------------------------------------------------------------------------------------------------
 # Memory over time
+#
+# One model serves every caller: ``subgraph_memory``/``network_memory`` read it off a ``Schedule``, and the
+# heuristic's scheduler (``npusched.solver.fast_storage.live_ranges``) feeds it its candidate schedules through
+# ``PassMemory`` records, so the numbers the scheduler decides on are the numbers the judge prints.
+
+
+def reusable_ifm(op: NpuOp, use: TensorUse, fmt_of: Callable[[FeatureMap], TensorFormat],
+                 in_fast: Callable[[FeatureMap], bool] | None = None) -> FeatureMap | None:
+    """The IFM whose buffer a pass may overwrite with its OFM, or None (elementwise passes and DMA copies).
+
+    For an elementwise pass the input must have the pass's OFM shape, be a real (non-scalar, non-constant) tensor
+    with the OFM's layout and type and no other consumer, and the OFM must have no other producer; operands are
+    tried in the order the pass reads them. A DMA copy reuses its input when nothing else reads it. With
+    ``in_fast`` given both tensors must also be in fast storage (the live-range rule); without it only shapes,
+    layouts and consumers count (the scheduler's early estimate).
+    """
+
+    def ignored(fm: FeatureMap) -> bool:
+        return fm.is_const or (in_fast is not None and not in_fast(fm))
+
+    if op.npu_block_type == NpuBlockType.ElementWise and op.attr("memory_function") != "VariableTensorWrite":
+        ofm = op.ofm.tensor
+        if ignored(ofm) or op.attr("ifm_write_protected"):
+            return None
+        for access in ((op.ifm2, op.ifm) if op.reversed_operands else (op.ifm, op.ifm2)):
+            if access is None:
+                continue
+            fm = access.tensor
+            if access.shape != op.ofm.shape or fm.orig_shape == () or ignored(fm):
+                continue
+            if fmt_of(fm) != fmt_of(ofm) or fm.dtype != ofm.dtype:
+                continue
+            if use.consumer_count(fm) != 1 or len(use.producers.get(ofm, ())) != 1:
+                continue
+            return fm
+        return None
+    if op.op_type == "Memcpy":
+        ifm, ofm = op.ifm.tensor, op.ofm.tensor
+        if ignored(ifm) or ignored(ofm) or use.consumer_count(ifm) > 1:
+            return None
+        return ifm
+    return None
 
 
 def elementwise_reuse_source(op: NpuOp, arch: Any, schedule: Schedule, use: TensorUse) -> FeatureMap | None:
-    """The IFM whose buffer a pass may overwrite with its OFM, or None (elementwise passes and DMA copies).
+    """``reusable_ifm`` with the layouts and memories ``schedule`` gives the tensors."""
+    return reusable_ifm(op, use, lambda fm: placement_of(arch, schedule, fm).format,
+                        lambda fm: _in_fast_storage(arch, placement_of(arch, schedule, fm)))
 
-    For an elementwise pass the input must have the pass's OFM shape, be a real (non-scalar, non-constant)
-    tensor in fast storage with the OFM's layout and type, and have no other consumer; the OFM must have no
-    other producer.
+
+@dataclass(frozen=True)
+class PassMemory:
+    """What the memory model needs of one pass under some schedule.
+
+    ``cascade`` is any key naming the pass's cascade (None outside one); ``rolling_ifm`` the shape of the rolling
+    buffer its IFM occupies (cascaded passes after the first); ``weight_buffers`` the sizes in bytes of its
+    fast-storage weight buffers, ``pre_buffered`` whether the first is filled during the previous pass, and
+    ``last_buffer`` which buffer holds the final depth slice (it stays live to the end of the pass).
     """
-    if op.npu_block_type == NpuBlockType.ElementWise and op.attr("memory_function") != "VariableTensorWrite":
-        return _elementwise_source(op, arch, schedule, use)
-    if op.op_type == "Memcpy":
-        # A DMA copy reuses its input's buffer when nothing else reads the input.
-        ifm, ofm = op.ifm.tensor, op.ofm.tensor
-        if ifm.is_const or ofm.is_const:
-            return None
-        if not (_in_fast_storage(arch, placement_of(arch, schedule, ifm))
-                and _in_fast_storage(arch, placement_of(arch, schedule, ofm))):
-            return None
-        return ifm if use.consumer_count(ifm) <= 1 else None
-    return None
+
+    op: NpuOp
+    cascade: Any = None
+    rolling_ifm: Shape4D | None = None
+    weight_buffers: tuple[int, ...] = ()
+    pre_buffered: bool = False
+    last_buffer: int = 0
 
 
-def _elementwise_source(op: NpuOp, arch: Any, schedule: Schedule, use: TensorUse) -> FeatureMap | None:
-    ofm = op.ofm.tensor
-    ofm_place = placement_of(arch, schedule, ofm)
-    if not _in_fast_storage(arch, ofm_place):
-        return None
-    for access in (op.ifm, op.ifm2):
-        if access is None:
-            continue
-        fm = access.tensor
-        if fm.is_const or fm.orig_shape == () or access.shape != op.ofm.shape:
-            continue
-        if op.attr("ifm_write_protected"):
-            continue
-        place = placement_of(arch, schedule, fm)
-        if not _in_fast_storage(arch, place) or place.format != ofm_place.format or fm.dtype != ofm.dtype:
-            continue
-        if use.consumer_count(fm) != 1 or len(use.producers.get(ofm, ())) != 1:
-            continue
-        return fm
-    return None
+@dataclass
+class _Range:
+    """A live range under construction (mutable while the steps are walked)."""
+
+    keys: list[Any]
+    labels: list[str]
+    feature_maps: list[FeatureMap]
+    size: int
+    kind: str
+    weight_of: int | None = None
+    start: int | None = None
+    end: int | None = None
+
+    def mark(self, time: int, length: int = 1) -> None:
+        first = max(time, 0)
+        last = time + length
+        if last < first:
+            return
+        self.start = first if self.start is None else min(self.start, first)
+        self.end = last if self.end is None else max(self.end, last)
+
+    def frozen(self) -> LiveRange:
+        return LiveRange(tuple(self.labels), self.start, self.end, self.size, self.kind,
+                         tuple(self.feature_maps), self.weight_of)
 
 
-class _RangeBook:
-    """Builds live ranges the way Vela's LiveRangeGraph does (shared ranges for fused tensors)."""
+@dataclass
+class _FastStorage:
+    """How one memory walk sees the tensors: which are in fast storage, their sizes and layouts."""
 
-    def __init__(self) -> None:
-        self.ranges: list[dict[str, Any]] = []
-        self.by_key: dict[Any, dict[str, Any]] = {}
+    use: TensorUse
+    in_fast: Callable[[FeatureMap], bool]
+    size_of: Callable[[FeatureMap], int]
+    fmt_of: Callable[[FeatureMap], TensorFormat]
+    ranges: list[_Range] = field(default_factory=list)
+    by_key: dict[Any, _Range] = field(default_factory=dict)
 
-    def get(self, key: Any, label: str, size: int, kind: str) -> dict[str, Any]:
+    def range_of(self, fm: FeatureMap) -> _Range:
+        key = self.use.storage_key(fm)
         rng = self.by_key.get(key)
         if rng is None:
-            rng = {"tensors": [label], "start": None, "end": None, "size": size, "kind": kind}
+            rng = _Range([key], [_fm_label(fm)], [fm], self.size_of(fm), "feature_map")
             self.by_key[key] = rng
             self.ranges.append(rng)
         return rng
 
-    def fuse(self, source_key: Any, source_label: str, source_size: int, key: Any, label: str) -> None:
-        rng = self.get(source_key, source_label, source_size, "feature_map")
-        if key not in self.by_key:
-            rng["tensors"].append(label)
-            self.by_key[key] = rng
+    def mark(self, fm: FeatureMap, time: int) -> None:
+        if not fm.is_const and self.in_fast(fm):
+            self.range_of(fm).mark(time)
 
-    @staticmethod
-    def mark(rng: dict[str, Any], time: int, length: int = 1) -> None:
-        start = max(time, 0)
-        end = time + length
-        if end < start:
-            return
-        rng["start"] = start if rng["start"] is None else min(rng["start"], start)
-        rng["end"] = end if rng["end"] is None else max(rng["end"], end)
+    def walk(self, passes: Iterable[PassMemory], outputs: Iterable[FeatureMap], time: int
+             ) -> tuple[dict[int, int], int]:
+        """Mark the passes' live ranges from step ``time`` on; (step of each op index, end step).
+
+        Pass ``i`` runs at step ``time + 2 i`` except that a cascade's passes share its first pass's step; the
+        outputs are touched once more after the last pass.
+        """
+        steps: dict[int, int] = {}
+        cascade_step: dict[Any, int] = {}
+        current = time
+        for p in passes:
+            op = p.op
+            if p.cascade is None:
+                source = reusable_ifm(op, self.use, self.fmt_of, self.in_fast)
+                if source is not None:
+                    rng = self.range_of(source)
+                    key = self.use.storage_key(op.ofm.tensor)
+                    if key not in self.by_key:
+                        rng.keys.append(key)
+                        rng.labels.append(_fm_label(op.ofm.tensor))
+                        rng.feature_maps.append(op.ofm.tensor)
+                        self.by_key[key] = rng
+            t = cascade_step.get(p.cascade, current) if p.cascade is not None else current
+            steps[op.index] = t
+            for access in (op.ifm, op.ifm2, op.ofm):
+                if access is None or access.tensor.is_const:
+                    continue
+                fm = access.tensor
+                if access is op.ifm and p.rolling_ifm is not None:
+                    # A rolling buffer sits in fast storage whatever memory holds the whole tensor elsewhere;
+                    # its size (unpadded, as Vela sizes it) replaces the feature map's.
+                    rng = self.range_of(fm)
+                    rng.size = p.rolling_ifm.elements() * fm.dtype.size_in_bytes
+                    rng.mark(t)
+                else:
+                    self.mark(fm, t)
+            several = len(p.weight_buffers) > 1
+            for idx, size in enumerate(p.weight_buffers):
+                rng = _Range([("weights", op.index, idx)], [f"{op.name}_weight_buffer{idx + 1}"], [],
+                             round_up(max(size, 1), ALLOCATION_QUANTUM), "weight_buffer", op.index)
+                self.ranges.append(rng)
+                start, length = t, 1
+                if idx == 0 and p.pre_buffered:
+                    start, length = t - 1, 2
+                if several and idx != p.last_buffer:
+                    length -= 1
+                rng.mark(start, length)
+            if t == current:
+                current += 2
+            if p.cascade is not None:
+                cascade_step[p.cascade] = t
+        for fm in outputs:
+            self.mark(fm, current)
+        return steps, current
+
+    def usage(self, end_time: int) -> tuple[tuple[int, ...], tuple[LiveRange, ...]]:
+        usage = [0] * (end_time + 2)
+        ranges = []
+        for rng in self.ranges:
+            if rng.start is None or rng.end < rng.start:
+                continue
+            for t in range(rng.start, rng.end + 1):
+                usage[t] += rng.size
+            ranges.append(rng.frozen())
+        return tuple(usage), tuple(ranges)
 
 
-def _mark_fm(book: _RangeBook, arch: Any, schedule: Schedule, use: TensorUse, fm: FeatureMap, time: int,
-             length: int = 1) -> None:
-    if fm.is_const:
-        return
-    place = placement_of(arch, schedule, fm)
-    if not _in_fast_storage(arch, place):
-        return
-    rng = book.get(use.storage_key(fm), _fm_label(fm), storage_size(fm, place.format), "feature_map")
-    book.mark(rng, time, length)
+def pass_memory_walk(passes: Sequence[PassMemory], use: TensorUse, in_fast: Callable[[FeatureMap], bool],
+                     size_of: Callable[[FeatureMap], int], fmt_of: Callable[[FeatureMap], TensorFormat],
+                     outputs: Iterable[FeatureMap] = (), name: str = "") -> SubgraphMemory:
+    """Fast-storage use at every step of one subgraph given as ``PassMemory`` records (the memory model itself,
+    for schedulers that keep their candidates in their own terms). ``in_fast``/``size_of``/``fmt_of`` say which
+    feature maps are in fast storage, how many bytes they take there and in which layout."""
+    book = _FastStorage(use, in_fast, size_of, fmt_of)
+    steps, end = book.walk(passes, outputs, 0)
+    usage, ranges = book.usage(end)
+    return SubgraphMemory(name, usage, ranges, steps)
 
 
-def _mark_subgraph(book: _RangeBook, sg: Any, arch: Any, schedule: Schedule, use: TensorUse, time: int
-                   ) -> tuple[dict[int, int], int]:
-    """Mark the live ranges of one subgraph's passes from step ``time`` on; (step of each op, end step).
+def cascade_rolling_buffers(sg: Any, schedule: Schedule) -> dict[int, Shape4D]:
+    """The rolling buffer each cascaded pass (after its cascade's first) reads its IFM from, by op index.
 
-    All ops of a cascade share the step of its first op; the IFM of a cascaded op occupies only its rolling
-    buffer (the range takes the buffer's size, unpadded, as Vela sizes it).
+    The schedule's ``rolling_buffer`` when given, else Vela's size for it: the consumer's IFM stripe plus one
+    producer stripe, in whole consumer stripes, as wide as the wider of the two, depth padded to 16
+    (``npusched.solver.cascades.rolling_buffer_shape``).
     """
-    steps: dict[int, int] = {}
-    cascade_step: dict[int, int] = {}
-    current = time
+    result: dict[int, Shape4D] = {}
+    prev: OpSchedule | None = None
     for op in sg.ops:
         op_sched = schedule.op(op.index) if schedule.has_op(op.index) else None
-        cascade = op_sched.cascade if op_sched is not None else None
-        if cascade is None:
-            reuse = elementwise_reuse_source(op, arch, schedule, use)
-            if reuse is not None:
-                place = placement_of(arch, schedule, reuse)
-                book.fuse(use.storage_key(reuse), _fm_label(reuse), storage_size(reuse, place.format),
-                          use.storage_key(op.ofm.tensor), _fm_label(op.ofm.tensor))
-        time = cascade_step.get(cascade, current) if cascade is not None else current
-        steps[op.index] = time
-        rolling = op_sched.rolling_buffer if op_sched is not None else None
-        for access in (op.ifm, op.ifm2, op.ofm):
-            if access is None:
-                continue
-            if access is op.ifm and rolling is not None and not access.tensor.is_const:
-                # A rolling buffer always sits in fast storage, wherever the full tensor would live.
-                fm = access.tensor
-                place = placement_of(arch, schedule, fm)
-                rng = book.get(use.storage_key(fm), _fm_label(fm), storage_size(fm, place.format), "feature_map")
-                rng["size"] = rolling.elements() * fm.dtype.size_in_bytes
-                book.mark(rng, time)
-                continue
-            _mark_fm(book, arch, schedule, use, access.tensor, time)
-        if op_sched is not None:
-            buffering = op_sched.weight_buffering
-            last = buffering.last_buffer_index
-            for idx, size in enumerate(buffering.buffer_sizes):
-                rng = book.get(("weights", op.index, idx), f"{op.name}_weight_buffer{idx + 1}",
-                               round_up(size, ALLOCATION_QUANTUM), "weight_buffer")
-                start, length = time, 1
-                if idx == 0 and buffering.pre_buffered:
-                    start -= 1
-                    length += 1
-                if len(buffering.buffer_sizes) > 1 and idx != last:
-                    length -= 1
-                book.mark(rng, start, length)
-        if time == current:
-            current += 2
-        if cascade is not None:
-            cascade_step[cascade] = time
-    for fm in getattr(sg, "outputs", ()) or ():
-        _mark_fm(book, arch, schedule, use, fm, current)
-    return steps, current
-
-
-def _usage(book: _RangeBook, end_time: int) -> tuple[tuple[int, ...], tuple[LiveRange, ...]]:
-    usage = [0] * (end_time + 2)
-    ranges = []
-    for rng in book.ranges:
-        if rng["start"] is None:
+        if op_sched is None or op_sched.cascade is None:
+            prev = op_sched
             continue
-        for t in range(rng["start"], rng["end"] + 1):
-            usage[t] += rng["size"]
-        ranges.append(LiveRange(tuple(rng["tensors"]), rng["start"], rng["end"], rng["size"], rng["kind"]))
-    return tuple(usage), tuple(ranges)
+        if op_sched.rolling_buffer is not None:
+            result[op.index] = op_sched.rolling_buffer
+        elif prev is not None and prev.cascade == op_sched.cascade:
+            result[op.index] = rolling_buffer_shape(prev.ofm_stripe, op_sched.ifm_stripe)
+        prev = op_sched
+    return result
+
+
+def _passes(sg: Any, schedule: Schedule) -> list[PassMemory]:
+    rolling = cascade_rolling_buffers(sg, schedule)
+    passes = []
+    for op in sg.ops:
+        if not schedule.has_op(op.index):
+            passes.append(PassMemory(op))
+            continue
+        op_sched = schedule.op(op.index)
+        buffering = op_sched.weight_buffering
+        passes.append(PassMemory(op, op_sched.cascade, rolling.get(op.index), tuple(buffering.buffer_sizes),
+                                 buffering.pre_buffered, buffering.last_buffer_index))
+    return passes
+
+
+def _book(arch: Any, schedule: Schedule, use: TensorUse) -> _FastStorage:
+    def in_fast(fm: FeatureMap) -> bool:
+        return _in_fast_storage(arch, placement_of(arch, schedule, fm))
+
+    def size_of(fm: FeatureMap) -> int:
+        return storage_size(fm, placement_of(arch, schedule, fm).format)
+
+    def fmt_of(fm: FeatureMap) -> TensorFormat:
+        return placement_of(arch, schedule, fm).format
+
+    return _FastStorage(use, in_fast, size_of, fmt_of)
 
 
 def scheduling_view(arch: Any, schedule: Schedule) -> Schedule:
@@ -406,12 +517,13 @@ def scheduling_view(arch: Any, schedule: Schedule) -> Schedule:
 
 
 def subgraph_memory(sg: Any, arch: Any, schedule: Schedule, use: TensorUse | None = None) -> SubgraphMemory:
-    """Fast-storage use at every step of one NPU subgraph (Vela's per-subgraph memory snapshot, the one its
-    verbose schedule prints as "SRAM Used")."""
+    """Fast-storage use at every step of one NPU subgraph (Vela's per-subgraph memory snapshot): feature maps the
+    schedule places in fast storage, the rolling buffers of cascades and the weight buffers. Applied to
+    ``scheduling_view(schedule)`` it is what Vela's verbose schedule prints as "SRAM Used"."""
     use = use if use is not None else tensor_use(sg)
-    book = _RangeBook()
-    steps, end = _mark_subgraph(book, sg, arch, schedule, use, 0)
-    usage, ranges = _usage(book, end)
+    book = _book(arch, schedule, use)
+    steps, end = book.walk(_passes(sg, schedule), getattr(sg, "outputs", ()) or (), 0)
+    usage, ranges = book.usage(end)
     return SubgraphMemory(getattr(sg, "name", ""), usage, ranges, steps)
 
 
@@ -428,13 +540,13 @@ def network_memory(network: Any, arch: Any, schedule: Schedule, use: TensorUse |
     sg_of_op = {op.index: sg for sg in subgraphs for op in sg.ops}
     produced = set(use.producers)
     complete = True
-    book = _RangeBook()
+    book = _book(arch, schedule, use)
     steps: dict[int, int] = {}
     time = 0
     for sg in subgraphs:  # start-up: graph inputs (tensors no pass produces)
         for fm in getattr(sg, "inputs", ()) or ():
             if fm not in produced and fm.name not in use.variables:
-                _mark_fm(book, arch, schedule, use, fm, time)
+                book.mark(fm, time)
     time += 2
     done: set[int] = set()
     for op in getattr(network, "ops", ()) or tuple(o for sg in subgraphs for o in sg.ops):
@@ -445,22 +557,21 @@ def network_memory(network: Any, arch: Any, schedule: Schedule, use: TensorUse |
                 complete = False
             for fm in tensors:
                 if isinstance(fm, FeatureMap):
-                    _mark_fm(book, arch, schedule, use, fm, time)
+                    book.mark(fm, time)
             time += 2
             continue
         if id(sg) in done:
             continue
         done.add(id(sg))
         for fm in getattr(sg, "inputs", ()) or ():
-            _mark_fm(book, arch, schedule, use, fm, time)
-        sg_steps, time = _mark_subgraph(book, sg, arch, schedule, use, time)
+            book.mark(fm, time)
+        sg_steps, time = book.walk(_passes(sg, schedule), getattr(sg, "outputs", ()) or (), time)
         steps.update(sg_steps)
     for rng_key, rng in book.by_key.items():
         if isinstance(rng_key, tuple) and rng_key[:1] == ("variable",):
-            book.mark(rng, 0, time + 1)
-    usage, ranges = _usage(book, time)
+            rng.mark(0, time + 1)
+    usage, ranges = book.usage(time)
     return SubgraphMemory(getattr(network, "name", ""), usage, ranges, steps), complete
-
 
 # --------------------------------------------------------------------------------------------------------------
 # Pricing one pass
@@ -535,8 +646,11 @@ def full_weight_transfer_cycles(arch: Any, op: NpuOp, op_sched: OpSchedule) -> f
 
 
 def slack_buffering_cycles(arch: Any, op: NpuOp, op_sched: OpSchedule, schedule: Schedule) -> float:
-    """NPU time under which the next pass may prefetch its first weights: this pass's last weight slice (or the
-    whole pass when its weights are not sliced)."""
+    """NPU time under which the next pass may prefetch its first weights: the compute time of the schedule's
+    ``slack_ofm_depth`` when given, else of this pass's last weight slice (or the whole pass when its weights are
+    not sliced)."""
+    if op_sched.slack_ofm_depth is not None:
+        return scheduler_op_cycles(arch, op, op_sched, schedule, op_sched.slack_ofm_depth)
     if op_sched.tail_slack_cycles is not None:
         return op_sched.tail_slack_cycles
     slices = op_sched.depth_slices
@@ -703,6 +817,45 @@ def _stripe_problems(op: NpuOp, op_sched: OpSchedule) -> Iterable[str]:
         yield f"{label}: IFM2 stripe {op_sched.ifm2_stripe} does not match the op's IFM2"
 
 
+def _cascade_problems(sg: Any, schedule: Schedule) -> Iterable[str]:
+    """A cascade is a run of consecutive passes, each reading the previous one's OFM; every cascaded pass's IFM
+    stripe covers the rows its OFM stripe needs, and the rolling buffer between two passes holds at least the
+    consumer's IFM stripe and the producer's OFM stripe."""
+    ops = [op for op in sg.ops if schedule.has_op(op.index)]
+    rolling = cascade_rolling_buffers(sg, schedule)
+    seen: set[Any] = set()
+    prev: NpuOp | None = None
+    prev_sched: OpSchedule | None = None
+    for op in ops:
+        op_sched = schedule.op(op.index)
+        cascade = op_sched.cascade
+        label = f"op {op.index} ({op.name})"
+        continues = cascade is not None and prev_sched is not None and prev_sched.cascade == cascade
+        if cascade is not None and not continues:
+            if cascade in seen:
+                yield f"{label}: cascade {cascade} is not a run of consecutive passes"
+            seen.add(cascade)
+        if cascade is not None:
+            width, height = get_ifm_area_required(op_sched.ofm_stripe, op.kernel, op.resampling_mode)
+            need_h = min(height, op.ifm.shape.height)
+            need_w = min(width, op.ifm.shape.width)
+            stripe = op_sched.ifm_stripe
+            if stripe.height < need_h or stripe.width < need_w:
+                yield (f"{label}: IFM stripe {stripe} is smaller than the {need_h} rows x {need_w} columns its "
+                       f"OFM stripe {op_sched.ofm_stripe} reads")
+        if continues and prev is not None and prev_sched is not None:
+            if op.ifm.tensor != prev.ofm.tensor:
+                yield f"{label}: cascaded after op {prev.index} but does not read its OFM as IFM"
+            buffer = rolling.get(op.index)
+            stripe = op_sched.ifm_stripe
+            if buffer is not None and (buffer.height < max(stripe.height, prev_sched.ofm_stripe.height)
+                                       or buffer.width < stripe.width
+                                       or buffer.depth < prev_sched.ofm_stripe.depth):
+                yield (f"{label}: rolling buffer {buffer} cannot hold its IFM stripe {stripe} and the producer's "
+                       f"OFM stripe {prev_sched.ofm_stripe}")
+        prev, prev_sched = op, op_sched
+
+
 def _weight_problems(arch: Any, op: NpuOp, op_sched: OpSchedule) -> Iterable[str]:
     label = f"op {op.index} ({op.name})"
     buffering = op_sched.weight_buffering
@@ -738,8 +891,11 @@ def verify(network: Any, arch: Any, schedule: Schedule, evaluation: Evaluation |
            limit: int | None = None) -> list[str]:
     """Every way ``schedule`` is invalid for ``network``; empty when it is valid.
 
-    ``limit`` is the fast-storage budget (default: the architecture's arena cache size); every subgraph's first
-    step above it is reported.
+    Checked: every pass has its choices; stripes, weight slices and buffers agree with the op; cascades are runs
+    of consecutive passes each reading the previous one's OFM, with IFM stripes covering what their OFM stripes
+    read and rolling buffers holding both stripes around them; and fast storage (feature maps the schedule puts
+    there, rolling and weight buffers) never exceeds ``limit`` (default: the architecture's arena cache size) —
+    every subgraph's first step above it is reported.
     """
     problems: list[str] = []
     for sg in subgraphs_of(network):
@@ -753,6 +909,11 @@ def verify(network: Any, arch: Any, schedule: Schedule, evaluation: Evaluation |
                 continue
             problems.extend(_stripe_problems(op, op_sched))
             problems.extend(_weight_problems(arch, op, op_sched))
+            depth = op_sched.slack_ofm_depth
+            if depth is not None and not 0 < depth <= op_sched.ofm_stripe.depth:
+                problems.append(f"op {op.index} ({op.name}): slack depth {depth} is outside its OFM stripe depth "
+                                f"{op_sched.ofm_stripe.depth}")
+        problems.extend(_cascade_problems(sg, schedule))
     evaluation = evaluation if evaluation is not None else evaluate(network, arch, schedule)
     budget = staging_limit(arch) if limit is None else int(limit)
     for memory in evaluation.memory:

@@ -2,11 +2,10 @@
 
 Two things of Vela 5.2.0's legacy scheduler live here, as pure functions over explicit state:
 
-* the memory snapshot (``live_ranges``): pass ``i`` of a subgraph runs at step ``2 i``, except that every pass of
-  a cascade runs at the step of the cascade's first pass; a tensor lives from the first step that touches it to one
-  step after the last; an elementwise pass outside a cascade may write its OFM over an IFM it consumes; the IFM of
-  a cascaded pass is a rolling buffer whose size replaces the feature map's; weight buffers live for their pass
-  (one step earlier when pre-buffered, one step shorter for the buffer that does not hold the last slice).
+* the memory snapshot of a candidate schedule (``live_ranges``), in the scheduler's terms; the model itself is
+  the evaluator's (``npusched.solver.evaluator.pass_memory_walk``), so the scheduler decides on the same numbers
+  the judge prints: pass ``i`` runs at step ``2 i`` except that a cascade's passes share its first pass's step,
+  the IFM of a cascaded pass is a rolling buffer, weight buffers live for their pass.
 * the placement of intermediate feature maps (``use_fast_storage``): every OFM read inside the subgraph is first
   put in fast storage; if that overflows the staging limit, feature maps that can never fit are evicted, those
   that always fit stay, and the rest compete: within groups of overlapping live ranges every keep/evict
@@ -23,9 +22,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from npusched.model.ir import FeatureMap, MemArea, NpuBlockType, NpuOp, TensorFormat
+from npusched.model.ir import FeatureMap, MemArea, NpuOp, TensorFormat
 from npusched.solver.cascades import CascadeInfo, SchedOp, StripeCost
-from npusched.solver.evaluator import TensorUse, storage_size
+from npusched.solver.evaluator import PassMemory, TensorUse, pass_memory_walk, reusable_ifm, storage_size
 
 # Components of competing live ranges are searched exhaustively; bigger groups are cut at this many ranges, and
 # a range this much longer than its neighbours is dropped from the competition (Vela's limits).
@@ -117,109 +116,39 @@ def fusable_ifm(op: NpuOp, use: TensorUse, formats: Mapping[FeatureMap, TensorFo
                 in_fast: Callable[[FeatureMap], bool] | None = None) -> FeatureMap | None:
     """The IFM whose buffer the pass may overwrite with its OFM (elementwise passes and DMA copies), or None.
 
-    With ``in_fast`` given, both must also be in fast storage (the live-range check); without it only the shapes,
-    layouts and consumers count (the scheduler's estimate).
+    The rule is the evaluator's (``reusable_ifm``). With ``in_fast`` given, both must also be in fast storage
+    (the live-range check); without it only the shapes, layouts and consumers count (the scheduler's estimate).
     """
-
-    def ignored(fm: FeatureMap) -> bool:
-        return fm.is_const or (in_fast is not None and not in_fast(fm))
-
-    if op.npu_block_type == NpuBlockType.ElementWise and op.attr("memory_function") != "VariableTensorWrite":
-        ofm = op.ofm.tensor
-        if ignored(ofm):
-            return None
-        operands = (op.ifm2, op.ifm) if op.reversed_operands else (op.ifm, op.ifm2)
-        for access in operands:
-            if access is None:
-                continue
-            fm = access.tensor
-            if access.shape != op.ofm.shape or fm.orig_shape == () or ignored(fm) or op.attr("ifm_write_protected"):
-                continue
-            if formats.get(fm, TensorFormat.NHWC) != formats.get(ofm, TensorFormat.NHWC):
-                continue
-            if fm.dtype != ofm.dtype or use.consumer_count(fm) != 1 or len(use.producers.get(ofm, ())) != 1:
-                continue
-            return fm
-        return None
-    if op.op_type == "Memcpy":
-        ifm, ofm = op.ifm.tensor, op.ofm.tensor
-        if ignored(ifm) or ignored(ofm) or use.consumer_count(ifm) > 1:
-            return None
-        return ifm
-    return None
+    return reusable_ifm(op, use, lambda fm: formats.get(fm, TensorFormat.NHWC), in_fast)
 
 
 def live_ranges(facts: SubgraphFacts, costs: Mapping[int, StripeCost], cascades: Mapping[int, CascadeInfo],
                 where: Mapping[FeatureMap, Residence]) -> Snapshot:
-    """Fast-storage live ranges of the subgraph under ``costs``/``cascades`` with feature maps in ``where``."""
-    ranges: list[LiveRange] = []
-    by_key: dict[Any, LiveRange] = {}
-    use = facts.use
+    """Fast-storage live ranges of the subgraph under ``costs``/``cascades`` with feature maps in ``where``.
 
-    def range_of(fm: FeatureMap) -> LiveRange:
-        key = use.storage_key(fm)
-        rng = by_key.get(key)
-        if rng is None:
-            rng = LiveRange([key], [fm], _fm_size(facts, fm), facts.fast_area)
-            by_key[key] = rng
-            ranges.append(rng)
-        return rng
-
-    time_index: dict[int, int] = {}
-    cascade_time: dict[int, int] = {}
-    now = 0
+    The memory model is the evaluator's (``npusched.solver.evaluator.pass_memory_walk``): this only restates the
+    candidate schedule in its terms and the result in the scheduler's.
+    """
+    passes = []
     for sop in facts.sched_ops:
         cost = costs[sop.pos]
-        info = cascades.get(cost.cascade)
-        if info is None:
-            source = fusable_ifm(sop.op, use, facts.formats, lambda fm: _in_fast(facts, where, fm))
-            if source is not None:
-                rng = range_of(source)
-                out_key = use.storage_key(sop.ofm)
-                if out_key not in by_key:
-                    rng.keys.append(out_key)
-                    rng.tensors.append(sop.ofm)
-                    by_key[out_key] = rng
-        t = cascade_time.get(cost.cascade, now) if cost.cascade else now
-        time_index[sop.pos] = t
-        op = sop.op
-        for access in (op.ifm, op.ifm2, op.ofm):
-            if access is None or access.tensor.is_const:
-                continue
-            fm = access.tensor
-            if info is not None and access is op.ifm and sop.pos in info.buffers:
-                rng = range_of(fm)
-                rng.size = info.buffers[sop.pos].elements() * fm.dtype.size_in_bytes
-                rng.mem_area = facts.fast_area
-            elif _in_fast(facts, where, fm):
-                rng = range_of(fm)
-            else:
-                continue
-            rng.mark(t)
-        last = len(cost.depth_slices) % len(cost.buffers) if len(cost.buffers) > 1 else 0
-        for idx, buf in enumerate(cost.buffers):
-            rng = LiveRange([("weights", sop.pos, idx)], [], buf.storage, facts.fast_area, weight_of=sop.pos)
-            ranges.append(rng)
-            start, length = t, 1
-            if idx == 0 and cost.pre_buffer:
-                start, length = t - 1, 2
-            if len(cost.buffers) > 1 and idx != last:
-                length -= 1
-            rng.mark(start, length)
-        if t == now:
-            now += 2
-        if cost.cascade:
-            cascade_time[cost.cascade] = t
-    for fm in facts.outputs:
-        if _in_fast(facts, where, fm):
-            range_of(fm).mark(now)
-    usage = [0] * (now + 2)
-    for rng in ranges:
-        if rng.mem_area != facts.fast_area or rng.end < rng.start:
-            continue
-        for step in range(rng.start, rng.end + 1):
-            usage[step] += rng.size
-    return Snapshot(ranges, time_index, usage)
+        info = cascades.get(cost.cascade) if cost.cascade else None
+        buffers = tuple(b.size for b in cost.buffers)
+        passes.append(PassMemory(
+            op=sop.op,
+            cascade=cost.cascade if cost.cascade else None,
+            rolling_ifm=info.buffers.get(sop.pos) if info is not None else None,
+            weight_buffers=buffers,
+            pre_buffered=cost.pre_buffer,
+            last_buffer=len(cost.depth_slices) % len(buffers) if len(buffers) > 1 else 0,
+        ))
+    memory = pass_memory_walk(passes, facts.use, lambda fm: _in_fast(facts, where, fm),
+                              lambda fm: _fm_size(facts, fm), lambda fm: facts.formats.get(fm, TensorFormat.NHWC),
+                              facts.outputs)
+    pos_of = {sop.op.index: sop.pos for sop in facts.sched_ops}
+    ranges = [LiveRange([], list(r.feature_maps), r.size, facts.fast_area, r.start, r.end,
+                        pos_of[r.weight_of] if r.weight_of is not None else None) for r in memory.live_ranges]
+    return Snapshot(ranges, {pos_of[i]: t for i, t in memory.op_steps.items()}, list(memory.usage))
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from itertools import pairwise
 from typing import Any
 
 from npusched.errors import ScheduleError
@@ -37,19 +36,20 @@ from npusched.solver.cascades import (
     WeightBufferSpec,
     build_cascades,
     cascadable_kind,
-    rolling_buffer_shape,
     schedule_memory_estimate,
 )
 from npusched.solver.evaluator import (
     TensorUse,
     staging_limit,
     storage_size,
+    subgraph_memory,
     subgraphs_of,
     tensor_use,
     weights_need_dma,
 )
 from npusched.solver.fast_storage import (
     FastStorageResult,
+    LiveRange,
     Residence,
     Snapshot,
     SubgraphFacts,
@@ -315,7 +315,7 @@ def _buffered(ctx: _Context, ref: Mapping[int, StripeCost], snap: Snapshot, limi
         base = ref[sop.pos]
         t = snap.time_index[sop.pos]
         used = usage[t] if t < len(usage) else 0
-        cost = replace(base, slack_cycles=base.op_cycles, slack_memory=limit - used)
+        cost = replace(base, slack_cycles=base.op_cycles, slack_depth=None, slack_memory=limit - used)
         if sop.op.weights is not None:
             buffer_limit = cost.slack_memory
             evicted = (evicted_sizes or {}).get(sop.pos, 0)
@@ -344,6 +344,12 @@ def _buffer_weights(ctx: _Context, sop: SchedOp, cost: StripeCost, base: StripeC
         return perf.measure_mem2mem_cycles(ctx.arch, ctx.arch.permanent_storage_mem_area,
                                            ctx.arch.fast_storage_mem_area, size)
 
+    depths_priced: list[int] = []
+
+    def priced(d: int) -> float:
+        depths_priced.append(d)
+        return _op_cycles(ctx, sop, config, where, d)
+
     plan = wts.plan_weight_buffering(
         lambda slices: _encode(ctx, sop, config, slices), depth, config.ofm_block.depth,
         needs_dma=True, is_fully_connected=False, cascaded=bool(base.cascade),
@@ -351,13 +357,15 @@ def _buffer_weights(ctx: _Context, sop: SchedOp, cost: StripeCost, base: StripeC
         slack_cycles=prev.slack_cycles if prev is not None else 0,
         slack_memory=prev.slack_memory if prev is not None else 0,
         transfer_cycles=transfer,
-        op_cycles=lambda d: _op_cycles(ctx, sop, config, where, d),
+        op_cycles=priced,
     )
     changes: dict[str, Any] = {}
     if plan.full_transfer_cycles is not None:
         changes["full_transfer_cycles"] = plan.full_transfer_cycles
     if plan.tail_cycles is not None:
+        # The planner prices the last planned slice last: its depth is what the schedule records.
         changes["slack_cycles"] = plan.tail_cycles
+        changes["slack_depth"] = depths_priced[-1]
     if plan.buffered:
         changes.update(
             encoded=plan.encoded, depth_slices=tuple(plan.depth_slices), pre_buffer=bool(plan.pre_buffer),
@@ -614,7 +622,7 @@ def _op_schedule(sop: SchedOp, cost: StripeCost, cascade_op_index: int | None) -
         encoded = _weights_ref(cost.encoded, cost.block_config.ofm_block.depth)
     return OpSchedule(op_index=sop.op.index, block_config=cost.block_config, ofm_stripe=cost.stripe,
                       ifm_stripe=cost.stripe_input, ifm2_stripe=cost.stripe_input2, cascade=cascade_op_index,
-                      weight_buffering=buffering, encoded_weights=encoded)
+                      weight_buffering=buffering, encoded_weights=encoded, slack_ofm_depth=cost.slack_depth)
 
 
 def _acceptable_schedule(arch: Any, sg: Any, use: TensorUse, formats: Mapping[FeatureMap, TensorFormat],
@@ -688,42 +696,19 @@ def heuristic_schedule(network_or_subgraph: Any, arch: Any, optimise: str | None
 
 
 def memory_over_time(network_or_subgraph: Any, arch: Any, schedule: Schedule) -> tuple[Snapshot, ...]:
-    """Vela's fast-storage snapshot of every NPU subgraph under any ``schedule`` (one per subgraph, in order).
+    """Vela's fast-storage snapshot of every NPU subgraph under any ``schedule`` (one per subgraph, in order),
+    indexed by pass position.
 
-    Unlike a per-pass model it knows cascades: the passes of a cascade share one step and the feature maps
-    between them take only their rolling buffers (shaped from the schedule's stripes). Feature maps live where
-    the schedule places them.
+    This is the evaluator's ``subgraph_memory`` restated in the scheduler's terms: cascades share one step and the
+    feature maps between their passes take only their rolling buffers; feature maps live where the schedule places
+    them.
     """
     use = tensor_use(network_or_subgraph)
-    formats = {fm: place.format for fm, place in vela_tensor_placements(network_or_subgraph, arch, use)}
-    formats.update({fm: place.format for fm, place in schedule.tensors})
-    where = {fm: Residence(place.mem_area, place.mem_area == arch.fast_storage_mem_area)
-             for fm, place in schedule.tensors}
     snapshots = []
     for sg in subgraphs_of(network_or_subgraph):
-        sched_ops = sched_ops_of(sg, use, formats)
-        pos_of = {sop.op.index: sop.pos for sop in sched_ops}
-        costs: dict[int, StripeCost] = {}
-        members: dict[int, list[int]] = {}
-        for sop in sched_ops:
-            op_sched = schedule.op(sop.op.index)
-            buffering = op_sched.weight_buffering
-            cascade = pos_of[op_sched.cascade] if op_sched.cascade is not None else 0
-            if cascade:
-                members.setdefault(cascade, []).append(sop.pos)
-            costs[sop.pos] = StripeCost(
-                block_config=op_sched.block_config, stripe_input=op_sched.ifm_stripe,
-                stripe_input2=op_sched.ifm2_stripe, stripe=op_sched.ofm_stripe, cascade=cascade,
-                depth_slices=tuple(op_sched.depth_slices), pre_buffer=buffering.pre_buffered,
-                buffers=tuple(WeightBufferSpec(size, buffering.kind == "double") for size in buffering.buffer_sizes),
-            )
-        cascades = {}
-        for end, positions in members.items():
-            rolling = {later: rolling_buffer_shape(costs[earlier].stripe, costs[later].stripe_input)
-                       for earlier, later in pairwise(positions)}
-            cascades[end] = CascadeInfo(min(positions), end, rolling)
-        facts = SubgraphFacts(sched_ops=sched_ops, outputs=tuple(getattr(sg, "outputs", ()) or ()), use=use,
-                              formats=formats, fast_area=arch.fast_storage_mem_area,
-                              default_area=arch.feature_map_storage_mem_area)
-        snapshots.append(live_ranges(facts, costs, cascades, where))
+        memory = subgraph_memory(sg, arch, schedule, use)
+        pos_of = {op.index: pos for pos, op in enumerate(sg.ops)}
+        ranges = [LiveRange([], list(r.feature_maps), r.size, arch.fast_storage_mem_area, r.start, r.end,
+                            pos_of[r.weight_of] if r.weight_of is not None else None) for r in memory.live_ranges]
+        snapshots.append(Snapshot(ranges, {pos_of[i]: t for i, t in memory.op_steps.items()}, list(memory.usage)))
     return tuple(snapshots)

@@ -188,7 +188,11 @@ def buffer_weights(network: Any, arch: Any, ref: Schedule, limit: int) -> Schedu
                 def encode(slices: tuple[int, ...], _op: NpuOp = op, _depth: int = block_depth) -> wts.EncodedWeights:
                     return wts.encode_op_weights(arch, _op, _depth, slices)
 
-                def op_cycles(depth: int, _op: NpuOp = op, _sched: OpSchedule = op_sched) -> float:
+                priced: list[int] = []
+
+                def op_cycles(depth: int, _op: NpuOp = op, _sched: OpSchedule = op_sched,
+                              _priced: list[int] = priced) -> float:
+                    _priced.append(depth)
                     return scheduler_op_cycles(arch, _op, _sched, ref, depth)
 
                 def transfer(size: int) -> float:
@@ -218,7 +222,8 @@ def buffer_weights(network: Any, arch: Any, ref: Schedule, limit: int) -> Schedu
                     ifm_stripe=op_sched.ifm_stripe, ifm2_stripe=op_sched.ifm2_stripe, cascade=op_sched.cascade,
                     weight_buffering=buffering, encoded_weights=_ref(plan.encoded, block_depth),
                     rolling_buffer=op_sched.rolling_buffer,
-                    tail_slack_cycles=plan.tail_cycles if sliced_but_unbuffered else None,
+                    # The planner prices the planned last slice last; the evaluator prices that depth again.
+                    slack_ofm_depth=priced[-1] if sliced_but_unbuffered else None,
                 )
                 if plan.tail_cycles is not None:
                     slack_cycles = plan.tail_cycles

@@ -88,9 +88,12 @@ class OpSchedule:
     depend on the block-config search). ``cascade`` names the cascade the op belongs to (Vela uses the index of
     the cascade's last op), None when it runs on its own. ``rolling_buffer`` is the shape of the buffer that holds
     this op's IFM inside a cascade (None for the first op of a cascade and for ops outside one).
-    ``tail_slack_cycles`` keeps a quirk of Vela's weight buffering: when it slices an op's weights but then
-    finds the slices do not fit and reads them unbuffered, the next op may still prefetch only under the
-    planned last slice; those are the cycles of that slice (None: derived from the depth slices).
+    ``slack_ofm_depth`` is the OFM depth whose compute time the next op may hide its first weight DMA under
+    (None: the last depth slice, or the whole op when its weights are not sliced). It keeps a quirk of Vela's
+    weight buffering: when Vela slices an op's weights but the slices then do not fit, it reads the full weights
+    in place yet still gives the next op only the planned last slice's time. The evaluator prices that depth
+    itself. ``tail_slack_cycles`` is the older form of the same thing as a cycle count, honoured only when
+    ``slack_ofm_depth`` is None; prefer the depth, which the judge can price and check.
     """
 
     op_index: int
@@ -103,6 +106,7 @@ class OpSchedule:
     encoded_weights: EncodedWeightsRef | None = None
     rolling_buffer: Shape4D | None = None
     tail_slack_cycles: float | None = None
+    slack_ofm_depth: int | None = None
 
     @property
     def depth_slices(self) -> tuple[int, ...]:

@@ -1,0 +1,419 @@
+"""Candidates for the CP-SAT scheduler: ways to run an interval of consecutive passes of one subgraph.
+
+A candidate fixes every choice for the passes ``start..end`` (positions in the subgraph's execution order): one
+pass run whole (``start == end``, no cascade) or a cascade of several. What it leaves open is where the feature
+maps on its boundary live (fast storage or their default area) and what the pass before it leaves as slack for
+prefetching weights; its price is a table over exactly those, filled by the evaluator's own ``price_op``.
+
+Where candidates come from (and how many, per subgraph of n passes):
+
+* every pass alone: its best few block configs (``BLOCK_CONFIGS_PER_OP`` by cycles, ranked once with weights
+  copied into one buffer and once with weights read in place, plus Vela's), each both ways: <= 2 x (2 x 3 + 1);
+* the passes of the hint (the heuristic's schedule) and of Vela's MAX_BUFFERED schedule, verbatim: the hint is a
+  solution of the model whenever it fits and avoids the artefact below, and Vela's double-buffered weight slices
+  are on offer;
+* cascades: every run of 2..``MAX_CASCADE_LENGTH`` consecutive passes Vela's rules let cascade (cascadable kinds,
+  single consumer, the consumer reads the producer's OFM as its IFM, brick-format stripes), at a few final stripe
+  heights (1..``SMALL_STRIPES`` and the ``STRIPE_HEIGHTS`` largest powers of two above, below the OFM height),
+  each pass with Vela's block config for its stripe or the fastest one that fits it, weights all buffered or all
+  in place: <= n x (MAX_CASCADE_LENGTH - 1) x (SMALL_STRIPES + STRIPE_HEIGHTS) x 4.
+
+Generated buffered weights are not pre-buffered (their buffer is live from their own step): Vela does the same
+whenever memory is short, and its estimate (the evaluator's) credits the prefetch under the previous pass either
+way, so a pre-buffered variant would cost the same and only take more memory.
+
+Dominated block configs are dropped before ranking (``drop_dominated``). Candidates that would profit from an
+artefact of Vela's estimate are kept out of the model, the hint's own included: a cascaded pass with buffered
+weights is priced with its weight transfer at zero but still credited with the part of it hidden under the
+previous pass, which can price it below its own compute time (allowing it, CP-SAT "finds" schedules 3x faster
+than Vela's on str_ww_int8). Keeping the candidate space independent of the hint this way also keeps it
+independent of the memory limit, so more memory never shrinks it. The hint stays the fallback: the result is
+the better of the two by the evaluator.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from npusched.model import weights as wts
+from npusched.model.block_config import find_block_config_for_op, get_ifm_area_required
+from npusched.model.ir import FeatureMap, NpuOp, ResamplingMode, Shape4D, round_up
+from npusched.model.options import OpOption, drop_dominated, price_options
+from npusched.solver.cascades import SchedOp, rolling_buffer_shape
+from npusched.solver.evaluator import ALLOCATION_QUANTUM, TensorUse, price_op, weights_need_dma
+from npusched.solver.schedule import EncodedWeightsRef, OpSchedule, Schedule, TensorPlacement, WeightBuffering
+
+BLOCK_CONFIGS_PER_OP = 3
+MAX_CASCADE_LENGTH = 8
+STRIPE_HEIGHTS = 3
+SMALL_STRIPES = 8
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way to run passes ``start..end`` of subgraph ``sg``.
+
+    ``boundary`` are the feature maps it reads from or writes to outside itself; ``internal`` those that live
+    only in its rolling buffers. Memory of its own (rolling and weight buffers) is split by step: ``mem_before``
+    at the odd step before it (pre-buffered weights), ``mem_at`` at its own step, ``mem_after`` at the odd step
+    after it. ``reuse`` is (IFM, OFM, bytes) when a lone elementwise pass may write its OFM over its IFM.
+    """
+
+    sg: int
+    start: int
+    end: int
+    ops: tuple[OpSchedule, ...]
+    source: str
+    boundary: tuple[FeatureMap, ...]
+    internal: frozenset[FeatureMap]
+    mem_before: int
+    mem_at: int
+    mem_after: int
+    reuse: tuple[FeatureMap, FeatureMap, int] | None = None
+    key: tuple = field(default=(), compare=False)
+
+
+def _ref(encoded: wts.EncodedWeights, block_depth: int) -> EncodedWeightsRef:
+    return EncodedWeightsRef(
+        block_depth=block_depth, depth_slices=tuple(encoded.depth_slices), total_bytes=encoded.total_bytes,
+        double_buffer_sizes=tuple(encoded.double_buffer_sizes),
+        first_slice_bytes_per_core=tuple(r.total_bytes for r in encoded.ranges if r.slice_index == 0),
+        weight_bytes=sum(r.weight_bytes for r in encoded.ranges),
+    )
+
+
+def op_schedule(arch: Any, op: NpuOp, config: Any, ofm_stripe: Shape4D, ifm_stripe: Shape4D,
+                ifm2_stripe: Shape4D | None, *, buffered: bool, cascade: int | None = None,
+                rolling: Shape4D | None = None, pre_buffered: bool = False) -> OpSchedule:
+    """A pass with whole-depth weights, read in place or copied whole into one fast-storage buffer."""
+    encoded = None
+    buffering = WeightBuffering()
+    if op.weights is not None:
+        enc = wts.encode_op_weights(arch, op, config.ofm_block.depth, (0, ofm_stripe.depth))
+        encoded = _ref(enc, config.ofm_block.depth)
+        if buffered:
+            buffering = WeightBuffering("single", (0, ofm_stripe.depth), (enc.double_buffer_sizes[0],),
+                                        pre_buffered)
+    return OpSchedule(op_index=op.index, block_config=config, ofm_stripe=ofm_stripe, ifm_stripe=ifm_stripe,
+                      ifm2_stripe=ifm2_stripe, cascade=cascade, weight_buffering=buffering, encoded_weights=encoded,
+                      rolling_buffer=rolling)
+
+
+def _buffer_memory(op_sched: OpSchedule) -> tuple[int, int, int]:
+    """(before, at, after) bytes of a pass's weight buffers, as the evaluator lays their live ranges."""
+    buffering = op_sched.weight_buffering
+    before = at = after = 0
+    last = buffering.last_buffer_index
+    for idx, size in enumerate(buffering.buffer_sizes):
+        size = round_up(size, ALLOCATION_QUANTUM)
+        at += size
+        if idx == 0 and buffering.pre_buffered:
+            before += size
+        if not (len(buffering.buffer_sizes) > 1 and idx != last):
+            after += size
+    return before, at, after
+
+
+@dataclass
+class SubgraphFacts:
+    """What candidate building needs to know about one subgraph."""
+
+    index: int
+    sg: Any
+    sched_ops: tuple[SchedOp, ...]
+    use: TensorUse
+    reuse: dict[int, tuple[FeatureMap, FeatureMap, int]]  # position -> (ifm, ofm, bytes) when fusable
+
+
+def make_candidate(facts: SubgraphFacts, start: int, ops: Sequence[OpSchedule], source: str) -> Candidate:
+    """A candidate from explicit pass choices (rolling buffers filled in where missing)."""
+    end = start + len(ops) - 1
+    sg_ops = facts.sg.ops
+    internal: set[FeatureMap] = set()
+    fixed: list[OpSchedule] = []
+    cascade = sg_ops[end].index if len(ops) > 1 else None
+    for k, op_sched in enumerate(ops):
+        if len(ops) > 1:
+            rolling = op_sched.rolling_buffer
+            if k > 0:
+                internal.add(sg_ops[start + k].ifm.tensor)
+                if rolling is None:
+                    rolling = rolling_buffer_shape(ops[k - 1].ofm_stripe, op_sched.ifm_stripe)
+            else:
+                rolling = None
+            op_sched = replace(op_sched, cascade=cascade, rolling_buffer=rolling)
+        fixed.append(op_sched)
+    boundary: list[FeatureMap] = []
+    for k in range(len(ops)):
+        op = sg_ops[start + k]
+        for access in (op.ifm, op.ifm2):
+            if access is not None and not access.tensor.is_const and access.tensor not in internal:
+                if access.tensor not in boundary:
+                    boundary.append(access.tensor)
+    last_ofm = sg_ops[end].ofm.tensor
+    if last_ofm not in boundary:
+        boundary.append(last_ofm)
+    before = at = after = 0
+    for k, op_sched in enumerate(fixed):
+        b, a, f = _buffer_memory(op_sched)
+        before, at, after = before + b, at + a, after + f
+        if k > 0:
+            fm = sg_ops[start + k].ifm.tensor
+            size = op_sched.rolling_buffer.elements() * fm.dtype.size_in_bytes
+            at += size
+            after += size
+    reuse = facts.reuse.get(start) if len(ops) == 1 else None
+    if start == 0:
+        before = 0  # a pre-buffer of the first pass starts at step 0 with everything else
+    key = (start, tuple(fixed))
+    return Candidate(facts.index, start, end, tuple(fixed), source, tuple(boundary), frozenset(internal),
+                     before, at, after, reuse, key)
+
+
+def _ifm_stripes(op: NpuOp, stripe: Shape4D) -> tuple[Shape4D, Shape4D | None]:
+    ifm = op.ifm.shape
+    ifm2 = op.ifm2.shape if op.ifm2 is not None else None
+    if stripe == op.ofm.shape:
+        return ifm, ifm2
+    width, height = get_ifm_area_required(stripe, op.kernel, op.resampling_mode)
+    ifm_stripe = ifm.with_hw(min(height, ifm.height), min(width, ifm.width))
+    ifm2_stripe = None
+    if ifm2 is not None:
+        ifm2_stripe = ifm2.with_hw(min(height, ifm2.height), min(width, ifm2.width))
+    return ifm_stripe, ifm2_stripe
+
+
+def single_candidates(arch: Any, facts: SubgraphFacts, pos: int,
+                      options: Mapping[bool, Sequence[OpOption]]) -> list[Candidate]:
+    """A pass alone: its best few block configs (``options``: its full-height options per weight buffering),
+    weights in place or in one buffer."""
+    op = facts.sg.ops[pos]
+    chosen: list[OpOption] = []
+    for group in options.values():
+        ranked = sorted(drop_dominated(group), key=lambda o: (o.total_cycles, not o.is_vela_choice))
+        chosen += ranked[:BLOCK_CONFIGS_PER_OP] + [o for o in group if o.is_vela_choice]
+    seen: set = set()
+    out = []
+    buffer_choices = (False, True) if weights_need_dma(arch, op) else (False,)
+    for option in chosen:
+        dims = option.block_config.ofm_block
+        if dims in seen:
+            continue
+        seen.add(dims)
+        ifm2 = op.ifm2.shape if op.ifm2 is not None else None
+        for buffered in buffer_choices:
+            sched = op_schedule(arch, op, option.block_config, op.ofm.shape, op.ifm.shape, ifm2, buffered=buffered)
+            out.append(make_candidate(facts, pos, (sched,), "single"))
+    return out
+
+
+def cascade_links(facts: SubgraphFacts) -> list[bool]:
+    """links[k]: may pass k+1 join a cascade with pass k (Vela's rules that do not depend on the stripe)."""
+    sops = facts.sched_ops
+    links = []
+    for k in range(len(sops) - 1):
+        producer, consumer = sops[k], sops[k + 1]
+        ok = (producer.cascadable_kind and consumer.cascadable_kind and producer.dependants == (k + 1,)
+              and consumer.op.ifm.tensor == producer.op.ofm.tensor)
+        ok = ok and producer.ofm_shape == consumer.ifm_shape
+        ok = ok and not consumer.requires_full_ifm and not producer.requires_full_ofm
+        links.append(bool(ok))
+    return links
+
+
+def _cascade_stripes(facts: SubgraphFacts, start: int, end: int, final_height: int) -> list[Shape4D] | None:
+    """OFM stripes of passes start..end derived backwards from the last pass's stripe height (Vela's rule:
+    each producer's stripe is its consumer's stripe times the consumer's vertical stride)."""
+    sops = facts.sched_ops
+    force_even = any(sops[p].op.resampling_mode == ResamplingMode.NEAREST for p in range(start, end + 1))
+    stripes: list[Shape4D] = []
+    stripe = sops[end].ofm_shape.with_height(final_height)
+    for pos in range(end, start - 1, -1):
+        sop = sops[pos]
+        if stripe.height >= sop.ofm_shape.height:
+            return None  # that pass would not be striped
+        stripes.append(stripe)
+        upscale = 1 if sop.op.resampling_mode == ResamplingMode.NONE else 2
+        height = stripe.height + (stripe.height % 2 if force_even else stripe.height % upscale)
+        stripe = sop.ifm_shape.with_height(height * sop.op.kernel.stride_y)
+    return list(reversed(stripes))
+
+
+def cascade_candidate(arch: Any, facts: SubgraphFacts, start: int, end: int, final_height: int,
+                      buffered: bool, fastest: dict[tuple[int, bool, int], Any] | None = None) -> Candidate | None:
+    """A cascade of passes start..end; each pass takes Vela's block config for its stripe, or with ``fastest``
+    ((position, buffered, stripe height) -> block config) the one that fits its stripe with the lowest price."""
+    stripes = _cascade_stripes(facts, start, end, final_height)
+    if stripes is None:
+        return None
+    ops = []
+    for k, stripe in enumerate(stripes):
+        op = facts.sg.ops[start + k]
+        buf = buffered and weights_need_dma(arch, op)
+        ifm_stripe, ifm2_stripe = _ifm_stripes(op, stripe)
+        if fastest is not None:
+            config = fastest.get((start + k, buf, stripe.height))
+        else:
+            config = find_block_config_for_op(arch, op, stripe, ifm_stripe, ifm2_stripe)
+        if config is None:
+            return None
+        ops.append(op_schedule(arch, op, config, stripe, ifm_stripe, ifm2_stripe, buffered=buf))
+    return make_candidate(facts, start, ops, "cascade-fastest" if fastest is not None else "cascade")
+
+
+def _price_all(arch: Any, facts: SubgraphFacts, runs: Sequence[tuple[int, int, int]]
+               ) -> tuple[dict[int, dict[bool, list[OpOption]]], dict[tuple[int, bool, int], Any]]:
+    """Every pass's options at full height (per weight buffering) and, for every stripe the cascades in ``runs``
+    give it, the cheapest block config that fits ((position, buffered, height) -> config). Each pass's block
+    configs are priced once per weight buffering, for all its heights together."""
+    heights: dict[int, set[int]] = {pos: {op.ofm.shape.height} for pos, op in enumerate(facts.sg.ops)}
+    for start, end, h in runs:
+        stripes = _cascade_stripes(facts, start, end, h)
+        for k, stripe in enumerate(stripes or ()):
+            heights[start + k].add(stripe.height)
+    full: dict[int, dict[bool, list[OpOption]]] = {}
+    best: dict[tuple[int, bool, int], Any] = {}
+    for pos, hs in heights.items():
+        op = facts.sg.ops[pos]
+        full[pos] = {}
+        for buf in ((True, False) if weights_need_dma(arch, op) else (False,)):
+            full[pos][buf] = []
+            for option in price_options(arch, op, stripe_heights=sorted(hs), weights_buffered=buf):
+                if option.stripe.is_full:
+                    full[pos][buf].append(option)
+                key = (pos, buf, option.stripe_height)
+                current = best.get(key)
+                if current is None or (option.total_cycles, not option.is_vela_choice) < current[0]:
+                    best[key] = ((option.total_cycles, not option.is_vela_choice), option.block_config)
+    return full, {key: config for key, (_, config) in best.items()}
+
+
+def stripe_heights(full: int) -> list[int]:
+    """Final stripe heights tried for a cascade ending in a pass ``full`` rows high: every height up to
+    ``SMALL_STRIPES`` (where memory is tight, Vela's own choices fall) and the larger powers of two, the largest
+    ``STRIPE_HEIGHTS`` of them. The same whatever the memory limit, so more memory never shrinks the choice."""
+    powers = []
+    h = SMALL_STRIPES * 2
+    while h < full:
+        powers.append(h)
+        h *= 2
+    return sorted({h for h in range(1, min(SMALL_STRIPES, full - 1) + 1)} | set(powers[-STRIPE_HEIGHTS:]))
+
+
+def segments_of(schedule: Schedule, sg: Any) -> list[tuple[int, tuple[OpSchedule, ...]]]:
+    """The (start position, pass choices) runs of a schedule over one subgraph: cascades and lone passes."""
+    out: list[tuple[int, list[OpSchedule]]] = []
+    for pos, op in enumerate(sg.ops):
+        if not schedule.has_op(op.index):
+            return []
+        op_sched = schedule.op(op.index)
+        if op_sched.block_config is None:
+            return []
+        if out and op_sched.cascade is not None and out[-1][1][-1].cascade == op_sched.cascade:
+            out[-1][1].append(op_sched)
+        else:
+            out.append((pos, [op_sched]))
+    return [(start, tuple(ops)) for start, ops in out]
+
+
+def all_candidates(arch: Any, facts: SubgraphFacts, references: Sequence[Schedule], hint_first: bool = False
+                   ) -> list[Candidate]:
+    """Every candidate of one subgraph (see the module docstring), without duplicates; with ``hint_first`` the
+    first reference is the hint and its candidates are marked "hint"."""
+    n = len(facts.sg.ops)
+    cands: list[Candidate] = []
+    for number, ref in enumerate(references):
+        for start, ops in segments_of(ref, facts.sg):
+            cands.append(make_candidate(facts, start, ops, "hint" if number == 0 and hint_first else "reference"))
+    links = cascade_links(facts)
+    runs = []
+    for start in range(n):
+        end = start
+        while end + 1 < n and end - start + 1 < MAX_CASCADE_LENGTH and links[end]:
+            end += 1
+            runs.extend((start, end, h) for h in stripe_heights(facts.sched_ops[end].ofm_shape.height))
+    full, fastest = _price_all(arch, facts, runs)
+    for pos in range(n):
+        cands.extend(single_candidates(arch, facts, pos, full[pos]))
+    for start, end, h in runs:
+        for buffered, best in itertools.product((True, False), (None, fastest)):
+            cand = cascade_candidate(arch, facts, start, end, h, buffered, best)
+            if cand is not None:
+                cands.append(cand)
+    unique: dict[tuple, Candidate] = {}
+    for cand in cands:
+        unique.setdefault(cand.key, cand)
+    return list(unique.values())
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Pricing
+
+
+def _price_key(op_sched: OpSchedule) -> tuple:
+    """What a pass's price depends on: the evaluator prices whole-op shapes, so the stripe heights and rolling
+    buffer do not matter, only the block config, the weights and whether the pass is in a cascade."""
+    return (op_sched.op_index, op_sched.block_config, op_sched.weight_buffering, op_sched.encoded_weights,
+            op_sched.cascade is None, op_sched.tail_slack_cycles, op_sched.ofm_stripe.depth)
+
+
+class Pricer:
+    """Per-pass prices from the evaluator's ``price_op``, memoised by (choices, operand placements, slack)."""
+
+    def __init__(self, arch: Any, base: Mapping[FeatureMap, TensorPlacement]) -> None:
+        self.arch = arch
+        self.base = dict(base)
+        self.memo: dict[tuple, tuple[float, float, bool]] = {}
+        self.interned: dict[int, int] = {}
+        self.keys: dict[tuple, int] = {}
+        self.alive: list[OpSchedule] = []
+        # Generated candidates that would profit from the DMA-credit artefact (see ``price_pass``).
+        self.artefacts: set[tuple] = set()
+
+    def _key(self, op: NpuOp, op_sched: OpSchedule, places: Mapping[FeatureMap, TensorPlacement],
+             prev_slack: float) -> tuple[tuple, tuple]:
+        """(memo key, operand placements). Choices are interned once per OpSchedule object and placements
+        reduced to memory names, so building a key does not hash block configs and enums every time."""
+        ident = self.interned.get(id(op_sched))
+        if ident is None:
+            ident = self.keys.setdefault(_price_key(op_sched), len(self.keys))
+            self.interned[id(op_sched)] = ident
+            self.alive.append(op_sched)
+        local = []
+        for access in (op.ifm, op.ifm2, op.ofm):
+            if access is not None and not access.tensor.is_const:
+                fm = access.tensor
+                local.append((fm, places.get(fm) or self.base.get(fm)))
+        where = tuple((fm.uid, p.mem_area.value if p is not None else "") for fm, p in local)
+        return (ident, where, prev_slack), tuple(local)
+
+    def price_pass(self, op: NpuOp, op_sched: OpSchedule, places: Mapping[FeatureMap, TensorPlacement],
+                   prev_slack: float) -> tuple[float, float, bool]:
+        """(total cycles, slack left for the next pass, priced below its own compute time) of one pass."""
+        key, local = self._key(op, op_sched, places, prev_slack)
+        hit = self.memo.get(key)
+        if hit is not None:
+            return hit
+        schedule = Schedule(ops=(op_sched,), tensors=tuple((fm, p) for fm, p in local if p is not None))
+        result, slack, _ = price_op(self.arch, op, op_sched, schedule, prev_slack)
+        # Vela's estimate subtracts the weight DMA hidden under the previous pass even from a cascaded pass whose
+        # own transfer it prices at zero, which can price it below its compute time.
+        value = (float(result.total_cycles), float(slack), bool(result.npu_cycles < result.op_cycles - 1e-6))
+        self.memo[key] = value
+        return value
+
+    def price(self, sg_ops: Sequence[NpuOp], cand: Candidate, places: Mapping[FeatureMap, TensorPlacement],
+              prev_slack: float) -> tuple[list[float], float]:
+        """Per-pass totals of a candidate and the slack its last pass leaves."""
+        totals = []
+        slack = prev_slack
+        for k, op_sched in enumerate(cand.ops):
+            op = sg_ops[cand.start + k]
+            total, slack, credited = self.price_pass(op, op_sched, places, slack)
+            if credited:
+                self.artefacts.add(cand.key)
+            totals.append(total)
+        return totals, slack
