@@ -16,7 +16,7 @@ from npusched import __version__
 from npusched.errors import NpuschedError
 
 SOLVERS = ("heuristic", "cpsat", "dp")
-DEFAULT_SOLVER = "heuristic"
+DEFAULT_SOLVER = "cpsat"
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -54,7 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
     sched.add_argument("--solver", choices=SOLVERS, default=DEFAULT_SOLVER,
                        help="scheduler to run (default: %(default)s)")
     sched.add_argument("--time-limit", type=_positive_float, default=30.0, metavar="SECONDS",
-                       help="wall-clock limit for the whole run (default: %(default)s)")
+                       help="wall-clock limit for the whole run, loading included (default: %(default)s)")
+    sched.add_argument("--workers", type=_positive_int, default=None,
+                       help="CP-SAT search workers (default: the number of CPUs)")
+    sched.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (default: %(default)s)")
+    sched.add_argument("--deterministic", action="store_true",
+                       help="reproducible CP-SAT search: same inputs, seed and workers give the same schedule")
     out = parser.add_argument_group("output")
     out.add_argument("--json", type=Path, metavar="PATH", help="write the schedule document (npusched.schedule/1)")
     out.add_argument("--quiet", action="store_true", help="print only the network totals, not the per-layer table")
@@ -68,6 +73,16 @@ def _non_negative_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number of bytes, got '{text}'") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
 
 
@@ -101,6 +116,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def _progress(line: str) -> None:
+    """Progress of long solves goes to stdout, ahead of the summary; stderr carries only errors."""
+    print(line, flush=True)
+
+
 def _one_line(text: str) -> str:
     return " ".join(text.split())
 
@@ -118,8 +138,11 @@ def _run(args: argparse.Namespace) -> int:
         optimise=args.optimise,
         solver=args.solver,
         time_limit_seconds=args.time_limit,
+        workers=args.workers,
+        seed=args.seed,
+        deterministic=args.deterministic,
     )
-    result = run(options)
+    result = run(options, log=_progress)
 
     from npusched.io.report_text import format_summary
 

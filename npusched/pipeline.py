@@ -6,6 +6,7 @@ The CLI and the scripts both call `run`, so every number they print comes from t
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,8 +31,11 @@ class RunOptions:
     memory_mode: str | None = None
     arena_cache_size: int | None = None
     optimise: str = "Performance"
-    solver: str | None = "heuristic"
+    solver: str | None = "cpsat"
     time_limit_seconds: float = 30.0
+    workers: int | None = None
+    seed: int = 0
+    deterministic: bool = False
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,21 @@ class RunResult:
     schedule: Schedule | None = None
     evaluation: Evaluation | None = None
     timings_seconds: dict[str, float] = field(default_factory=dict)
+    solver_report: SolverReport | None = None
+
+
+@dataclass(frozen=True)
+class SolverReport:
+    """What CP-SAT says about its answer, next to the heuristic it started from (both priced by the evaluator)."""
+
+    status: str
+    bound_cycles: float
+    gap: float
+    solve_seconds: float
+    reason: str
+    model_stats: dict[str, Any]
+    heuristic_cycles: float | None
+    heuristic_peak_fast_storage_bytes: int | None
 
 
 def run_options_from_vela_args(model_path: Path, config: dict[str, Any], **overrides: Any) -> RunOptions:
@@ -85,13 +104,17 @@ def load_network(options: RunOptions) -> tuple[Any, Network, dict[str, float]]:
     return arch, network, timings
 
 
-def run(options: RunOptions) -> RunResult:
-    """Load and lower the model, then schedule it with ``options.solver`` (None: lower only)."""
+def run(options: RunOptions, log: Callable[[str], None] | None = None) -> RunResult:
+    """Load and lower the model, then schedule it with ``options.solver`` (None: lower only).
+
+    ``log`` receives progress lines of long solves. The time limit counts from the start of the run.
+    """
+    started = time.monotonic()
     arch, network, timings = load_network(options)
     if options.solver is None:
         return RunResult(options=options, arch=arch, network=network, status="lowered", timings_seconds=timings)
     start = time.monotonic()
-    schedule = _solve(network, arch, options)
+    schedule, report = _solve(network, arch, options, started, log)
     timings["solve"] = time.monotonic() - start
     start = time.monotonic()
     evaluation = evaluate(network, arch, schedule)
@@ -100,11 +123,42 @@ def run(options: RunOptions) -> RunResult:
     if problems:
         raise ScheduleError(f"the {options.solver} schedule fails verification: {problems[0]}"
                             + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
-    return RunResult(options=options, arch=arch, network=network, status=schedule.status, schedule=schedule,
-                     evaluation=evaluation, timings_seconds=timings)
+    status = report.status if report is not None else "feasible"
+    return RunResult(options=options, arch=arch, network=network, status=status, schedule=schedule,
+                     evaluation=evaluation, timings_seconds=timings, solver_report=report)
 
 
-def _solve(network: Network, arch: Any, options: RunOptions) -> Schedule:
+def _solve(network: Network, arch: Any, options: RunOptions, started: float,
+           log: Callable[[str], None] | None) -> tuple[Schedule, SolverReport | None]:
     if options.solver == "heuristic":
-        return heuristic_schedule(network, arch, options.optimise)
-    raise ScheduleError(f"solver '{options.solver}' is not available yet (available: heuristic)")
+        return heuristic_schedule(network, arch, options.optimise), None
+    if options.solver == "dp":
+        from npusched.solver.dp import dp_schedule
+
+        return dp_schedule(network, arch, options.optimise), None
+    if options.solver != "cpsat":
+        raise ScheduleError(f"unknown solver '{options.solver}' (known: cpsat, heuristic, dp)")
+    from npusched.solver.cpsat import solve_cpsat
+
+    heuristic_error: ScheduleError | None = None
+    try:
+        hint: Schedule | None = heuristic_schedule(network, arch, options.optimise)
+    except ScheduleError as exc:
+        hint, heuristic_error = None, exc  # CP-SAT may still find a schedule that fits
+    hint_eval = evaluate(network, arch, hint) if hint is not None else None
+    remaining = options.time_limit_seconds - (time.monotonic() - started)
+    try:
+        result = solve_cpsat(network, arch, time_limit_seconds=max(remaining, 1.0), workers=options.workers,
+                             seed=options.seed, deterministic=options.deterministic, hint=hint, log=log)
+    except ScheduleError as exc:
+        # Without time left to find the smallest size that fits, the heuristic's figure still says what is needed.
+        if heuristic_error is not None and "smallest that fits" not in str(exc):
+            raise heuristic_error from None
+        raise
+    report = SolverReport(
+        status=result.status, bound_cycles=result.bound_cycles, gap=result.gap, solve_seconds=result.solve_seconds,
+        reason=result.reason, model_stats=dict(result.model_stats),
+        heuristic_cycles=hint_eval.total_cycles if hint_eval is not None else None,
+        heuristic_peak_fast_storage_bytes=hint_eval.peak_fast_storage if hint_eval is not None else None,
+    )
+    return result.schedule, report

@@ -14,7 +14,7 @@ from npusched.cli import main
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "kws_dscnn_int8.tflite"
 HEE = ["--accelerator-config", "ethos-u55-128", "--config", "Arm/vela.ini",
-       "--system-config", "Ethos_U55_High_End_Embedded", "--memory-mode", "Shared_Sram"]
+       "--system-config", "Ethos_U55_High_End_Embedded", "--memory-mode", "Shared_Sram", "--solver", "heuristic"]
 
 
 def _expect_one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str], fragment: str) -> str:
@@ -108,3 +108,23 @@ def test_console_script_exit_status(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "npusched.cli", str(bad)], capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
+
+
+def test_default_solver_is_cpsat_and_reports_bound_and_heuristic(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "kws.json"
+    argv = [str(EXAMPLE), *HEE[:-2], "--time-limit", "20", "--workers", "2", "--deterministic", "--json", str(out)]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "Lower bound (proven)" in text and "Heuristic (Vela) cycles" in text
+    doc = json.loads(out.read_text())
+    assert doc["solver"] == "cpsat" and doc["status"] in ("optimal", "feasible", "fallback")
+    assert doc["heuristic"]["cycles"] == pytest.approx(84604.5)  # Vela legacy's cycles_total for this model
+    assert doc["bound_cycles"] <= doc["totals"]["cycles"] <= doc["heuristic"]["cycles"]
+    assert 0.0 <= doc["gap"] <= 1.0 and doc["solve_seconds"] > 0
+
+
+def test_impossible_limit_is_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    line = _expect_one_line_error(capsys, [str(EXAMPLE), *HEE[:-2], "--arena-cache-size", "64", "--time-limit", "20",
+                                           "--workers", "2"], "no schedule fits 64 bytes of fast storage")
+    assert "the smallest that fits needs" in line

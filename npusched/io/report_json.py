@@ -86,6 +86,7 @@ def document(result: Any) -> dict[str, Any]:
         "solver": options.solver if result.schedule is not None else None,
         "status": result.status,
         "totals": _totals(result),
+        **_solver_fields(result),
         "ops": [_record(op, result) for op in result.network.ops],
     }
 
@@ -118,6 +119,19 @@ def _totals(result: Any) -> dict[str, Any]:
             "peak_fast_storage_bytes": evaluation.peak_fast_storage,
         })
     return totals
+
+
+def _solver_fields(result: Any) -> dict[str, Any]:
+    report = result.solver_report
+    if report is None:
+        return {"bound_cycles": None, "gap": None, "solve_seconds": result.timings_seconds.get("solve"),
+                "heuristic": None}
+    heuristic = None
+    if report.heuristic_cycles is not None:
+        heuristic = {"cycles": report.heuristic_cycles,
+                     "peak_fast_storage_bytes": report.heuristic_peak_fast_storage_bytes}
+    return {"bound_cycles": report.bound_cycles, "gap": report.gap, "solve_seconds": report.solve_seconds,
+            "status_reason": report.reason or None, "model_stats": report.model_stats, "heuristic": heuristic}
 
 
 def write_json(result: Any, path: Path) -> None:

@@ -120,7 +120,27 @@ def format_summary(result: Any, per_layer: bool = True) -> str:
         _kv("Peak fast storage", f"{evaluation.peak_fast_storage} bytes"),
         _kv("Inference time", f"{1e3 * evaluation.total_cycles / arch.core_clock:.3f} ms"),
     ]
+    lines += solver_lines(result)
     return "\n".join(lines)
+
+
+def solver_lines(result: Any) -> list[str]:
+    """CP-SAT's verdict: the heuristic it started from, the improvement, the proven bound and the gap."""
+    report = result.solver_report
+    if report is None:
+        return []
+    lines = []
+    if report.heuristic_cycles is not None:
+        gain = 100.0 * (1.0 - result.evaluation.total_cycles / report.heuristic_cycles)
+        lines += [_kv("Heuristic (Vela) cycles", f"{report.heuristic_cycles:.0f}"),
+                  _kv("Heuristic peak fast storage", f"{report.heuristic_peak_fast_storage_bytes} bytes"),
+                  _kv("Improvement over heuristic", f"{gain:.2f}%")]
+    lines += [_kv("Lower bound (proven)", f"{report.bound_cycles:.0f}"),
+              _kv("Gap to bound", f"{100.0 * report.gap:.2f}%"),
+              _kv("Solve time", f"{report.solve_seconds:.2f} s")]
+    if report.reason:
+        lines.append(f"Note: {report.reason}")
+    return lines
 
 
 def _kv(label: str, value: object) -> str:
