@@ -87,7 +87,7 @@ def _our_cascades(result: Any) -> frozenset[tuple[int, int, int]]:
 
 def compare_model(model_path: Path, golden: Path, config: dict[str, Any]) -> ModelComparison:
     """Run npusched's heuristic on one model and compare it with Vela's golden output for it."""
-    options = run_options_from_vela_args(model_path, config)
+    options = run_options_from_vela_args(model_path, config, solver="heuristic")
     result = run(options)
     vela_schedules = read_verbose_schedule(golden / "vela_stdout.txt")
     vela_ops = [op for sched in vela_schedules for op in sched.ops]
