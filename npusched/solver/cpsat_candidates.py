@@ -76,15 +76,6 @@ class Candidate:
     key: tuple = field(default=(), compare=False)
 
 
-def _ref(encoded: wts.EncodedWeights, block_depth: int) -> EncodedWeightsRef:
-    return EncodedWeightsRef(
-        block_depth=block_depth, depth_slices=tuple(encoded.depth_slices), total_bytes=encoded.total_bytes,
-        double_buffer_sizes=tuple(encoded.double_buffer_sizes),
-        first_slice_bytes_per_core=tuple(r.total_bytes for r in encoded.ranges if r.slice_index == 0),
-        weight_bytes=sum(r.weight_bytes for r in encoded.ranges),
-    )
-
-
 def op_schedule(arch: Any, op: NpuOp, config: Any, ofm_stripe: Shape4D, ifm_stripe: Shape4D,
                 ifm2_stripe: Shape4D | None, *, buffered: bool, cascade: int | None = None,
                 rolling: Shape4D | None = None, pre_buffered: bool = False) -> OpSchedule:
@@ -93,7 +84,7 @@ def op_schedule(arch: Any, op: NpuOp, config: Any, ofm_stripe: Shape4D, ifm_stri
     buffering = WeightBuffering()
     if op.weights is not None:
         enc = wts.encode_op_weights(arch, op, config.ofm_block.depth, (0, ofm_stripe.depth))
-        encoded = _ref(enc, config.ofm_block.depth)
+        encoded = EncodedWeightsRef.of(enc, config.ofm_block.depth)
         if buffered:
             buffering = WeightBuffering("single", (0, ofm_stripe.depth), (enc.double_buffer_sizes[0],),
                                         pre_buffered)

@@ -455,7 +455,7 @@ class _SubgraphSearch:
         """
         pos = group.start + k
         op = self.ops[pos]
-        ref = _weights_ref(encoded, config.ofm_block.depth) if encoded is not None else None
+        ref = EncodedWeightsRef.of(encoded, config.ofm_block.depth) if encoded is not None else None
         # The cascade is named and the rolling buffer set when the strategy is chosen; for the price only
         # whether the pass is cascaded matters (the evaluator then leaves out its weight DMA). Stripes do not
         # change the price (the evaluator prices the whole pass), nor rolling buffers already in fast storage.
@@ -588,17 +588,6 @@ class _SubgraphSearch:
                             choice.slack, group, choice.ops, cand))
         final = sorted(self._prune(frontiers[self.n]), key=self._objective)
         return final, smallest[self.n]
-
-
-def _weights_ref(encoded: wts.EncodedWeights, block_depth: int) -> EncodedWeightsRef:
-    return EncodedWeightsRef(
-        block_depth=block_depth,
-        depth_slices=tuple(encoded.depth_slices),
-        total_bytes=encoded.total_bytes,
-        double_buffer_sizes=tuple(encoded.double_buffer_sizes),
-        first_slice_bytes_per_core=tuple(r.total_bytes for r in encoded.ranges if r.slice_index == 0),
-        weight_bytes=sum(r.weight_bytes for r in encoded.ranges),
-    )
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -600,17 +600,6 @@ def _retry_smaller_buffers(ctx: _Context, costs: dict[int, StripeCost], cascades
 # Public entry point
 
 
-def _weights_ref(encoded: wts.EncodedWeights, block_depth: int) -> EncodedWeightsRef:
-    return EncodedWeightsRef(
-        block_depth=block_depth,
-        depth_slices=tuple(encoded.depth_slices),
-        total_bytes=encoded.total_bytes,
-        double_buffer_sizes=tuple(encoded.double_buffer_sizes),
-        first_slice_bytes_per_core=tuple(r.total_bytes for r in encoded.ranges if r.slice_index == 0),
-        weight_bytes=sum(r.weight_bytes for r in encoded.ranges),
-    )
-
-
 def _op_schedule(sop: SchedOp, cost: StripeCost, cascade_op_index: int | None) -> OpSchedule:
     buffering = WeightBuffering()
     if cost.buffers:
@@ -619,7 +608,7 @@ def _op_schedule(sop: SchedOp, cost: StripeCost, cascade_op_index: int | None) -
                                     cost.pre_buffer)
     encoded = None
     if cost.encoded is not None:
-        encoded = _weights_ref(cost.encoded, cost.block_config.ofm_block.depth)
+        encoded = EncodedWeightsRef.of(cost.encoded, cost.block_config.ofm_block.depth)
     return OpSchedule(op_index=sop.op.index, block_config=cost.block_config, ofm_stripe=cost.stripe,
                       ifm_stripe=cost.stripe_input, ifm2_stripe=cost.stripe_input2, cascade=cascade_op_index,
                       weight_buffering=buffering, encoded_weights=encoded, slack_ofm_depth=cost.slack_depth)

@@ -145,22 +145,10 @@ def full_op_schedule(arch: Any, op: NpuOp) -> OpSchedule:
     config = find_block_config_for_op(arch, op, op.ofm.shape, op.ifm.shape, ifm2)
     encoded = None
     if op.weights is not None and config is not None:
-        encoded = _ref(wts.encode_op_weights(arch, op, config.ofm_block.depth, (0, op.ofm.shape.depth)),
+        encoded = EncodedWeightsRef.of(wts.encode_op_weights(arch, op, config.ofm_block.depth, (0, op.ofm.shape.depth)),
                        config.ofm_block.depth)
     return OpSchedule(op_index=op.index, block_config=config, ofm_stripe=op.ofm.shape, ifm_stripe=op.ifm.shape,
                       ifm2_stripe=ifm2, encoded_weights=encoded)
-
-
-def _ref(encoded: wts.EncodedWeights, block_depth: int) -> EncodedWeightsRef:
-    first = tuple(r.total_bytes for r in encoded.ranges if r.slice_index == 0)
-    return EncodedWeightsRef(
-        block_depth=block_depth,
-        depth_slices=tuple(encoded.depth_slices),
-        total_bytes=encoded.total_bytes,
-        double_buffer_sizes=tuple(encoded.double_buffer_sizes),
-        first_slice_bytes_per_core=first,
-        weight_bytes=sum(r.weight_bytes for r in encoded.ranges),
-    )
 
 
 def buffer_weights(network: Any, arch: Any, ref: Schedule, limit: int) -> Schedule:
@@ -220,7 +208,7 @@ def buffer_weights(network: Any, arch: Any, ref: Schedule, limit: int) -> Schedu
                 op_sched = OpSchedule(
                     op_index=op.index, block_config=op_sched.block_config, ofm_stripe=op_sched.ofm_stripe,
                     ifm_stripe=op_sched.ifm_stripe, ifm2_stripe=op_sched.ifm2_stripe, cascade=op_sched.cascade,
-                    weight_buffering=buffering, encoded_weights=_ref(plan.encoded, block_depth),
+                    weight_buffering=buffering, encoded_weights=EncodedWeightsRef.of(plan.encoded, block_depth),
                     rolling_buffer=op_sched.rolling_buffer,
                     # The planner prices the planned last slice last; the evaluator prices that depth again.
                     slack_ofm_depth=priced[-1] if sliced_but_unbuffered else None,

@@ -34,6 +34,18 @@ class EncodedWeightsRef:
     first_slice_bytes_per_core: tuple[int, ...]
     weight_bytes: int
 
+    @classmethod
+    def of(cls, encoded: Any, block_depth: int) -> EncodedWeightsRef:
+        """The sizes of a ``npusched.model.weights.EncodedWeights`` encoded for ``block_depth``."""
+        return cls(
+            block_depth=block_depth,
+            depth_slices=tuple(encoded.depth_slices),
+            total_bytes=encoded.total_bytes,
+            double_buffer_sizes=tuple(encoded.double_buffer_sizes),
+            first_slice_bytes_per_core=tuple(r.total_bytes for r in encoded.ranges if r.slice_index == 0),
+            weight_bytes=sum(r.weight_bytes for r in encoded.ranges),
+        )
+
     @property
     def max_range_bytes(self) -> int:
         return max(self.double_buffer_sizes)
