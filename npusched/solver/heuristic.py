@@ -178,29 +178,12 @@ def _area(ctx: _Context, where: Mapping[FeatureMap, Residence], fm: FeatureMap) 
 def _query(ctx: _Context, sop: SchedOp, config: Any, where: Mapping[FeatureMap, Residence],
            ofm_depth: int | None = None, const_area: MemArea | None = None) -> perf.PerformanceQuery:
     op = sop.op
-    ofm_shape = op.ofm.effective_shape
-    if ofm_depth is not None:
-        ofm_shape = ofm_shape.with_depth(ofm_depth)
-    ifm2 = op.ifm2
-    has_bias = op.bias is not None
-    return perf.PerformanceQuery(
-        npu_block_type=op.npu_block_type,
-        ifm_shape=op.ifm.effective_shape,
-        ofm_shape=ofm_shape,
-        config=config,
-        ifm_bits=op.ifm.tensor.dtype.size_in_bits,
-        ofm_bits=op.ofm.tensor.dtype.size_in_bits,
-        ifm_format=sop.ifm_format,
-        ofm_format=sop.ofm_format,
-        ifm_memory_area=_area(ctx, where, op.ifm.tensor),
-        ofm_memory_area=_area(ctx, where, op.ofm.tensor),
-        ifm2_shape=ifm2.effective_shape if ifm2 is not None else None,
-        ifm2_bits=ifm2.tensor.dtype.size_in_bits if ifm2 is not None else 0,
-        ifm2_format=sop.ifm2_format or TensorFormat.NHWC,
-        ifm2_memory_area=_area(ctx, where, ifm2.tensor) if ifm2 is not None else None,
-        const_shape=Shape4D(1, 1, 1, op.ofm.shape.depth) if has_bias else None,
-        const_memory_area=(const_area or ctx.arch.fast_storage_mem_area) if has_bias else None,
-        kernel=op.kernel,
+    return perf.query_for_op(
+        op, config, ofm_depth=ofm_depth,
+        ifm_format=sop.ifm_format, ofm_format=sop.ofm_format, ifm2_format=sop.ifm2_format or TensorFormat.NHWC,
+        ifm_area=_area(ctx, where, op.ifm.tensor), ofm_area=_area(ctx, where, op.ofm.tensor),
+        ifm2_area=_area(ctx, where, op.ifm2.tensor) if op.ifm2 is not None else None,
+        const_area=const_area or ctx.arch.fast_storage_mem_area,
     )
 
 
