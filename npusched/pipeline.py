@@ -84,13 +84,9 @@ def run_options_from_vela_args(model_path: Path, config: dict[str, Any], **overr
     )
 
 
-def load_network(options: RunOptions) -> tuple[Any, Network, dict[str, float]]:
-    """Read the model and the hardware description, and lower the model into NPU passes."""
-    timings: dict[str, float] = {}
-    start = time.monotonic()
-    model = read_tflite(options.model_path)
-    timings["read"] = time.monotonic() - start
-    arch = load_architecture(
+def architecture(options: RunOptions) -> Any:
+    """The hardware description the options name."""
+    return load_architecture(
         accelerator_config=options.accelerator_config,
         config_files=list(options.config_files) or None,
         system_config=options.system_config,
@@ -98,6 +94,15 @@ def load_network(options: RunOptions) -> tuple[Any, Network, dict[str, float]]:
         arena_cache_size=options.arena_cache_size,
         optimise=options.optimise,
     )
+
+
+def load_network(options: RunOptions) -> tuple[Any, Network, dict[str, float]]:
+    """Read the model and the hardware description, and lower the model into NPU passes."""
+    timings: dict[str, float] = {}
+    start = time.monotonic()
+    model = read_tflite(options.model_path)
+    timings["read"] = time.monotonic() - start
+    arch = architecture(options)
     start = time.monotonic()
     network = lower_model(model, arch)
     timings["lower"] = time.monotonic() - start

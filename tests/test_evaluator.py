@@ -18,8 +18,8 @@ import pytest
 
 from npusched.io.tflite_reader import read_tflite
 from npusched.io.vela_report import read_summary, read_verbose_schedule
-from npusched.model.arch import load_architecture
 from npusched.model.graph import lower_model
+from npusched.pipeline import architecture, run_options_from_vela_args
 from npusched.solver.evaluator import cascade_rolling_buffers, evaluate, verify
 from npusched.solver.heuristic import heuristic_schedule
 from npusched.solver.schedule import TensorPlacement
@@ -37,11 +37,8 @@ pytestmark = pytest.mark.skipif(not GOLDEN.is_dir(), reason="needs ../shared/gol
 @functools.cache
 def _arch(config: str):
     spec = json.loads((SHARED / "golden" / "configs.json").read_text())[config]
-    extra = spec["extra_args"]
-    arena = int(extra[extra.index("--arena-cache-size") + 1]) if "--arena-cache-size" in extra else None
-    optimise = extra[extra.index("--optimise") + 1] if "--optimise" in extra else "Performance"
-    return load_architecture(spec["accelerator_config"], None, spec["system_config"], spec["memory_mode"],
-                             arena_cache_size=arena, optimise=optimise), optimise
+    options = run_options_from_vela_args(Path(), spec)
+    return architecture(options), options.optimise
 
 
 @functools.cache

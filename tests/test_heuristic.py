@@ -21,6 +21,7 @@ from npusched.io.vela_report import read_per_layer, read_summary, read_verbose_s
 from npusched.model.arch import load_architecture
 from npusched.model.graph import lower_model
 from npusched.model.ir import Shape4D
+from npusched.pipeline import architecture, run_options_from_vela_args
 from npusched.solver.cascades import rolling_buffer_shape
 from npusched.solver.evaluator import evaluate
 from npusched.solver.heuristic import heuristic_schedule, memory_over_time, schedule_subgraphs
@@ -39,12 +40,8 @@ pytestmark = pytest.mark.skipif(not GOLDEN.is_dir(), reason="needs ../shared/gol
 @functools.cache
 def _arch(config: str):
     spec = json.loads((SHARED / "golden" / "configs.json").read_text())[config]
-    extra = spec["extra_args"]
-    arena = int(extra[extra.index("--arena-cache-size") + 1]) if "--arena-cache-size" in extra else None
-    optimise = extra[extra.index("--optimise") + 1] if "--optimise" in extra else "Performance"
-    arch = load_architecture(spec["accelerator_config"], None, spec["system_config"], spec["memory_mode"],
-                             arena_cache_size=arena, optimise=optimise)
-    return arch, optimise
+    options = run_options_from_vela_args(Path(), spec)
+    return architecture(options), options.optimise
 
 
 @functools.cache
