@@ -1,0 +1,45 @@
+"""Seeded generator of realistic int8 TFLite networks, for testing npusched against Vela on unseen graphs.
+
+``generate(arch, passes, seed)`` returns the bytes of a .tflite file with roughly ``passes`` NPU passes; the same
+arguments always give the same bytes. ``ARCHITECTURES`` lists the names.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+
+from npusched.errors import NpuschedError
+from npusched.netgen.architectures import ARCHITECTURES, SPLIT_BY_DEFAULT, sizing
+from npusched.netgen.flatbuffer import serialise
+from npusched.netgen.graph import GraphBuilder
+
+__all__ = ["ARCHITECTURES", "SPLIT_BY_DEFAULT", "MAX_PASSES", "GenerationError", "generate"]
+
+MAX_PASSES = 20_000
+
+
+class GenerationError(NpuschedError):
+    """The generator was asked for something it cannot make (unknown architecture, size out of range)."""
+
+
+def generate(arch: str, passes: int, seed: int, cpu_splits: int | None = None) -> bytes:
+    """The .tflite bytes of architecture ``arch`` with about ``passes`` NPU passes.
+
+    ``cpu_splits`` operators Vela runs on the CPU are placed between blocks (default: 2+ for "mixed", 0 for the
+    others), each starting a new NPU subgraph.
+    """
+    if arch not in ARCHITECTURES:
+        raise GenerationError(f"unknown architecture '{arch}' (known: {', '.join(ARCHITECTURES)})")
+    if not 1 <= passes <= MAX_PASSES:
+        raise GenerationError(f"passes must be between 1 and {MAX_PASSES}, not {passes}")
+    if seed < 0:
+        raise GenerationError(f"seed must be 0 or more, not {seed}")
+    if cpu_splits is not None and cpu_splits < 0:
+        raise GenerationError(f"cpu splits must be 0 or more, not {cpu_splits}")
+    # The architecture's name is part of the seed so that two architectures with one seed draw different numbers.
+    rng = np.random.default_rng([seed, zlib.crc32(arch.encode()), passes])
+    g = GraphBuilder(rng)
+    output = ARCHITECTURES[arch](g, sizing(arch, passes, cpu_splits))
+    return serialise(g.network([output], f"npusched.netgen {arch} passes={passes} seed={seed}"))

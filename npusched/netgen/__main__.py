@@ -1,0 +1,37 @@
+"""Command line: python -m npusched.netgen ARCH --passes N --seed S -o out.tflite"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from npusched.netgen import ARCHITECTURES, MAX_PASSES, GenerationError, generate
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m npusched.netgen",
+        description="Write a seeded, realistic int8 TFLite network of about N NPU passes (Vela 5.2.0's count).")
+    parser.add_argument("arch", choices=list(ARCHITECTURES), metavar="ARCH",
+                        help=f"architecture: {', '.join(ARCHITECTURES)}")
+    parser.add_argument("--passes", type=int, default=50, help=f"approximate NPU passes, 1..{MAX_PASSES} (default 50)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0); same arguments, same bytes")
+    parser.add_argument("--cpu-splits", type=int, default=None,
+                        help="operators Vela leaves to the CPU, placed between blocks (default: 2+ for mixed, 0 else)")
+    parser.add_argument("-o", "--output", type=Path, required=True, help="the .tflite file to write")
+    args = parser.parse_args(argv)
+    try:
+        data = generate(args.arch, args.passes, args.seed, args.cpu_splits)
+        args.output.write_bytes(data)
+    except GenerationError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"error: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

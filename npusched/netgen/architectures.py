@@ -1,0 +1,240 @@
+"""Named network architectures assembled from blocks, each sized to roughly a requested number of NPU passes.
+
+Every architecture splits its pass budget over its stages and repeats its block in each stage until the builder's
+running estimate reaches the stage's share. Bigger budgets get smaller inputs and narrower layers so Vela still
+compiles the network in reasonable time. ``cpu_splits`` operators that Vela leaves to the CPU are spread evenly
+between blocks; "mixed" has them by default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from npusched.netgen import blocks
+from npusched.netgen.graph import Act, GraphBuilder
+
+# Passes a classifier head costs with its SOFTMAX; smaller budgets end with the FULLY_CONNECTED layer instead.
+_SOFTMAX_HEAD_MIN_PASSES = 80
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """What a budget of NPU passes turns into: input side (pixels), width scale, and where CPU splits go."""
+
+    passes: int
+    resolution: int
+    width: float
+    split_interval_passes: int  # 0: no CPU operators
+    cpu_splits: int
+
+    def channels(self, base: int) -> int:
+        """``base`` channels scaled by the width, rounded to a multiple of 8 as the reference networks do."""
+        return max(8, int(base * self.width + 4) // 8 * 8)
+
+
+class _Filler:
+    """Repeats blocks until the builder's pass estimate reaches a mark, inserting the CPU splits on the way."""
+
+    def __init__(self, g: GraphBuilder, sizing: Sizing) -> None:
+        self.g = g
+        self.sizing = sizing
+        self.next_split = sizing.split_interval_passes
+        self.splits_left = sizing.cpu_splits
+
+    def fill(self, x: Act, until_passes: float, block: Callable[[Act, bool], Act]) -> Act:
+        """Call ``block(x, first)`` at least once and then while the estimate is below ``until_passes``."""
+        first = True
+        while first or self.g.npu_passes < until_passes:
+            x = self.split(block(x, first))
+            first = False
+        return x
+
+    def split(self, x: Act) -> Act:
+        """``x`` through a CPU operator when the estimate has passed the next split mark, else ``x``."""
+        if self.splits_left and self.g.npu_passes >= self.next_split:
+            x = blocks.cpu_split(self.g, x)
+            self.splits_left -= 1
+            self.next_split += self.sizing.split_interval_passes
+        return x
+
+    def stage_end(self, target: int, stages_left: int, reserve: int) -> float:
+        """The pass mark where the current stage should stop: an equal share of what is left before ``reserve``."""
+        return self.g.npu_passes + max(0.0, (target - reserve - self.g.npu_passes) / stages_left)
+
+
+def _head(g: GraphBuilder, x: Act, passes: int, classes: int = 10) -> Act:
+    if passes >= _SOFTMAX_HEAD_MIN_PASSES:
+        return blocks.classifier_head(g, x, classes)
+    pooled = g.pool(x, "AVERAGE", (x.height, x.width), (1, 1), "VALID")
+    return g.fully_connected(g.reshape(pooled, (1, x.channels)), classes)
+
+
+def _head_reserve(passes: int) -> int:
+    return 34 if passes >= _SOFTMAX_HEAD_MIN_PASSES else 2
+
+
+def _staged(g: GraphBuilder, s: Sizing, x: Act, stages: list[tuple[int, int]], reserve: int,
+            block: Callable[[Act, int, int, int], Act], block_passes: int) -> Act:
+    """Run ``stages`` of (base channels, first stride): ``block(x, channels, stride, stage)`` repeated to budget.
+
+    A budget too small for one block of ``block_passes`` per stage keeps only the first stages.
+    """
+    stages = stages[:max(1, (s.passes - reserve) // block_passes)]
+    filler = _Filler(g, s)
+    for position, (base, stride) in enumerate(stages):
+        until = filler.stage_end(s.passes, len(stages) - position, reserve)
+        channels = s.channels(base)
+        x = filler.fill(x, until, lambda y, first, c=channels, st=stride, p=position:
+                        block(y, c, st if first else 1, p))
+    return x
+
+
+def mobilenet_v2(g: GraphBuilder, s: Sizing) -> Act:
+    x = blocks.stem(g, g.input((1, s.resolution, s.resolution, 3)), s.channels(32))
+    stages = [(16, 1), (24, 2), (32, 2), (64, 2), (96, 1), (160, 2), (320, 1)]
+    x = _staged(g, s, x, stages, _head_reserve(s.passes) + 1, lambda y, c, st, p: blocks.inverted_residual(
+        g, y, c, st, 1 if p == 0 else 6, activation="RELU6"), block_passes=4)
+    return _head(g, g.conv(x, s.channels(1280), activation="RELU6"), s.passes)
+
+
+def mobilenet_v3(g: GraphBuilder, s: Sizing) -> Act:
+    x = g.hard_swish(blocks.stem(g, g.input((1, s.resolution, s.resolution, 3)), s.channels(16), None))
+    stages = [(16, 2), (24, 2), (40, 2), (80, 2), (112, 1), (160, 2)]
+
+    def block(y: Act, c: int, stride: int, position: int) -> Act:
+        kernel = int(g.rng.choice([3, 5]))
+        activation = "RELU" if position < 2 else "HARD_SWISH"
+        se = 0.25 if position in (0, 2, 4, 5) else 0.0
+        return blocks.inverted_residual(g, y, c, stride, int(g.rng.choice([3, 4, 6])), kernel, activation, se)
+
+    x = _staged(g, s, x, stages, _head_reserve(s.passes) + 4, block, block_passes=6)
+    x = g.hard_swish(g.conv(x, s.channels(576), activation=None))
+    pooled = g.pool(x, "AVERAGE", (x.height, x.width), (1, 1), "VALID")
+    x = g.hard_swish(g.conv(pooled, s.channels(1024), activation=None))
+    flat = g.fully_connected(g.reshape(x, (1, x.channels)), 10)
+    return g.softmax(flat) if s.passes >= _SOFTMAX_HEAD_MIN_PASSES else flat
+
+
+def efficientnet(g: GraphBuilder, s: Sizing) -> Act:
+    x = g.input((1, s.resolution, s.resolution, 3))
+    x = g.mul(*(lambda y: (y, g.logistic(y)))(blocks.stem(g, x, s.channels(32), None)))  # swish
+    stages = [(16, 1), (24, 2), (40, 2), (80, 2), (112, 1), (192, 2), (320, 1)]
+    x = _staged(g, s, x, stages, _head_reserve(s.passes) + 3, lambda y, c, st, p: blocks.inverted_residual(
+        g, y, c, st, 1 if p == 0 else 6, 5 if p in (2, 4, 5) else 3, "SWISH", 0.25), block_passes=12)
+    x = g.conv(x, s.channels(1280), activation=None)
+    return _head(g, g.mul(x, g.logistic(x)), s.passes)
+
+
+def densenet(g: GraphBuilder, s: Sizing) -> Act:
+    x = g.conv(g.input((1, s.resolution, s.resolution, 3)), s.channels(64), (7, 7), (2, 2))
+    x = g.pool(x, "MAX", (3, 3), (2, 2))
+    growth = s.channels(32) // 2
+    filler = _Filler(g, s)
+    reserve = _head_reserve(s.passes)
+    stages = min(4, max(1, s.passes // 16))
+    for stage in range(stages):
+        until = filler.stage_end(s.passes, stages - stage, reserve + 2 * (stages - 1 - stage))
+        # A dense layer costs four passes (two convolutions, the concatenation's two writes).
+        layers = max(1, round((until - g.npu_passes) / 4))
+        chunks = max(1, layers // 8)  # long blocks are split so the concatenated width stays moderate
+        for _ in range(chunks):
+            x = filler.split(blocks.dense_block(g, x, max(1, layers // chunks), growth))
+            if x.channels > 8 * growth:
+                x = g.conv(x, 4 * growth, activation="RELU")
+        if stage < stages - 1:
+            x = blocks.dense_transition(g, x, max(8, x.channels // 16 * 8))
+    return _head(g, x, s.passes)
+
+
+def nasnet(g: GraphBuilder, s: Sizing) -> Act:
+    x = blocks.stem(g, g.input((1, s.resolution, s.resolution, 3)), s.channels(32), "RELU")
+    stages = [(32, 1), (64, 2), (128, 2), (256, 2)]
+    x = _staged(g, s, x, stages, _head_reserve(s.passes), lambda y, c, st, p: blocks.nasnet_cell(
+        g, y, c, reduction=st == 2), block_passes=20)
+    return _head(g, x, s.passes)
+
+
+def unet(g: GraphBuilder, s: Sizing) -> Act:
+    """Stacked U-Nets (hourglasses): each one halves the map ``levels`` times and comes back with skips."""
+    x = g.conv(g.input((1, s.resolution, s.resolution, 3)), s.channels(16), (3, 3))
+    levels = max(1, min(3 if s.resolution < 64 else 4, s.passes // 12))
+    filler = _Filler(g, s)
+    hourglass_passes = 10 * levels + 2
+
+    def hourglass(y: Act, _first: bool) -> Act:
+        skips = []
+        for level in range(levels):
+            skip, y = blocks.unet_encoder(g, y, s.channels(16 << level))
+            skips.append(skip)
+        y = g.conv(y, s.channels(16 << levels), (3, 3))
+        for level in reversed(range(levels)):
+            y = blocks.unet_decoder(g, y, skips[level], s.channels(16 << level))
+        return y
+
+    x = filler.fill(x, s.passes - hourglass_passes - 1, hourglass)
+    return g.logistic(g.conv(x, 4, activation=None))
+
+
+def resnet(g: GraphBuilder, s: Sizing) -> Act:
+    x = g.conv(g.input((1, s.resolution, s.resolution, 3)), s.channels(32), (3, 3))
+    stages = [(32, 1), (64, 2), (128, 2), (256, 2)]
+    x = _staged(g, s, x, stages, _head_reserve(s.passes), lambda y, c, st, p: blocks.resnet_basic(g, y, c, st),
+                block_passes=4)
+    return _head(g, x, s.passes)
+
+
+def audio1d(g: GraphBuilder, s: Sizing) -> Act:
+    """Keyword-spotting style: [1, 1, time, features] input, 1-D convolutions along time."""
+    x = g.input((1, 1, 4 * s.resolution, 40))
+    x = g.conv(x, s.channels(64), (1, 10), (1, 2))
+    stages = [(64, 1), (96, 2), (128, 2), (160, 2)]
+    x = _staged(g, s, x, stages, _head_reserve(s.passes), lambda y, c, st, p: blocks.audio_block(
+        g, y, c, int(g.rng.choice([3, 5, 9])), st), block_passes=3)
+    return _head(g, x, s.passes, classes=12)
+
+
+def mixed(g: GraphBuilder, s: Sizing) -> Act:
+    """Blocks of every family in turn, with CPU operators between them."""
+    x = blocks.stem(g, g.input((1, s.resolution, s.resolution, 3)), s.channels(24))
+    stages = [(24, 1), (40, 2), (64, 2), (96, 2)]
+
+    def block(y: Act, c: int, stride: int, _position: int) -> Act:
+        kind = int(g.rng.integers(5))
+        if kind == 0:
+            return blocks.inverted_residual(g, y, c, stride, 4, 3, "HARD_SWISH", 0.25)
+        if kind == 1:
+            return blocks.resnet_basic(g, y, c, stride)
+        if kind == 2 and stride == 1:
+            return g.conv(blocks.dense_block(g, y, 2, max(8, c // 4)), c, activation="RELU")
+        if kind == 3:
+            return blocks.nasnet_cell(g, y, max(8, c // 2), reduction=stride == 2)
+        return blocks.inverted_residual(g, y, c, stride, 6, 5, "SWISH", 0.25)
+
+    x = _staged(g, s, x, stages, _head_reserve(s.passes), block, block_passes=8)
+    return _head(g, x, s.passes)
+
+
+ARCHITECTURES: dict[str, Callable[[GraphBuilder, Sizing], Act]] = {
+    "mobilenet_v2": mobilenet_v2, "mobilenet_v3": mobilenet_v3, "efficientnet": efficientnet, "densenet": densenet,
+    "nasnet": nasnet, "unet": unet, "resnet": resnet, "audio1d": audio1d, "mixed": mixed,
+}
+# Architectures with CPU operators by default (so several NPU subgraphs).
+SPLIT_BY_DEFAULT = frozenset({"mixed"})
+
+
+def sizing(arch: str, passes: int, cpu_splits: int | None) -> Sizing:
+    """Input side and width for a budget: full size for small networks, smaller as the budget grows."""
+    if passes <= 60:
+        resolution, width = 128, 1.0
+    elif passes <= 300:
+        resolution, width = 96, 0.75
+    elif passes <= 1000:
+        resolution, width = 64, 0.5
+    else:
+        resolution, width = 32, 0.25
+    if arch == "unet":
+        resolution = max(32, resolution // 2)
+    if cpu_splits is None:
+        cpu_splits = max(2, passes // 100) if arch in SPLIT_BY_DEFAULT else 0
+    return Sizing(passes, resolution, width, max(1, passes // (cpu_splits + 1)), cpu_splits)

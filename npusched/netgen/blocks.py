@@ -1,0 +1,165 @@
+"""Building blocks of well-known int8 vision and audio networks, on top of ``GraphBuilder``.
+
+Each block takes the builder and its input activation and returns its output activation; random choices (kernel
+sizes, squeeze-excite gates, upsampling kinds) come from the builder's seeded generator.
+"""
+
+from __future__ import annotations
+
+from npusched.netgen.graph import Act, GraphBuilder
+
+
+def stem(g: GraphBuilder, x: Act, filters: int, activation: str = "RELU6") -> Act:
+    """The usual first layer: a 3x3 stride-2 convolution."""
+    return g.conv(x, filters, (3, 3), (2, 2), activation)
+
+
+def _activate(g: GraphBuilder, x: Act, activation: str) -> Act:
+    """Apply an activation that is not fusable into the layer: hard-swish or swish (x * logistic(x))."""
+    if activation == "HARD_SWISH":
+        return g.hard_swish(x)
+    if activation == "SWISH":
+        return g.mul(x, g.logistic(x))
+    return x
+
+
+def _fused(activation: str) -> str | None:
+    return activation if activation in ("RELU", "RELU6") else None
+
+
+def squeeze_excite(g: GraphBuilder, x: Act, reduced: int, gate: str, pool: str, use_fc: bool) -> Act:
+    """Squeeze-excite: global pool -> reduce (FC or 1x1 conv) -> ReLU -> expand -> gate -> broadcast MUL."""
+    if pool == "MEAN":
+        squeezed = g.mean(x)
+    else:
+        squeezed = g.pool(x, "AVERAGE", (x.height, x.width), (1, 1), "VALID")
+    if use_fc:
+        flat = g.reshape(squeezed, (1, x.channels))
+        hidden = g.fully_connected(flat, reduced, "RELU")
+        expanded = g.reshape(g.fully_connected(hidden, x.channels), (1, 1, 1, x.channels))
+    else:
+        expanded = g.conv(g.conv(squeezed, reduced, activation="RELU"), x.channels, activation=None)
+    gated = g.hard_swish(expanded) if gate == "HARD_SWISH" else g.logistic(expanded)
+    return g.mul(x, gated)
+
+
+def inverted_residual(g: GraphBuilder, x: Act, filters: int, stride: int, expansion: int, kernel: int = 3,
+                      activation: str = "RELU6", se_ratio: float = 0.0) -> Act:
+    """MobileNet-V2/V3 and EfficientNet block: 1x1 expand -> depthwise -> (squeeze-excite) -> 1x1 project,
+    with a residual ADD when the shape is kept."""
+    y = x
+    if expansion > 1:
+        y = _activate(g, g.conv(y, x.channels * expansion, activation=_fused(activation)), activation)
+    y = _activate(g, g.depthwise(y, (kernel, kernel), (stride, stride), _fused(activation)), activation)
+    if se_ratio > 0:
+        gate = "LOGISTIC" if activation == "SWISH" else str(g.rng.choice(["HARD_SWISH", "LOGISTIC"]))
+        y = squeeze_excite(g, y, max(8, int(y.channels * se_ratio)), gate, str(g.rng.choice(["MEAN", "AVERAGE"])),
+                           bool(g.rng.integers(2)))
+    y = g.conv(y, filters, activation=None)
+    if stride == 1 and filters == x.channels:
+        y = g.add(y, x)
+    return y
+
+
+def dense_block(g: GraphBuilder, x: Act, layers: int, growth: int) -> Act:
+    """DenseNet: each layer (1x1 bottleneck -> 3x3 conv) appends ``growth`` channels by CONCATENATION."""
+    for _ in range(layers):
+        bottleneck = g.conv(x, 4 * growth, activation="RELU")
+        new = g.conv(bottleneck, growth, (3, 3), activation="RELU", quant=x.quant)
+        x = g.concat([x, new], quant=x.quant)
+    return x
+
+
+def dense_transition(g: GraphBuilder, x: Act, filters: int) -> Act:
+    """DenseNet transition: 1x1 convolution then 2x2 average pooling."""
+    return g.pool(g.conv(x, filters, activation="RELU"), "AVERAGE", (2, 2), (2, 2), "VALID")
+
+
+def separable(g: GraphBuilder, x: Act, filters: int, kernel: int, stride: int = 1) -> Act:
+    """Separable convolution: depthwise kxk then pointwise 1x1."""
+    return g.conv(g.depthwise(x, (kernel, kernel), (stride, stride), "RELU"), filters, activation="RELU")
+
+
+def nasnet_cell(g: GraphBuilder, x: Act, filters: int, reduction: bool) -> Act:
+    """A NASNet-like cell: a 1x1 squeeze, then several pairs of branches (separable 3x3/5x5, pooling, identity)
+    each summed by ADD, and all pair sums concatenated."""
+    stride = 2 if reduction else 1
+    h = g.conv(x, filters, activation="RELU")
+    pairs = int(g.rng.integers(3, 6))
+    cell_quant = g.output_quant("RELU")
+    sums = []
+    for _ in range(pairs):
+        branches = []
+        for _ in range(2):
+            choice = int(g.rng.integers(5))
+            if choice == 0:
+                branch = separable(g, h, filters, 3, stride)
+            elif choice == 1:
+                branch = separable(g, h, filters, 5, stride)
+            elif choice == 2:
+                branch = g.pool(h, "AVERAGE", (3, 3), (stride, stride))
+            elif choice == 3:
+                branch = g.pool(h, "MAX", (3, 3), (stride, stride))
+            else:
+                branch = g.conv(h, filters, stride=(stride, stride), activation="RELU") if reduction else h
+            branches.append(branch)
+        sums.append(g.add(branches[0], branches[1]))
+    # TFLite's int8 concatenation keeps one quantisation: the sums are requantised to it by a 1x1 conv each.
+    parts = [g.conv(s, filters, activation="RELU", quant=cell_quant) for s in sums]
+    return g.concat(parts, quant=cell_quant)
+
+
+def unet_encoder(g: GraphBuilder, x: Act, filters: int) -> tuple[Act, Act]:
+    """Two 3x3 convolutions (the skip output) then 2x2 max pooling."""
+    skip = g.conv(g.conv(x, filters, (3, 3)), filters, (3, 3))
+    return skip, g.pool(skip, "MAX", (2, 2), (2, 2), "VALID")
+
+
+def unet_decoder(g: GraphBuilder, x: Act, skip: Act, filters: int) -> Act:
+    """Upsample by 2 (nearest, bilinear or transposed convolution), concatenate the skip, two 3x3 convolutions."""
+    kind = int(g.rng.integers(3))
+    if kind == 0:
+        up = g.resize(x, 2, "NEAREST")
+    elif kind == 1:
+        up = g.resize(x, 2, "BILINEAR", half_pixel_centers=bool(g.rng.integers(2)))
+    else:
+        up = g.transpose_conv(x, filters)
+    up = g.conv(up, filters, (1, 1), quant=skip.quant)  # brings the upsampled map to the skip's quantisation
+    y = g.concat([up, skip], quant=skip.quant)
+    return g.conv(g.conv(y, filters, (3, 3)), filters, (3, 3))
+
+
+def resnet_basic(g: GraphBuilder, x: Act, filters: int, stride: int) -> Act:
+    """ResNet basic block: two 3x3 convolutions and a shortcut (1x1 strided conv when the shape changes)."""
+    y = g.conv(g.conv(x, filters, (3, 3), (stride, stride)), filters, (3, 3), activation=None)
+    shortcut = x
+    if stride != 1 or filters != x.channels:
+        shortcut = g.conv(x, filters, (1, 1), (stride, stride), activation=None)
+    return g.add(y, shortcut, "RELU")
+
+
+def audio_block(g: GraphBuilder, x: Act, filters: int, kernel: int, stride: int) -> Act:
+    """1-D (H=1) separable convolution over time, as in keyword-spotting and speech models."""
+    y = g.depthwise(x, (1, kernel), (1, stride), "RELU")
+    y = g.conv(y, filters, activation=None)
+    if stride == 1 and filters == x.channels:
+        y = g.add(y, x, "RELU")
+    return y
+
+
+def classifier_head(g: GraphBuilder, x: Act, classes: int) -> Act:
+    """Global average pooling -> RESHAPE to [1, C] -> FULLY_CONNECTED -> SOFTMAX."""
+    pooled = g.pool(x, "AVERAGE", (x.height, x.width), (1, 1), "VALID")
+    return g.softmax(g.fully_connected(g.reshape(pooled, (1, x.channels)), classes))
+
+
+def cpu_split(g: GraphBuilder, x: Act) -> Act:
+    """An operator Vela 5.2.0 leaves to the CPU, so the NPU work around it falls into separate NPU subgraphs.
+
+    SPACE_TO_DEPTH needs an even height and width and changes the shape; an NPU 1x1 convolution and a
+    DEPTH_TO_SPACE put it back, making a small NPU subgraph between two CPU operators.
+    """
+    if x.height % 2 or x.width % 2 or g.rng.integers(2):
+        return g.l2_normalization(x)
+    packed = g.conv(g.space_to_depth(x), 4 * x.channels, activation=None)
+    return g.depth_to_space(packed)

@@ -1,0 +1,286 @@
+"""A small graph builder for int8 TFLite networks: layers in, frozen ``NetworkDef`` out.
+
+Quantisation follows what the TFLite converter emits for int8 models: per-tensor int8 activations (zero point
+-128 after a ReLU, near zero otherwise), symmetric per-channel int8 weights, int32 biases scaled by input scale x
+weight scale, and the fixed output scales TFLite requires (LOGISTIC and SOFTMAX 1/256 with zero point -128,
+L2_NORMALIZATION 1/128 with 0). Ops TFLite requires to keep their input's quantisation (pooling, resizing,
+reshapes, concatenation) get it. The builder also keeps a running estimate of the NPU passes Vela will make,
+which the architectures use as their size knob.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from npusched.netgen.flatbuffer import NetworkDef, OperatorDef, TensorDef
+
+# Estimated NPU passes per operator in Vela 5.2.0 where it is not one (measured with `vela --verbose-schedule`):
+# reshapes vanish, MEAN becomes a depthwise convolution and a MUL, int8 SOFTMAX a fixed chain of 31 passes, and a
+# concatenation writes each input in its own pass (counted in ``concat``).
+_PASS_ESTIMATE = {"RESHAPE": 0, "MEAN": 2, "SOFTMAX": 31}
+# Lookup-table activations Vela fuses into the op producing their input when nothing else reads that input.
+_LUT_OPERATORS = frozenset({"HARD_SWISH", "LOGISTIC"})
+_LUT_FUSERS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "ADD", "MUL",
+                         "AVERAGE_POOL_2D", "MAX_POOL_2D"})
+# Operators Vela 5.2.0 has no NPU implementation for: they run on the CPU and split the NPU work.
+CPU_OPERATORS = frozenset({"L2_NORMALIZATION", "SPACE_TO_DEPTH", "DEPTH_TO_SPACE"})
+_ACTIVATIONS = {None: 0, "RELU": 1, "RELU6": 3}  # tflite.ActivationFunctionType values
+_PADDING = {"SAME": 0, "VALID": 1}
+
+
+@dataclass(frozen=True)
+class Quant:
+    scale: float
+    zero_point: int
+
+
+@dataclass(frozen=True)
+class Act:
+    """An int8 activation tensor of the graph being built; ``shape`` includes the batch of 1."""
+
+    index: int
+    shape: tuple[int, ...]
+    quant: Quant
+
+    @property
+    def height(self) -> int:
+        return self.shape[1]
+
+    @property
+    def width(self) -> int:
+        return self.shape[2]
+
+    @property
+    def channels(self) -> int:
+        return self.shape[-1]
+
+
+def _same_out(size: int, stride: int) -> int:
+    return -(-size // stride)
+
+
+class GraphBuilder:
+    """Accumulates tensors and operators; every layer method returns the new activation.
+
+    All random choices come from the one seeded ``rng``, so the same calls give the same network.
+    """
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self.rng = rng
+        self.tensors: list[TensorDef] = []
+        self.operators: list[OperatorDef] = []
+        self.inputs: list[int] = []
+        self.npu_passes = 0
+        self.cpu_ops = 0
+        self._producer: dict[int, str] = {}
+        self._readers: dict[int, int] = {}
+        self._fused_lut_inputs: set[int] = set()
+        self._scope = "net"
+        self._count = 0
+
+    # --- bookkeeping -------------------------------------------------------------------------------------------
+
+    def scope(self, name: str) -> None:
+        """Name prefix of the tensors made from now on (one per block keeps the names readable)."""
+        self._scope = name
+
+    def _name(self, what: str) -> str:
+        self._count += 1
+        return f"{self._scope}/{what}_{self._count}"
+
+    def _add_tensor(self, tensor: TensorDef) -> int:
+        self.tensors.append(tensor)
+        return len(self.tensors) - 1
+
+    def _act(self, what: str, shape: Sequence[int], quant: Quant) -> Act:
+        shape = tuple(int(v) for v in shape)
+        index = self._add_tensor(TensorDef(self._name(what), shape, "INT8", (quant.scale,), (quant.zero_point,)))
+        return Act(index, shape, quant)
+
+    def _const_int32(self, what: str, values: Sequence[int]) -> int:
+        data = np.asarray(values, dtype="<i4")
+        return self._add_tensor(TensorDef(self._name(what), data.shape, "INT32", data=data.tobytes()))
+
+    def _op(self, opcode: str, inputs: Sequence[int], output: Act, options: str | None = None,
+            **fields: object) -> Act:
+        self.operators.append(OperatorDef(opcode, tuple(inputs), (output.index,), options, tuple(fields.items())))
+        for index in inputs:
+            self._readers[index] = self._readers.get(index, 0) + 1
+            if index in self._fused_lut_inputs:  # a second reader: the activation can no longer be fused
+                self._fused_lut_inputs.discard(index)
+                self.npu_passes += 1
+        self._producer[output.index] = opcode
+        if opcode in CPU_OPERATORS:
+            self.cpu_ops += 1
+        elif (opcode in _LUT_OPERATORS and self._readers[inputs[0]] == 1
+              and self._producer.get(inputs[0]) in _LUT_FUSERS):
+            self._fused_lut_inputs.add(inputs[0])
+        else:
+            self.npu_passes += _PASS_ESTIMATE.get(opcode, 1)
+        return output
+
+    def output_quant(self, activation: str | None) -> Quant:
+        """A plausible output quantisation: ReLU outputs start at zero (zero point -128), others straddle it."""
+        scale = float(np.float32(self.rng.uniform(0.015, 0.09)))
+        if activation is not None:
+            return Quant(scale, -128)
+        return Quant(scale, int(self.rng.integers(-24, 25)))
+
+    def _weights(self, what: str, shape: tuple[int, ...], channel_axis: int) -> int:
+        """Symmetric int8 weights with one scale per output channel (as TFLite's per-channel quantisation)."""
+        values = self.rng.integers(-127, 128, size=shape, dtype=np.int8)
+        channels = shape[channel_axis]
+        scales = tuple(float(s) for s in self.rng.uniform(0.002, 0.012, size=channels).astype(np.float32))
+        return self._add_tensor(TensorDef(self._name(what), shape, "INT8", scales, (0,) * channels, channel_axis,
+                                          values.tobytes()))
+
+    def _bias(self, what: str, x: Act, weights: int) -> int:
+        scales = tuple(float(np.float32(x.quant.scale * s)) for s in self.tensors[weights].scales)
+        values = self.rng.integers(-4096, 4097, size=len(scales)).astype("<i4")
+        return self._add_tensor(TensorDef(self._name(what), (len(scales),), "INT32", scales, (0,) * len(scales), 0,
+                                          values.tobytes()))
+
+    # --- graph ends ----------------------------------------------------------------------------------------------
+
+    def input(self, shape: Sequence[int]) -> Act:
+        x = self._act("input", shape, Quant(float(np.float32(1 / 128)), 0))
+        self.inputs.append(x.index)
+        return x
+
+    def network(self, outputs: Sequence[Act], description: str) -> NetworkDef:
+        return NetworkDef(tuple(self.tensors), tuple(self.operators), tuple(self.inputs),
+                          tuple(o.index for o in outputs), description)
+
+    # --- layers with weights -----------------------------------------------------------------------------------
+
+    def conv(self, x: Act, filters: int, kernel: tuple[int, int] = (1, 1), stride: tuple[int, int] = (1, 1),
+             activation: str | None = "RELU", padding: str = "SAME", dilation: int = 1,
+             quant: Quant | None = None) -> Act:
+        """CONV_2D with OHWI weights; ``kernel`` and ``stride`` are (height, width)."""
+        kh, kw = kernel
+        weights = self._weights("weights", (filters, kh, kw, x.channels), 0)
+        bias = self._bias("bias", x, weights)
+        out_h, out_w = self._spatial(x, kernel, stride, padding, dilation)
+        y = self._act("conv", (1, out_h, out_w, filters), quant or self.output_quant(activation))
+        return self._op("CONV_2D", (x.index, weights, bias), y, "Conv2DOptions", Padding=_PADDING[padding],
+                        StrideW=stride[1], StrideH=stride[0], FusedActivationFunction=_ACTIVATIONS[activation],
+                        DilationWFactor=dilation, DilationHFactor=dilation)
+
+    def depthwise(self, x: Act, kernel: tuple[int, int] = (3, 3), stride: tuple[int, int] = (1, 1),
+                  activation: str | None = "RELU", padding: str = "SAME", multiplier: int = 1,
+                  dilation: int = 1) -> Act:
+        """DEPTHWISE_CONV_2D with 1HWC weights (per-channel scales along the last axis)."""
+        kh, kw = kernel
+        channels = x.channels * multiplier
+        weights = self._weights("dw_weights", (1, kh, kw, channels), 3)
+        bias = self._bias("dw_bias", x, weights)
+        out_h, out_w = self._spatial(x, kernel, stride, padding, dilation)
+        y = self._act("depthwise", (1, out_h, out_w, channels), self.output_quant(activation))
+        return self._op("DEPTHWISE_CONV_2D", (x.index, weights, bias), y, "DepthwiseConv2DOptions",
+                        Padding=_PADDING[padding], StrideW=stride[1], StrideH=stride[0], DepthMultiplier=multiplier,
+                        FusedActivationFunction=_ACTIVATIONS[activation], DilationWFactor=dilation,
+                        DilationHFactor=dilation)
+
+    def transpose_conv(self, x: Act, filters: int, kernel: int = 3, stride: int = 2) -> Act:
+        """TRANSPOSE_CONV with SAME padding (output = input x stride), with its optional bias."""
+        weights = self._weights("tconv_weights", (filters, kernel, kernel, x.channels), 0)
+        bias = self._bias("tconv_bias", x, weights)
+        out_shape = (1, x.height * stride, x.width * stride, filters)
+        shape = self._const_int32("output_shape", out_shape)
+        y = self._act("tconv", out_shape, self.output_quant(None))
+        return self._op("TRANSPOSE_CONV", (shape, weights, x.index, bias), y, "TransposeConvOptions",
+                        Padding=_PADDING["SAME"], StrideW=stride, StrideH=stride)
+
+    def fully_connected(self, x: Act, units: int, activation: str | None = None) -> Act:
+        """FULLY_CONNECTED on a [1, N] input, giving [1, units]."""
+        weights = self._weights("fc_weights", (units, x.channels), 0)
+        bias = self._bias("fc_bias", x, weights)
+        y = self._act("fc", (1, units), self.output_quant(activation))
+        return self._op("FULLY_CONNECTED", (x.index, weights, bias), y, "FullyConnectedOptions",
+                        FusedActivationFunction=_ACTIVATIONS[activation])
+
+    @staticmethod
+    def _spatial(x: Act, kernel: tuple[int, int], stride: tuple[int, int], padding: str,
+                 dilation: int) -> tuple[int, int]:
+        if padding == "SAME":
+            return _same_out(x.height, stride[0]), _same_out(x.width, stride[1])
+        extent_h, extent_w = ((k - 1) * dilation + 1 for k in kernel)
+        return (x.height - extent_h) // stride[0] + 1, (x.width - extent_w) // stride[1] + 1
+
+    # --- layers without weights --------------------------------------------------------------------------------
+
+    def pool(self, x: Act, kind: str, kernel: tuple[int, int], stride: tuple[int, int],
+             padding: str = "SAME") -> Act:
+        """AVERAGE_POOL_2D or MAX_POOL_2D (``kind`` "AVERAGE" / "MAX"); the output keeps the input's quantisation."""
+        out_h, out_w = self._spatial(x, kernel, stride, padding, 1)
+        y = self._act(f"{kind.lower()}_pool", (1, out_h, out_w, x.channels), x.quant)
+        return self._op(f"{kind}_POOL_2D", (x.index,), y, "Pool2DOptions", Padding=_PADDING[padding],
+                        StrideW=stride[1], StrideH=stride[0], FilterWidth=kernel[1], FilterHeight=kernel[0])
+
+    def mean(self, x: Act) -> Act:
+        """MEAN over height and width with keep_dims: [1, 1, 1, C]."""
+        axes = self._const_int32("mean_axes", (1, 2))
+        y = self._act("mean", (1, 1, 1, x.channels), self.output_quant(None))
+        return self._op("MEAN", (x.index, axes), y, "ReducerOptions", KeepDims=True)
+
+    def add(self, a: Act, b: Act, activation: str | None = None) -> Act:
+        y = self._act("add", a.shape, self.output_quant(activation))
+        return self._op("ADD", (a.index, b.index), y, "AddOptions", FusedActivationFunction=_ACTIVATIONS[activation])
+
+    def mul(self, a: Act, b: Act) -> Act:
+        """Elementwise MUL; ``b`` may broadcast (e.g. a [1, 1, 1, C] gate over a feature map)."""
+        y = self._act("mul", a.shape, self.output_quant(None))
+        return self._op("MUL", (a.index, b.index), y, "MulOptions", FusedActivationFunction=0)
+
+    def concat(self, parts: Sequence[Act], quant: Quant | None = None) -> Act:
+        """CONCATENATION along channels. TFLite's int8 kernels want every input quantised as the output, so the
+        callers make the parts with ``quant`` (default: the first part's)."""
+        shape = (*parts[0].shape[:-1], sum(p.channels for p in parts))
+        y = self._act("concat", shape, quant or parts[0].quant)
+        self._op("CONCATENATION", [p.index for p in parts], y, "ConcatenationOptions", Axis=len(shape) - 1,
+                 FusedActivationFunction=0)
+        self.npu_passes += len(parts) - 1
+        return y
+
+    def resize(self, x: Act, factor: int, kind: str, half_pixel_centers: bool = False) -> Act:
+        """RESIZE_NEAREST_NEIGHBOR or RESIZE_BILINEAR (``kind`` "NEAREST" / "BILINEAR") by an integer factor."""
+        size = self._const_int32("size", (x.height * factor, x.width * factor))
+        y = self._act("resize", (1, x.height * factor, x.width * factor, x.channels), x.quant)
+        if kind == "NEAREST":
+            return self._op("RESIZE_NEAREST_NEIGHBOR", (x.index, size), y, "ResizeNearestNeighborOptions",
+                            AlignCorners=False, HalfPixelCenters=half_pixel_centers)
+        return self._op("RESIZE_BILINEAR", (x.index, size), y, "ResizeBilinearOptions", AlignCorners=False,
+                        HalfPixelCenters=half_pixel_centers)
+
+    def hard_swish(self, x: Act) -> Act:
+        return self._op("HARD_SWISH", (x.index,), self._act("hard_swish", x.shape, self.output_quant(None)))
+
+    def logistic(self, x: Act) -> Act:
+        y = self._act("logistic", x.shape, Quant(1 / 256, -128))
+        return self._op("LOGISTIC", (x.index,), y)
+
+    def reshape(self, x: Act, shape: Sequence[int]) -> Act:
+        new_shape = self._const_int32("new_shape", shape)
+        return self._op("RESHAPE", (x.index, new_shape), self._act("reshape", shape, x.quant))
+
+    def softmax(self, x: Act) -> Act:
+        y = self._act("softmax", x.shape, Quant(1 / 256, -128))
+        return self._op("SOFTMAX", (x.index,), y, "SoftmaxOptions", Beta=1.0)
+
+    # --- operators Vela leaves to the CPU ---------------------------------------------------------------------
+
+    def l2_normalization(self, x: Act) -> Act:
+        y = self._act("l2_norm", x.shape, Quant(1 / 128, 0))
+        return self._op("L2_NORMALIZATION", (x.index,), y, "L2NormOptions", FusedActivationFunction=0)
+
+    def space_to_depth(self, x: Act, block: int = 2) -> Act:
+        y = self._act("space_to_depth", (1, x.height // block, x.width // block, x.channels * block * block), x.quant)
+        return self._op("SPACE_TO_DEPTH", (x.index,), y, "SpaceToDepthOptions", BlockSize=block)
+
+    def depth_to_space(self, x: Act, block: int = 2) -> Act:
+        y = self._act("depth_to_space", (1, x.height * block, x.width * block, x.channels // (block * block)),
+                      x.quant)
+        return self._op("DEPTH_TO_SPACE", (x.index,), y, "DepthToSpaceOptions", BlockSize=block)

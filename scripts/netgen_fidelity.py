@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""Vela as the oracle on generated networks: Vela 5.2.0 legacy's total cycles vs npusched's heuristic.
+
+Usage: python scripts/netgen_fidelity.py [--archs a,b] [--sizes 20,100] [--seeds 0] [--configs c1,c2]
+                                         [--golden-configs PATH] [--keep DIR] [--timeout SECONDS]
+
+For every (architecture, size, seed) network of npusched.netgen and every configuration of the golden
+configs.json it runs `vela --debug-force-legacy-core --verbose-schedule --verbose-performance` and npusched's
+heuristic, and prints per case Vela's NPU passes and CPU ops, both totals and the difference. A case off by more
+than 1% gets the first op whose cycles differ by more than 1% and what differs there (block config, stripes,
+cascade, weight buffering, memory access cycles). Vela failing is data (its reason is printed); npusched failing
+is reported with the commands that reproduce it. Generated files live in a temporary folder (or --keep DIR).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from npusched.errors import NpuschedError
+from npusched.fidelity import compare_model
+from npusched.io.vela_report import read_cpu_operator_count, read_per_layer, read_verbose_schedule
+from npusched.netgen import ARCHITECTURES, generate
+from npusched.pipeline import run, run_options_from_vela_args
+
+DEFAULT_GOLDEN_CONFIGS = Path(__file__).resolve().parents[2] / "shared" / "golden" / "configs.json"
+WITHIN_PERCENT = 1.0
+_ACCESS_COLUMNS = {"Sram": "SRAM AC", "Dram": "DRAM AC", "OnChipFlash": "OnFlash AC", "OffChipFlash": "OffFlash AC"}
+
+
+@dataclass(frozen=True)
+class Case:
+    arch: str
+    passes: int
+    seed: int
+
+    @property
+    def stem(self) -> str:
+        return f"{self.arch}-{self.passes}-s{self.seed}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One case under one configuration; ``vela_error``/``ours_error`` say which side failed."""
+
+    case: Case
+    config: str
+    vela_passes: int = 0
+    vela_cpu_ops: int = 0
+    vela_cycles: float | None = None
+    ours_cycles: float | None = None
+    vela_error: str = ""
+    ours_error: str = ""
+    first_difference: str = ""
+
+    @property
+    def difference_percent(self) -> float | None:
+        if self.vela_cycles is None or self.ours_cycles is None or not self.vela_cycles:
+            return None
+        return 100.0 * (self.ours_cycles - self.vela_cycles) / self.vela_cycles
+
+
+def vela_command(model: Path, config: dict[str, Any], output_dir: Path) -> list[str]:
+    """The golden command line (as in golden/*/command.txt) for ``model`` under ``config``."""
+    return [shutil.which("vela") or str(Path(sys.executable).with_name("vela")), str(model),
+            "--accelerator-config", config["accelerator_config"], "--config", "Arm/vela.ini",
+            "--system-config", config["system_config"], "--memory-mode", config["memory_mode"],
+            *config.get("extra_args", ()), "--debug-force-legacy-core", "--verbose-schedule",
+            "--verbose-performance", "--output-dir", str(output_dir)]
+
+
+def run_vela(model: Path, config: dict[str, Any], golden: Path, timeout_seconds: float) -> str:
+    """Run Vela and lay its output out as a golden folder (vela_stdout.txt, per_layer.csv, summary.csv).
+
+    Returns "" on success, else Vela's reason in one line.
+    """
+    output_dir = golden / "vela-output"
+    try:
+        done = subprocess.run(vela_command(model, config, output_dir), capture_output=True, text=True,
+                              timeout=timeout_seconds)
+    except subprocess.TimeoutExpired:
+        return f"timed out after {timeout_seconds:.0f} s"
+    (golden / "vela_stdout.txt").write_text(done.stdout)
+    if done.returncode != 0:
+        lines = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
+        errors = [line for line in lines if "Error" in line or "error" in line]
+        return (errors or lines or [f"exit status {done.returncode}"])[-1][:200]
+    shutil.copy(next(output_dir.glob("*_per-layer.csv")), golden / "per_layer.csv")
+    shutil.copy(next(output_dir.glob("*_summary_*.csv")), golden / "summary.csv")
+    return ""
+
+
+def reproduce(case: Case, config: dict[str, Any]) -> str:
+    """Shell commands that regenerate the case and run npusched's heuristic on it."""
+    model = f"/tmp/{case.stem}.tflite"
+    extra = " ".join(config.get("extra_args", ()))
+    return (f"python -m npusched.netgen {case.arch} --passes {case.passes} --seed {case.seed} -o {model} && "
+            f"solve-schedule {model} --solver heuristic --accelerator-config {config['accelerator_config']} "
+            f"--config Arm/vela.ini --system-config {config['system_config']} --memory-mode "
+            f"{config['memory_mode']} {extra}".rstrip())
+
+
+def first_difference(model: Path, golden: Path, config: dict[str, Any]) -> str:
+    """The first op (in Vela's order) whose op cycles differ by more than 1%, and which of its choices differ."""
+    result = run(run_options_from_vela_args(model, config, solver="heuristic"))
+    ours: dict[str, list[Any]] = {}
+    for cost in result.evaluation.ops:
+        ours.setdefault(cost.name, []).append((cost, result.schedule.op(cost.op_index)))
+    vela_ops = [op for schedule in read_verbose_schedule(golden / "vela_stdout.txt") for op in schedule.ops]
+    rows = [row for group in read_per_layer(golden / "per_layer.csv") for row in group]
+    for position, (vela_op, row) in enumerate(zip(vela_ops, rows, strict=True)):
+        if not ours.get(vela_op.name):
+            continue
+        cost, op = ours[vela_op.name].pop(0)
+        vela_cycles = float(row["Op Cycles"])
+        if abs(cost.total_cycles - vela_cycles) <= WITHIN_PERCENT / 100 * max(vela_cycles, 1.0):
+            continue
+        pairs = [("block", op.block_config.old_style(), vela_op.block_config),
+                 ("ofm stripe", op.ofm_stripe.as_list(), vela_op.ofm_stripe),
+                 ("ifm stripe", op.ifm_stripe.as_list(), vela_op.ifm_stripe),
+                 ("cascaded", op.cascade is not None, vela_op.cascade != 0),  # Vela prints 0 outside cascades
+                 ("weight slices", list(op.depth_slices) if op.encoded_weights else [],
+                  vela_op.depth_slices)]
+        differs = [f"{what} ours {a} vela {b}" for what, a, b in pairs if b is not None and a != b]
+        for mem, column in _ACCESS_COLUMNS.items():
+            mine = sum(v for m, v in cost.access_cycles.items() if m.value == mem)
+            if abs(mine - float(row[column])) > max(1.0, 0.01 * float(row[column])):
+                differs.append(f"{column} ours {mine:.0f} vela {float(row[column]):.0f}")
+        npu = float(row["NPU"])
+        if abs(cost.npu_cycles - npu) > max(1.0, 0.01 * npu):
+            differs.append(f"NPU cycles ours {cost.npu_cycles:.0f} vela {npu:.0f}")
+        return (f"op {position} {vela_op.op_type} '{vela_op.name[:48]}': cycles {cost.total_cycles:.0f} vs "
+                f"{vela_cycles:.0f}; " + ("; ".join(differs) or "no choice or per-memory figure differs"))
+    return "no single op differs by more than 1% (the sum of small differences)"
+
+
+def run_case(case: Case, config_name: str, config: dict[str, Any], work: Path, timeout_seconds: float) -> Outcome:
+    model = work / f"{case.stem}.tflite"
+    if not model.exists():
+        model.write_bytes(generate(case.arch, case.passes, case.seed))
+    golden = work / case.stem / config_name
+    golden.mkdir(parents=True, exist_ok=True)
+    vela_error = run_vela(model, config, golden, timeout_seconds)
+    if vela_error:
+        return Outcome(case, config_name, vela_error=vela_error)
+    schedules = read_verbose_schedule(golden / "vela_stdout.txt")
+    counts = {"vela_passes": sum(len(s.ops) for s in schedules),
+              "vela_cpu_ops": read_cpu_operator_count(golden / "vela_stdout.txt")}
+    try:
+        comparison = compare_model(model, golden, config)
+        difference = ""
+        if abs(comparison.cycles_error) > WITHIN_PERCENT:
+            difference = first_difference(model, golden, config)
+    except NpuschedError as exc:
+        return Outcome(case, config_name, **counts, ours_error=f"error: {exc}"[:200])
+    except Exception as exc:  # a crash of npusched is a finding to report, not a reason to stop
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        return Outcome(case, config_name, **counts, ours_error=(
+            f"CRASH {type(exc).__name__}: {str(exc)[:120]} at {Path(where.filename).name}:{where.lineno}; "
+            f"reproduce: {reproduce(case, config)}"))
+    return Outcome(case, config_name, **counts, vela_cycles=comparison.cycles_vela,
+                   ours_cycles=comparison.cycles_ours, first_difference=difference)
+
+
+def print_outcome(outcome: Outcome) -> None:
+    head = f"{outcome.case.stem:<24} {outcome.config:<28}"
+    if outcome.vela_error:
+        print(f"{head} VELA FAILS: {outcome.vela_error}", flush=True)
+        return
+    passes = f"passes {outcome.vela_passes:>5} cpu {outcome.vela_cpu_ops:>2}"
+    if outcome.ours_error:
+        print(f"{head} {passes}  NPUSCHED {outcome.ours_error}", flush=True)
+        return
+    print(f"{head} {passes}  vela {outcome.vela_cycles:>12.0f}  heuristic {outcome.ours_cycles:>12.0f}  "
+          f"{outcome.difference_percent:+8.2f}%", flush=True)
+    if outcome.first_difference:
+        print(f"    first difference: {outcome.first_difference}", flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--archs", default=",".join(ARCHITECTURES), help="comma-separated (default: all)")
+    parser.add_argument("--sizes", default="20,100", help="comma-separated NPU pass budgets (default 20,100)")
+    parser.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
+    parser.add_argument("--configs", help="comma-separated golden configuration names (default: all)")
+    parser.add_argument("--golden-configs", type=Path, default=DEFAULT_GOLDEN_CONFIGS, help="configs.json")
+    parser.add_argument("--keep", type=Path, help="keep generated models and Vela output in this folder")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per Vela run (default 900)")
+    args = parser.parse_args()
+    try:
+        configs = json.loads(args.golden_configs.read_text())
+        archs = args.archs.split(",")
+        unknown = [a for a in archs if a not in ARCHITECTURES]
+        if unknown:
+            raise ValueError(f"unknown architecture {unknown[0]} (known: {', '.join(ARCHITECTURES)})")
+        names = args.configs.split(",") if args.configs else list(configs)
+        missing = [n for n in names if n not in configs]
+        if missing:
+            raise ValueError(f"unknown configuration {missing[0]} (known: {', '.join(configs)})")
+        cases = [Case(a, int(p), int(s)) for a in archs for p in args.sizes.split(",") for s in args.seeds.split(",")]
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    work = args.keep or Path(tempfile.mkdtemp(prefix="netgen_fidelity_"))
+    work.mkdir(parents=True, exist_ok=True)
+    outcomes = []
+    try:
+        for case in cases:
+            for name in names:
+                outcomes.append(run_case(case, name, configs[name], work, args.timeout))
+                print_outcome(outcomes[-1])
+    finally:
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    compiled = [o for o in outcomes if not o.vela_error]
+    compared = [o for o in compiled if o.difference_percent is not None]
+    within = sum(abs(o.difference_percent) <= WITHIN_PERCENT for o in compared)
+    print(f"SUMMARY within {WITHIN_PERCENT:g}% in {within}/{len(compiled)} cases Vela compiles "
+          f"({len(outcomes)} cases; Vela fails on {len(outcomes) - len(compiled)}; npusched fails on "
+          f"{len(compiled) - len(compared)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
