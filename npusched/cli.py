@@ -6,6 +6,7 @@ Option names follow Vela's command line so that a Vela user's habits carry over.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -17,6 +18,8 @@ from npusched.errors import NpuschedError
 
 SOLVERS = ("heuristic", "cpsat", "dp")
 DEFAULT_SOLVER = "cpsat"
+SEED_RANGE = (-(2 ** 31), 2 ** 31 - 1)  # CP-SAT's random_seed is an int32
+WORKERS_MAX = 256  # more search threads than this only thrash; a typo like 10000 should not start them
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -55,13 +58,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="scheduler to run (default: %(default)s)")
     sched.add_argument("--time-limit", type=_positive_float, default=30.0, metavar="SECONDS",
                        help="wall-clock limit for the whole run, loading included (default: %(default)s)")
-    sched.add_argument("--workers", type=_positive_int, default=None,
-                       help="CP-SAT search workers (default: the number of CPUs)")
-    sched.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (default: %(default)s)")
+    sched.add_argument("--workers", type=_workers, default=None,
+                       help=f"CP-SAT search workers, 1-{WORKERS_MAX} (default: the number of CPUs)")
+    sched.add_argument("--seed", type=_seed, default=0,
+                       help="CP-SAT random seed, a 32-bit signed integer (default: %(default)s)")
     sched.add_argument("--deterministic", action="store_true",
                        help="reproducible CP-SAT search: same inputs, seed and workers give the same schedule")
     out = parser.add_argument_group("output")
-    out.add_argument("--json", type=Path, metavar="PATH", help="write the schedule document (npusched.schedule/1)")
+    out.add_argument("--json", type=_output_path, metavar="PATH",
+                     help="write the schedule document (npusched.schedule/1)")
     out.add_argument("--quiet", action="store_true", help="print only the network totals, not the per-layer table")
     return parser
 
@@ -76,14 +81,28 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
-def _positive_int(text: str) -> int:
+def _int_in_range(text: str, low: int, high: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"must be between {low} and {high}, got {value}")
     return value
+
+
+def _workers(text: str) -> int:
+    return _int_in_range(text, 1, WORKERS_MAX)
+
+
+def _seed(text: str) -> int:
+    return _int_in_range(text, *SEED_RANGE)
+
+
+def _output_path(text: str) -> Path:
+    if not text.strip():  # Path("") would silently mean the current directory
+        raise argparse.ArgumentTypeError("expected a file path, got an empty one")
+    return Path(text)
 
 
 def _positive_float(text: str) -> float:
@@ -91,8 +110,8 @@ def _positive_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got '{text}'") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
     return value
 
 
@@ -128,6 +147,11 @@ def _one_line(text: str) -> str:
 def _run(args: argparse.Namespace) -> int:
     from npusched.pipeline import RunOptions, run
 
+    if args.json is not None:  # refuse a bad output path before spending the time limit
+        from npusched.io.report_json import check_output_path
+
+        check_output_path(args.json, inputs=(args.model, *(args.config or ())))
+
     options = RunOptions(
         model_path=args.model,
         accelerator_config=args.accelerator_config,
@@ -146,11 +170,13 @@ def _run(args: argparse.Namespace) -> int:
 
     from npusched.io.report_text import format_summary
 
-    print(format_summary(result, per_layer=not args.quiet))
-    if args.json:
+    summary = format_summary(result, per_layer=not args.quiet)
+    if args.json is not None:  # written before the summary is printed, so a failed write prints only the error
         from npusched.io.report_json import write_json
 
-        write_json(result, args.json)
+        write_json(result, args.json, inputs=args.config or ())
+    print(summary)
+    if args.json is not None:
         print(f"schedule written to {args.json}")
     return 0
 

@@ -15,3 +15,7 @@ class ConfigError(NpuschedError):
 
 class ScheduleError(NpuschedError):
     """No schedule meets the constraints (for example the fast-storage limit)."""
+
+
+class OutputError(NpuschedError):
+    """An output file cannot be written where the user asked (a directory, an input file, a full disk)."""

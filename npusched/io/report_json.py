@@ -6,9 +6,14 @@ Later versions add fields; they never rename or remove one.
 from __future__ import annotations
 
 import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from npusched.errors import OutputError
 from npusched.model.ir import CpuOp, NpuOp
 from npusched.model.performance import ACCESS_AREAS, Direction
 
@@ -130,10 +135,57 @@ def _solver_fields(result: Any) -> dict[str, Any]:
     if report.heuristic_cycles is not None:
         heuristic = {"cycles": report.heuristic_cycles,
                      "peak_fast_storage_bytes": report.heuristic_peak_fast_storage_bytes}
-    return {"bound_cycles": report.bound_cycles, "gap": report.gap, "solve_seconds": report.solve_seconds,
+    return {"bound_cycles": _finite_or_none(report.bound_cycles), "gap": _finite_or_none(report.gap),
+            "solve_seconds": report.solve_seconds,
             "status_reason": report.reason or None, "model_stats": report.model_stats, "heuristic": heuristic}
 
 
-def write_json(result: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document(result), indent=1) + "\n")
+def _finite_or_none(value: float | None) -> float | None:
+    """CP-SAT reports NaN for a bound or gap it does not have; the format says null (JSON has no NaN)."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+def check_output_path(path: Path, inputs: Iterable[Path | str] = ()) -> None:
+    """Refuse, before any work, a path the document cannot or must not be written to: an existing directory or
+    non-regular file (a device such as /dev/full), a read-only file, or one of the run's ``inputs``."""
+    label = f"--json {path}"
+    if path.is_dir():
+        raise OutputError(f"{label}: is a directory")
+    if not path.exists():
+        if path.parent.exists() and not path.parent.is_dir():
+            raise OutputError(f"{label}: {path.parent} is not a directory")
+        return
+    if not path.is_file():
+        raise OutputError(f"{label}: is not a regular file")
+    if path.stat().st_mode & 0o222 == 0:
+        raise OutputError(f"{label}: the file is read-only")
+    for source in inputs:
+        if Path(source).exists() and os.path.samefile(path, source):
+            raise OutputError(f"{label}: would overwrite the input file {source}")
+
+
+def write_json(result: Any, path: Path, inputs: Iterable[Path | str] = ()) -> None:
+    """Write the document atomically: a temporary file beside ``path`` renamed over it, so a failed write (full
+    disk, killed process) leaves no half-written document and never touches an input."""
+    check_output_path(path, (result.options.model_path, *inputs))
+    text = json.dumps(document(result), indent=1, allow_nan=False) + "\n"
+    temporary = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.fchmod(descriptor, path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_umask())
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(temporary, path)
+        temporary = None
+    except OSError as exc:
+        raise OutputError(f"--json {path}: cannot write ({exc.strerror or exc})") from None
+    finally:
+        if temporary is not None:
+            Path(temporary).unlink(missing_ok=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

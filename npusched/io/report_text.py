@@ -5,6 +5,7 @@ Every figure comes from the run's Evaluation (the single judge); nothing is reco
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from npusched.model.ir import NpuOp
@@ -131,12 +132,15 @@ def solver_lines(result: Any) -> list[str]:
         return []
     lines = []
     if report.heuristic_cycles is not None:
-        gain = 100.0 * (1.0 - result.evaluation.total_cycles / report.heuristic_cycles)
         lines += [_kv("Heuristic (Vela) cycles", f"{report.heuristic_cycles:.0f}"),
-                  _kv("Heuristic peak fast storage", f"{report.heuristic_peak_fast_storage_bytes} bytes"),
-                  _kv("Improvement over heuristic", f"{gain:.2f}%")]
-    lines += [_kv("Lower bound (proven)", f"{report.bound_cycles:.0f}"),
-              _kv("Gap to bound", f"{100.0 * report.gap:.2f}%"),
+                  _kv("Heuristic peak fast storage", f"{report.heuristic_peak_fast_storage_bytes} bytes")]
+        if report.heuristic_cycles > 0:  # a network without NPU passes costs 0 cycles either way
+            gain = 100.0 * (1.0 - result.evaluation.total_cycles / report.heuristic_cycles)
+            lines.append(_kv("Improvement over heuristic", f"{gain:.2f}%"))
+    # CP-SAT has no bound or gap when it fell back before searching (NaN): say so rather than print "nan".
+    bound = f"{report.bound_cycles:.0f}" if math.isfinite(report.bound_cycles) else "none"
+    gap = f"{100.0 * report.gap:.2f}%" if math.isfinite(report.gap) else "none"
+    lines += [_kv("Lower bound (proven)", bound), _kv("Gap to bound", gap),
               _kv("Solve time", f"{report.solve_seconds:.2f} s")]
     if report.reason:
         lines.append(f"Note: {report.reason}")
@@ -149,6 +153,3 @@ def _kv(label: str, value: object) -> str:
 
 def _percent(part: int, whole: int) -> float:
     return 100.0 * part / whole if whole else 0.0
-
-
-

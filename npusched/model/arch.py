@@ -16,6 +16,7 @@ import configparser
 import enum
 import functools
 import importlib.util
+import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
@@ -288,6 +289,8 @@ class _Section:
         except ValueError:
             what = "an integer" if kind is int else "a number"
             raise ConfigError(f"[{self.name}] {key}={text} is not {what}") from None
+        if not math.isfinite(value):  # float() accepts 'nan' and 'inf'; no clock or scale may be either
+            raise ConfigError(f"[{self.name}] {key}={text} is not a finite number")
         if minimum is not None and (value <= minimum if strict_min else value < minimum):
             bound = f"> {minimum:g}" if strict_min else f">= {minimum:g}"
             raise ConfigError(f"[{self.name}] {key}={text} is out of range (must be {bound})")
@@ -550,7 +553,7 @@ def _load_architecture(accelerator_config: str, config_files: tuple[str, ...] | 
     for area in dict.fromkeys((axi0, axi1)):
         name = area.value
         clock_scales[area] = float(sys_sec.number(f"{name}_clock_scale", float, 1.0, minimum=0.0, strict_min=True))
-        ports_used[area] = max(1, int(sys_sec.number(f"{name}_ports_used", int, 1)))
+        ports_used[area] = int(sys_sec.number(f"{name}_ports_used", int, 1, minimum=1))
         burst[area] = int(sys_sec.number(f"{name}_burst_length", int, 1, minimum=1))
         latency[area] = (int(sys_sec.number(f"{name}_read_latency", int, 0, minimum=0)),
                          int(sys_sec.number(f"{name}_write_latency", int, 0, minimum=0)))
