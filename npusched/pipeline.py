@@ -15,6 +15,7 @@ from npusched.errors import ScheduleError
 from npusched.io.tflite_reader import read_tflite
 from npusched.model.arch import load_architecture
 from npusched.model.graph import Network, lower_model
+from npusched.model.validate import validate_model
 from npusched.solver.evaluator import Evaluation, evaluate, verify
 from npusched.solver.heuristic import heuristic_schedule
 from npusched.solver.schedule import Schedule
@@ -101,6 +102,7 @@ def load_network(options: RunOptions) -> tuple[Any, Network, dict[str, float]]:
     timings: dict[str, float] = {}
     start = time.monotonic()
     model = read_tflite(options.model_path)
+    validate_model(model)
     timings["read"] = time.monotonic() - start
     arch = architecture(options)
     start = time.monotonic()
