@@ -2,7 +2,8 @@
 """Wall time of our heuristic (`solve-schedule --solver heuristic`) against Vela's legacy core on the same model
 and configuration, both timed as whole processes, alternately, and compared as the ratio of medians.
 
-Usage: python scripts/bench_heuristic.py MODEL_DIR [--config NAME] [--configs-file PATH] [--runs N] [--models a,b]
+Usage: python scripts/bench_heuristic.py [MODEL_DIR] [--config NAME] [--configs-file PATH] [--runs N] [--models a,b]
+(defaults: the corpus and configurations in tests/data)
 Target (issue 4): ratio ours/Vela <= 1.0 for every model.
 """
 
@@ -17,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-DEFAULT_CONFIGS = Path(__file__).resolve().parents[2] / "shared" / "golden" / "configs.json"
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 
 
 def _hardware_args(config: dict) -> list[str]:
@@ -38,9 +39,9 @@ def _wall_seconds(command: list[str]) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model_dir", type=Path)
+    parser.add_argument("model_dir", nargs="?", type=Path, default=DATA / "corpus")
     parser.add_argument("--config", default="u55-128_hee_shared")
-    parser.add_argument("--configs-file", type=Path, default=DEFAULT_CONFIGS)
+    parser.add_argument("--configs-file", type=Path, default=DATA / "golden" / "configs.json")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--models", help="comma-separated model names (default: all in MODEL_DIR)")
     args = parser.parse_args()

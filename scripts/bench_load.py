@@ -16,7 +16,7 @@ from npusched.io.tflite_reader import read_tflite
 from npusched.model.arch import load_architecture
 from npusched.model.graph import lower_model
 
-DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "mobilenet_v2_224_int8.tflite"
+DEFAULT_MODEL = Path(__file__).resolve().parents[1] / "tests" / "data" / "corpus" / "mobilenet_v2_224_int8.tflite"
 
 
 def main() -> None:

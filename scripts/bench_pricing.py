@@ -25,7 +25,7 @@ from npusched.model.arch import load_architecture
 from npusched.model.graph import lower_model
 from npusched.solver.max_schedule import vela_tensor_placements
 
-DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "mobilenet_v2_224_int8.tflite"
+DEFAULT_MODEL = Path(__file__).resolve().parents[1] / "tests" / "data" / "corpus" / "mobilenet_v2_224_int8.tflite"
 
 
 def clear_all_caches(keep_lower_levels: bool = False) -> None:

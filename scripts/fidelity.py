@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Compare npusched's heuristic schedule and cost model with Vela's golden output, op by op.
 
-Usage: python scripts/fidelity.py MODEL_DIR GOLDEN_DIR CONFIG [--per-op] [--models a,b] [--csv PATH]
+Usage: python scripts/fidelity.py CONFIG [--model-dir DIR] [--golden-dir DIR] [--per-op] [--models a,b] [--csv PATH]
 
-GOLDEN_DIR is e.g. ../shared/golden/vela-5.2.0-legacy; CONFIG one of the names in its configs.json (looked up in
-GOLDEN_DIR and its parent). For every model with a golden folder it prints, per op matched by name: block config
-equal?, NPU cycles and op cycles (ours, Vela's, error %); then one line per model and one summary line.
+--model-dir and --golden-dir default to tests/data/corpus and tests/data/golden/vela-5.2.0-legacy; CONFIG is one
+of the names in configs.json (looked up in the golden dir and its parent). For every model with a golden folder it
+prints, per op matched by name: block config equal?, NPU cycles and op cycles (ours, Vela's, error %); then one
+line per model and one summary line.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ from pathlib import Path
 from npusched.errors import NpuschedError
 from npusched.fidelity import ModelComparison, compare_model, load_config
 
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model_dir", type=Path)
-    parser.add_argument("golden_dir", type=Path)
     parser.add_argument("config")
+    parser.add_argument("--model-dir", type=Path, default=DATA / "corpus")
+    parser.add_argument("--golden-dir", type=Path, default=DATA / "golden" / "vela-5.2.0-legacy")
     parser.add_argument("--models", help="comma-separated model names (default: every model with golden output)")
     parser.add_argument("--per-op", action="store_true", help="print one line per op")
     parser.add_argument("--csv", type=Path, help="write the per-op comparison as CSV")
