@@ -1,23 +1,70 @@
-"""Shared fixtures: the real models and Vela's golden output live in ../shared next to the repository."""
+"""The test data: the corpus models and Vela's golden output, kept in tests/data (see tests/data/README.md).
 
+The paths are module constants as well as fixtures because parametrisation happens at import time. Nothing is
+skipped for missing data: a missing configs.json fails collection, a missing model or golden file fails the test
+that reads it.
+"""
+
+from __future__ import annotations
+
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+from npusched.pipeline import RunOptions, architecture, run_options_from_vela_args
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+CORPUS_DIR = DATA_DIR / "corpus"
+GOLDEN_ROOT = DATA_DIR / "golden"
+GOLDEN_DIR = GOLDEN_ROOT / "vela-5.2.0-legacy"
+CONFIGS: dict[str, dict[str, Any]] = json.loads((GOLDEN_ROOT / "configs.json").read_text())
+
+# Named rather than globbed so that a model missing from tests/data/corpus fails instead of vanishing.
+MODELS = ("ad01_int8", "dtln", "keyword_scrambled_8bit", "kws_dscnn_int8", "micro_speech_int8",
+          "mobilenet_v2_224_int8", "person_detect", "resnet8_ic_int8", "resnet_large_ic_int8", "str_ww_int8",
+          "vww_96_int8")
+
+# Where Vela's legacy core itself failed, so there is no golden folder (tests/data/golden/README.md).
+VELA_FAILED = frozenset({("u55-256_hee_shared_arena128k", "mobilenet_v2_224_int8")})
 
 
-def _existing(path: Path) -> Path:
-    if not path.is_dir():
-        pytest.skip(f"{path} is missing (tests need the shared corpus and golden files at ../shared)")
-    return path
+def model_path(model: str) -> Path:
+    return CORPUS_DIR / f"{model}.tflite"
+
+
+def golden_path(config: str, model: str) -> Path:
+    """The folder of Vela's output for one model under one configuration of configs.json."""
+    return GOLDEN_DIR / config / model
+
+
+def golden_cases(configs: tuple[str, ...] | None = None, models: tuple[str, ...] = MODELS) -> list[tuple[str, str]]:
+    """(config, model) for every pair Vela compiled, over the given configurations (default: all)."""
+    return [(config, model) for config in (configs or tuple(CONFIGS)) for model in models
+            if (config, model) not in VELA_FAILED]
+
+
+def run_options(config: str, model: str = "kws_dscnn_int8", **overrides: Any) -> RunOptions:
+    """The run options of a configuration of configs.json for a corpus model."""
+    return run_options_from_vela_args(model_path(model), CONFIGS[config], **overrides)
+
+
+def golden_arch(config: str, **overrides: Any) -> Any:
+    """The architecture of a configuration of configs.json."""
+    return architecture(run_options(config, **overrides))
 
 
 @pytest.fixture(scope="session")
 def corpus_dir() -> Path:
-    return _existing(SHARED / "corpus")
+    return CORPUS_DIR
 
 
 @pytest.fixture(scope="session")
 def golden_dir() -> Path:
-    return _existing(SHARED / "golden" / "vela-5.2.0-legacy")
+    return GOLDEN_DIR
+
+
+@pytest.fixture(scope="session")
+def configs() -> dict[str, dict[str, Any]]:
+    return CONFIGS

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import csv
-import json
 import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import CONFIGS, golden_arch, golden_cases, golden_path
 
 from npusched.errors import ConfigError
 from npusched.model.arch import (
@@ -20,34 +20,18 @@ from npusched.model.arch import (
 )
 from npusched.model.ir import MemArea
 
-GOLDEN = Path(__file__).resolve().parents[1].parent / "shared" / "golden"
-if not GOLDEN.is_dir():
-    GOLDEN = Path("/work/shared/golden")
-CONFIGS = json.loads((GOLDEN / "configs.json").read_text()) if (GOLDEN / "configs.json").is_file() else {}
-
-needs_golden = pytest.mark.skipif(not CONFIGS, reason="golden data not available")
-
-
-def _arch_for(config: dict) -> object:
-    extra = config["extra_args"]
-    cache = int(extra[extra.index("--arena-cache-size") + 1]) if "--arena-cache-size" in extra else None
-    optimise = extra[extra.index("--optimise") + 1] if "--optimise" in extra else "Performance"
-    return load_architecture(config["accelerator_config"], ["Arm/vela.ini"], config["system_config"],
-                             config["memory_mode"], cache, optimise)
-
 
 def _summary_rows(config_name: str) -> list[dict[str, str]]:
     rows = []
-    for path in sorted((GOLDEN / "vela-5.2.0-legacy" / config_name).glob("*/summary.csv")):
-        with open(path, newline="") as handle:
+    for _, model in golden_cases((config_name,)):
+        with open(golden_path(config_name, model) / "summary.csv", newline="") as handle:
             rows.extend(csv.DictReader(handle))
     return rows
 
 
-@needs_golden
 @pytest.mark.parametrize("config_name", sorted(CONFIGS))
 def test_memory_figures_match_golden_summary(config_name: str) -> None:
-    arch = _arch_for(CONFIGS[config_name])
+    arch = golden_arch(config_name)
     rows = _summary_rows(config_name)
     assert rows, f"no summary.csv for {config_name}"
     ours = arch.memory_summary()
@@ -61,10 +45,9 @@ def test_memory_figures_match_golden_summary(config_name: str) -> None:
         assert row["feature_map_storage_area"] == arch.feature_map_storage_mem_area.display_name()
 
 
-@needs_golden
 def test_golden_configs_cover_both_families_and_spilling() -> None:
     """Dedicated_Sram modes put the arena in DRAM and use SRAM as a cache; Shared_Sram does not spill."""
-    u65 = _arch_for(CONFIGS["u65-512_high_dedicated384k"])
+    u65 = golden_arch("u65-512_high_dedicated384k")
     assert u65.ncores == 2 and u65.is_ethos_u65_system
     assert u65.is_spilling_enabled() and u65.max_sram_used_weight == 0
     assert u65.mem_type_size("Scratch_fast") == 384 * 1024
@@ -73,7 +56,7 @@ def test_golden_configs_cover_both_families_and_spilling() -> None:
     assert u65.memory_latency[MemArea.Dram][BandwidthDirection.Read] == 500
     assert u65.memory_latency[MemArea.Dram][BandwidthDirection.Write] == 250
     assert u65.memory_burst_length[MemArea.Dram] == 128
-    u55 = _arch_for(CONFIGS["u55-128_hee_shared"])
+    u55 = golden_arch("u55-128_hee_shared")
     assert not u55.is_spilling_enabled() and u55.max_sram_used_weight == 1000
     assert u55.mem_type_size("Scratch_fast") == 1 << 32
     assert u55.memory_burst_length[MemArea.OffChipFlash] == 128

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import pytest
+from conftest import CONFIGS, golden_arch, golden_cases, golden_path
 
 from npusched.io.vela_report import read_verbose_schedule
 from npusched.model.arch import load_architecture
@@ -29,13 +29,6 @@ from npusched.model.ir import (
     ResamplingMode,
     Shape4D,
 )
-
-GOLDEN = Path(__file__).resolve().parents[1].parent / "shared" / "golden"
-if not GOLDEN.is_dir():
-    GOLDEN = Path("/work/shared/golden")
-LEGACY = GOLDEN / "vela-5.2.0-legacy"
-CONFIGS = json.loads((GOLDEN / "configs.json").read_text()) if (GOLDEN / "configs.json").is_file() else {}
-needs_golden = pytest.mark.skipif(not CONFIGS, reason="golden data not available")
 
 # ----------------------------------------------------------------------------------------------------------------
 # Golden verbose schedules
@@ -109,24 +102,18 @@ def block_inputs(op: dict, softmax_prefixes: set[str]) -> dict:
 def golden_ops(config_name: str) -> list[tuple[str, dict, dict]]:
     """(model, parsed op, find_block_config inputs) for every op of a configuration's golden schedules."""
     result = []
-    for path in sorted((LEGACY / config_name).glob("*/vela_stdout.txt")):
-        ops = parse_schedule(path)
+    for _, model in golden_cases((config_name,)):
+        ops = parse_schedule(golden_path(config_name, model) / "vela_stdout.txt")
         prefixes = {m.group(1) for o in ops if (m := re.match(r"(.*)_clz4$", o["name"]))}
         for op in ops:
-            result.append((path.parent.name, op, block_inputs(op, prefixes)))
+            result.append((model, op, block_inputs(op, prefixes)))
     return result
 
 
-def _arch(config_name: str):
-    cfg = CONFIGS[config_name]
-    return load_architecture(cfg["accelerator_config"], ["Arm/vela.ini"], cfg["system_config"], cfg["memory_mode"])
-
-
-@needs_golden
 @pytest.mark.parametrize("config_name", sorted(CONFIGS))
 def test_golden_block_configs(config_name: str) -> None:
     """Every op of every golden schedule gets Vela's printed Block Config (measured: 2159/2159 ops)."""
-    arch = _arch(config_name)
+    arch = golden_arch(config_name)
     ops = golden_ops(config_name)
     assert len(ops) > 300
     kinds = {op["type"] for _, op, _ in ops}
@@ -139,11 +126,10 @@ def test_golden_block_configs(config_name: str) -> None:
     assert not mismatches, f"{len(mismatches)}/{len(ops)} differ:\n" + "\n".join(mismatches[:20])
 
 
-@needs_golden
 @pytest.mark.parametrize("config_name", ["u55-128_hee_shared", "u65-512_high_dedicated384k"])
 def test_enumeration_contains_vela_choice(config_name: str) -> None:
     """The solver-facing enumeration ranks Vela's choice first, and each candidate re-validates on its own."""
-    arch = _arch(config_name)
+    arch = golden_arch(config_name)
     distinct = {tuple(sorted((k, v) for k, v in inputs.items())) for _, _, inputs in golden_ops(config_name)}
     assert len(distinct) > 50
     for key in sorted(distinct, key=str)[:200]:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import itertools
-import json
 import re
 from pathlib import Path
 
 import pytest
+from conftest import CONFIGS
 
 from npusched.errors import ScheduleError
 from npusched.model.graph import Network, NpuSubgraph
@@ -18,8 +18,6 @@ from npusched.solver.evaluator import elementwise_reuse_source, evaluate, storag
 from npusched.solver.heuristic import heuristic_schedule, sched_ops_of
 from npusched.solver.max_schedule import max_schedule, vela_tensor_placements
 from npusched.solver.schedule import Schedule, TensorPlacement
-
-CONFIGS = json.loads((Path(__file__).resolve().parents[2] / "shared" / "golden" / "configs.json").read_text())
 
 
 def _load(corpus_dir: Path, model: str, config: str, **overrides):

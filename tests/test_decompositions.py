@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import GOLDEN_DIR, model_path
 
 from npusched.io.tflite_reader import read_tflite
 from npusched.model.ir import DataType, NpuOp, Shape4D
@@ -23,9 +24,7 @@ from npusched.model.lowering.lstm import lower_lstm
 from npusched.model.lowering.mean import lower_mean
 from npusched.model.lowering.softmax import lower_softmax
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-CORPUS = SHARED / "corpus"
-GOLDEN = SHARED / "golden" / "vela-5.2.0-legacy" / "u55-128_hee_shared"
+GOLDEN = GOLDEN_DIR / "u55-128_hee_shared"
 LOWER = {"SOFTMAX": lower_softmax, "MEAN": lower_mean, "UNIDIRECTIONAL_SEQUENCE_LSTM": lower_lstm}
 SOFTMAX_MODELS = ["kws_dscnn_int8", "micro_speech_int8", "person_detect", "resnet8_ic_int8",
                   "resnet_large_ic_int8", "str_ww_int8", "vww_96_int8"]
@@ -71,7 +70,7 @@ def golden_layers(model: str) -> list[dict]:
 
 def lowered(model: str, opcode: str) -> list[NpuOp]:
     """All passes the decomposition makes of every ``opcode`` operator of the model, model order."""
-    tfl = read_tflite(CORPUS / f"{model}.tflite")
+    tfl = read_tflite(model_path(model))
     sg = tfl.subgraphs[0]
     ctx = LoweringContext(model=tfl, subgraph=sg)
     out: list[NpuOp] = []

@@ -10,37 +10,24 @@ from __future__ import annotations
 
 import csv
 import functools
-import json
-from pathlib import Path
 
 import pytest
+from conftest import CONFIGS, golden_path, run_options
 
 from npusched.errors import ScheduleError
-from npusched.pipeline import load_network, run_options_from_vela_args
+from npusched.pipeline import load_network
 from npusched.solver.dp import DpOptions, dp_schedule
 from npusched.solver.evaluator import evaluate, verify
 from npusched.solver.max_schedule import max_schedule
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-GOLDEN = SHARED / "golden" / "vela-5.2.0-legacy"
 MODELS = ("kws_dscnn_int8", "micro_speech_int8", "resnet8_ic_int8", "vww_96_int8")
 UNLIMITED_CONFIG = "u55-128_hee_shared"
-
-pytestmark = pytest.mark.skipif(not (SHARED / "golden" / "configs.json").is_file(), reason="needs ../shared/golden")
-
-
-def _configs() -> dict:
-    path = SHARED / "golden" / "configs.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
-
-
-CONFIGS = tuple(_configs())
 
 
 @functools.cache
 def _loaded(config: str, model: str, arena: int | None = None):
     overrides = {"arena_cache_size": arena} if arena is not None else {}
-    options = run_options_from_vela_args(SHARED / "corpus" / f"{model}.tflite", _configs()[config], **overrides)
+    options = run_options(config, model, **overrides)
     arch, network, _ = load_network(options)
     return options, arch, network
 
@@ -53,11 +40,11 @@ def _dp(config: str, model: str, arena: int | None = None):
 
 
 def _golden_cycles(config: str, model: str) -> float:
-    with open(GOLDEN / config / model / "summary.csv", newline="") as handle:
+    with open(golden_path(config, model) / "summary.csv", newline="") as handle:
         return float(next(csv.DictReader(handle))["cycles_total"])
 
 
-@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("config", tuple(CONFIGS))
 @pytest.mark.parametrize("model", MODELS)
 def test_dp_schedule_verifies_within_the_limit(config, model):
     _, arch, network = _loaded(config, model)

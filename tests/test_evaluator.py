@@ -10,40 +10,33 @@ from __future__ import annotations
 
 import csv
 import functools
-import json
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
+from conftest import MODELS, golden_cases, golden_path, model_path, run_options
 
 from npusched.io.tflite_reader import read_tflite
 from npusched.io.vela_report import read_summary, read_verbose_schedule
 from npusched.model.graph import lower_model
-from npusched.pipeline import architecture, run_options_from_vela_args
+from npusched.pipeline import architecture
 from npusched.solver.evaluator import cascade_rolling_buffers, evaluate, verify
 from npusched.solver.heuristic import heuristic_schedule
 from npusched.solver.schedule import TensorPlacement
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-GOLDEN = SHARED / "golden" / "vela-5.2.0-legacy"
-CONFIGS = ("u55-128_hee_shared", "u55-128_hee_shared_size", "u55-256_hee_shared_arena128k",
-           "u65-256_mid_dedicated256k", "u65-512_high_dedicated384k")
-MODELS = tuple(sorted(p.stem for p in (SHARED / "corpus").glob("*.tflite")))
-GRID = [(config, model) for config in CONFIGS for model in MODELS if (GOLDEN / config / model).is_dir()]
-
-pytestmark = pytest.mark.skipif(not GOLDEN.is_dir(), reason="needs ../shared/golden")
+CONFIG_NAMES = ("u55-128_hee_shared", "u55-128_hee_shared_size", "u55-256_hee_shared_arena128k",
+                "u65-256_mid_dedicated256k", "u65-512_high_dedicated384k")
+GRID = golden_cases(CONFIG_NAMES)
 
 
 @functools.cache
 def _arch(config: str):
-    spec = json.loads((SHARED / "golden" / "configs.json").read_text())[config]
-    options = run_options_from_vela_args(Path(), spec)
+    options = run_options(config)
     return architecture(options), options.optimise
 
 
 @functools.cache
 def _network(config: str, model: str):
-    return lower_model(read_tflite(SHARED / "corpus" / f"{model}.tflite"), _arch(config)[0])
+    return lower_model(read_tflite(model_path(model)), _arch(config)[0])
 
 
 @functools.cache
@@ -65,6 +58,7 @@ def _verify(config: str, model: str, schedule=None, **kwargs) -> list[str]:
 def test_grid_is_the_golden_one():
     """54 of the 55 cases: Vela failed only on mobilenet_v2 with a 128 KiB arena."""
     assert len(GRID) == 54
+    assert [(c, m) for c in CONFIG_NAMES for m in MODELS if golden_path(c, m).is_dir()] == GRID
 
 
 @pytest.mark.parametrize("config,model", GRID)
@@ -77,18 +71,17 @@ def test_vela_schedule_verifies(config, model):
 def test_sram_used_per_pass_is_velas(config, model):
     """At every pass the evaluator sees the fast storage Vela's scheduler saw (rolling buffers of cascades instead
     of whole feature maps, weight buffers, feature maps before they are moved into fast storage)."""
-    golden = read_verbose_schedule(GOLDEN / config / model / "vela_stdout.txt")
+    golden = read_verbose_schedule(golden_path(config, model) / "vela_stdout.txt")
     evaluation = _evaluation(config, model)
     assert [c.sram_used for c in evaluation.ops] == [op.sram_used_bytes for sg in golden for op in sg.ops]
     assert list(evaluation.sram_used_peaks) == [max(op.sram_used_bytes for op in sg.ops) for sg in golden]
 
 
-@pytest.mark.parametrize("config,model", [(c, m) for c, m in GRID if m != "keyword_scrambled_8bit"])
+@pytest.mark.parametrize("config,model", GRID)
 def test_peak_is_velas_sram_memory_used(config, model):
-    """The whole-inference peak is the fast storage Vela allocates (summary.csv "sram_memory_used", KiB).
-    keyword_scrambled_8bit is left out: its six NPU subgraphs alternate with CPU operators whose tensors Vela
-    also allocates in fast storage, which the lowered network does not carry."""
-    with open(GOLDEN / config / model / "summary.csv", newline="") as handle:
+    """The whole-inference peak is the fast storage Vela allocates (summary.csv "sram_memory_used", KiB), CPU
+    operators' tensors included (keyword_scrambled_8bit's SVDF states: 5,408 bytes in all)."""
+    with open(golden_path(config, model) / "summary.csv", newline="") as handle:
         row = next(csv.DictReader(handle))
     vela = round(float(row["sram_memory_used"]) * 1024)
     evaluation = _evaluation(config, model)
@@ -105,7 +98,7 @@ def test_prefetch_slack_of_a_sliced_but_unbuffered_op():
     schedule = _schedule(config, model)
     quirky = [o for o in schedule.ops if o.slack_ofm_depth is not None and not o.weight_buffering.is_buffered]
     assert quirky
-    vela = float(read_summary(GOLDEN / config / model / "summary.csv")["cycles_total"])
+    vela = float(read_summary(golden_path(config, model) / "summary.csv")["cycles_total"])
     assert _evaluation(config, model).total_cycles == vela
     plain = schedule.with_ops(replace(o, slack_ofm_depth=None) for o in quirky)
     assert evaluate(_network(config, model), _arch(config)[0], plain).total_cycles != vela

@@ -4,22 +4,18 @@ In the u55-128_hee_shared config every stripe Vela prints is the full IFM/IFM2/O
 (name, type, kernel, IFM, IFM2, OFM) sequence of each NPU subgraph is exactly what lowering must produce.
 """
 
-import json
 from collections import Counter
 from pathlib import Path
 
 import networkx as nx
 import pytest
+from conftest import MODELS, golden_arch, golden_cases, golden_path
 
 from npusched.io.tflite_reader import read_tflite
 from npusched.io.vela_report import read_cpu_operator_count, read_verbose_schedule
-from npusched.model.arch import load_architecture
 from npusched.model.graph import lower_model
 from npusched.model.ir import CpuOp, NpuBlockType, NpuOp, TensorFormat
 
-MODELS = ("ad01_int8", "dtln", "keyword_scrambled_8bit", "kws_dscnn_int8", "micro_speech_int8",
-          "mobilenet_v2_224_int8", "person_detect", "resnet8_ic_int8", "resnet_large_ic_int8", "str_ww_int8",
-          "vww_96_int8")
 CONFIG = "u55-128_hee_shared"
 SYNTHETIC_DIR = Path(__file__).parent / "data" / "lowering"
 SYNTHETIC = ("ops_a", "ops_b", "ops_c1", "ops_c2")
@@ -56,11 +52,6 @@ def describe(op: NpuOp) -> dict:
     }
 
 
-def _arch(golden_dir: Path, config: str):
-    c = json.loads((golden_dir.parent / "configs.json").read_text())[config]
-    return load_architecture(c["accelerator_config"], ["Arm/vela.ini"], c["system_config"], c["memory_mode"])
-
-
 @pytest.fixture(scope="module")
 def tflite_models(corpus_dir):
     return {name: read_tflite(corpus_dir / f"{name}.tflite") for name in MODELS}
@@ -68,7 +59,7 @@ def tflite_models(corpus_dir):
 
 @pytest.fixture(scope="module")
 def lowered(tflite_models, golden_dir):
-    arch = _arch(golden_dir, CONFIG)
+    arch = golden_arch(CONFIG)
     return {name: lower_model(model, arch) for name, model in tflite_models.items()}
 
 
@@ -107,20 +98,17 @@ def test_pass_sequence_matches_vela_exactly(lowered, golden, name):
         assert [describe(op) for op in sg.ops] == subgraphs[sg.name], sg.name
 
 
-def test_sequence_is_the_same_for_every_config(tflite_models, golden_dir):
+def test_sequence_is_the_same_for_every_config(tflite_models, configs):
     """Lowering does not depend on the accelerator among the golden configs (all have >16 SHRAM banks, so a
     LUT activation can always fuse): names, types and kernels match each config's schedule."""
-    configs = json.loads((golden_dir.parent / "configs.json").read_text())
     checked = 0
     for config in configs:
         if config == CONFIG:
             continue
-        arch = _arch(golden_dir, config)
-        for name, model in tflite_models.items():
-            path = golden_dir / config / name / "vela_stdout.txt"
-            if not path.exists():
-                continue
-            subgraphs, cpu = parse_schedule(path)
+        arch = golden_arch(config)
+        for _, name in golden_cases((config,)):
+            model = tflite_models[name]
+            subgraphs, cpu = parse_schedule(golden_path(config, name) / "vela_stdout.txt")
             net = lower_model(model, arch)
             assert len(net.cpu_ops) == cpu
             for sg in net.subgraphs:
@@ -200,7 +188,7 @@ def test_sigmoid_is_fused_as_lut_into_the_fully_connected(lowered):
 @pytest.mark.parametrize("name", SYNTHETIC)
 def test_synthetic_operator_coverage_matches_vela(golden_dir, name):
     """Operators the corpus lacks, against Vela's schedule for small synthetic models (tests/data/lowering)."""
-    net = lower_model(read_tflite(SYNTHETIC_DIR / f"{name}.tflite"), _arch(golden_dir, CONFIG))
+    net = lower_model(read_tflite(SYNTHETIC_DIR / f"{name}.tflite"), golden_arch(CONFIG))
     subgraphs, cpu = parse_schedule(SYNTHETIC_DIR / f"{name}.vela_stdout.txt")
     assert [sg.name for sg in net.subgraphs] == list(subgraphs)
     assert len(net.cpu_ops) == cpu

@@ -9,11 +9,10 @@ folder means Vela itself failed on that case.
 from __future__ import annotations
 
 import functools
-import json
 import re
-from pathlib import Path
 
 import pytest
+from conftest import VELA_FAILED, golden_cases, golden_path, model_path, run_options
 
 from npusched.errors import ScheduleError
 from npusched.io.tflite_reader import read_tflite
@@ -21,32 +20,26 @@ from npusched.io.vela_report import read_per_layer, read_summary, read_verbose_s
 from npusched.model.arch import load_architecture
 from npusched.model.graph import lower_model
 from npusched.model.ir import Shape4D
-from npusched.pipeline import architecture, run_options_from_vela_args
+from npusched.pipeline import architecture
 from npusched.solver.cascades import rolling_buffer_shape
 from npusched.solver.evaluator import evaluate
 from npusched.solver.heuristic import heuristic_schedule, memory_over_time, schedule_subgraphs
 from npusched.solver.max_schedule import max_schedule
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-GOLDEN = SHARED / "golden" / "vela-5.2.0-legacy"
-CONFIGS = ("u55-128_hee_shared_size", "u55-256_hee_shared_arena128k", "u65-256_mid_dedicated256k",
-           "u65-512_high_dedicated384k")
-MODELS = tuple(sorted(p.stem for p in (SHARED / "corpus").glob("*.tflite")))
-CASES = [(config, model) for config in CONFIGS for model in MODELS]
-
-pytestmark = pytest.mark.skipif(not GOLDEN.is_dir(), reason="needs ../shared/golden")
+CONFIG_NAMES = ("u55-128_hee_shared_size", "u55-256_hee_shared_arena128k", "u65-256_mid_dedicated256k",
+                "u65-512_high_dedicated384k")
+CASES = golden_cases(CONFIG_NAMES)
 
 
 @functools.cache
 def _arch(config: str):
-    spec = json.loads((SHARED / "golden" / "configs.json").read_text())[config]
-    options = run_options_from_vela_args(Path(), spec)
+    options = run_options(config)
     return architecture(options), options.optimise
 
 
 @functools.cache
 def _network(config: str, model: str):
-    return lower_model(read_tflite(SHARED / "corpus" / f"{model}.tflite"), _arch(config)[0])
+    return lower_model(read_tflite(model_path(model)), _arch(config)[0])
 
 
 @functools.cache
@@ -61,18 +54,11 @@ def _schedule(config: str, model: str):
     return heuristic_schedule(_network(config, model), arch, optimise)
 
 
-def _golden(config: str, model: str) -> Path:
-    folder = GOLDEN / config / model
-    if not folder.is_dir():
-        pytest.skip(f"Vela failed on {model} under {config} (no golden folder)")
-    return folder
-
-
 @pytest.mark.parametrize("config,model", CASES)
 def test_schedule_choices_match_vela(config, model):
     """Same schedule label, cascades (ops and size) and, per op, block config, stripes, assigned cascade,
     weight depth slices, weight buffers and SRAM in use as Vela's --verbose-schedule."""
-    golden = read_verbose_schedule(_golden(config, model) / "vela_stdout.txt")
+    golden = read_verbose_schedule(golden_path(config, model) / "vela_stdout.txt")
     results = _results(config, model)
     assert len(results) == len(golden)
     for result, vela in zip(results, golden, strict=True):
@@ -95,7 +81,7 @@ def test_schedule_choices_match_vela(config, model):
 @pytest.mark.parametrize("config,model", CASES)
 def test_network_cycles_match_vela(config, model):
     """The scheduler's own pricing of its choice reproduces Vela's network cycles."""
-    vela = float(read_summary(_golden(config, model) / "summary.csv")["cycles_total"])
+    vela = float(read_summary(golden_path(config, model) / "summary.csv")["cycles_total"])
     ours = sum(r.total_cycles for r in _results(config, model))
     assert ours == pytest.approx(vela, rel=1e-9)
 
@@ -105,9 +91,7 @@ def test_fidelity_targets_as_judged_by_the_evaluator():
     in at least 90% of cases and within 10% in all; cascade grouping is equal in at least 90%."""
     within_2 = within_10 = grouped = cases = 0
     for config, model in CASES:
-        folder = GOLDEN / config / model
-        if not folder.is_dir():
-            continue
+        folder = golden_path(config, model)
         cases += 1
         arch, _ = _arch(config)
         vela = float(read_summary(folder / "summary.csv")["cycles_total"])
@@ -127,7 +111,7 @@ def test_staging_limit_failure_becomes_a_schedule_error():
     folder); ours says how much the smallest heuristic schedule needs, which is what Vela's size-optimised
     schedule of the same network uses at its peak."""
     config, model = "u55-256_hee_shared_arena128k", "mobilenet_v2_224_int8"
-    assert not (GOLDEN / config / model).exists()
+    assert (config, model) in VELA_FAILED and not golden_path(config, model).exists()
     arch, _ = _arch(config)
     with pytest.raises(ScheduleError) as caught:
         heuristic_schedule(_network(config, model), arch, "Performance")
@@ -135,7 +119,7 @@ def test_staging_limit_failure_becomes_a_schedule_error():
                          str(caught.value))
     assert match is not None, str(caught.value)
     assert int(match.group(1)) == 131072
-    size_run = read_verbose_schedule(GOLDEN / "u55-128_hee_shared_size" / model / "vela_stdout.txt")[0]
+    size_run = read_verbose_schedule(golden_path("u55-128_hee_shared_size", model) / "vela_stdout.txt")[0]
     assert int(match.group(2)) == max(op.sram_used_bytes for op in size_run.ops)
 
 
@@ -152,17 +136,15 @@ def test_max_buffered_choice_is_the_max_schedule(model):
         [(o.block_config, o.ofm_stripe, o.weight_buffering, o.encoded_weights) for o in reference.ops]
 
 
-@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("config", CONFIG_NAMES)
 def test_memory_over_time_matches_vela_per_layer_sram(config):
     """The snapshot of the final schedule (feature maps where the schedule put them, cascades with rolling
     buffers) equals the per-layer "SRAM Usage" of Vela, for the single-subgraph networks without state
     tensors (Vela times the others on one timeline across CPU operators)."""
     arch, _ = _arch(config)
-    for model in ("kws_dscnn_int8", "resnet8_ic_int8", "person_detect", "str_ww_int8", "mobilenet_v2_224_int8"):
-        folder = GOLDEN / config / model
-        if not folder.is_dir():
-            continue
-        (rows,) = read_per_layer(folder / "per_layer.csv")
+    models = ("kws_dscnn_int8", "resnet8_ic_int8", "person_detect", "str_ww_int8", "mobilenet_v2_224_int8")
+    for _, model in golden_cases((config,), models):
+        (rows,) = read_per_layer(golden_path(config, model) / "per_layer.csv")
         (snapshot,) = memory_over_time(_network(config, model), arch, _schedule(config, model))
         assert [snapshot.at(pos) for pos in range(len(rows))] == [int(float(r["SRAM Usage"])) for r in rows], model
 
@@ -170,7 +152,7 @@ def test_memory_over_time_matches_vela_per_layer_sram(config):
 def test_rolling_buffer_accounts_for_vela_cascade_size():
     """resnet8 optimised for size cascades ops 1-2: the cascade's size is the first IFM, the rolling buffer
     between the two convolutions (their stripes from the golden schedule) and the last OFM."""
-    (vela,) = read_verbose_schedule(GOLDEN / "u55-128_hee_shared_size" / "resnet8_ic_int8" / "vela_stdout.txt")
+    (vela,) = read_verbose_schedule(golden_path("u55-128_hee_shared_size", "resnet8_ic_int8") / "vela_stdout.txt")
     (_, start, end, size), = vela.cascades
     first, second = vela.ops[start], vela.ops[end]
     buffer = rolling_buffer_shape(Shape4D(*first.ofm_stripe), Shape4D(*second.ifm_stripe))
@@ -186,7 +168,7 @@ def test_dedicated_size_schedule_that_overflows_the_cache_falls_back():
     returns the performance-optimised schedule instead, and that one stays within the cache at every step."""
     arch = load_architecture("ethos-u65-512", None, "Ethos_U65_Mid_End", "Dedicated_Sram", arena_cache_size=65536,
                              optimise="Size")
-    network = lower_model(read_tflite(SHARED / "corpus" / "mobilenet_v2_224_int8.tflite"), arch)
+    network = lower_model(read_tflite(model_path("mobilenet_v2_224_int8")), arch)
     schedule = heuristic_schedule(network, arch, "Size")
     assert any("performance-optimised one fits" in note for note in schedule.notes)
     (snapshot,) = memory_over_time(network, arch, schedule)

@@ -12,10 +12,10 @@
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import golden_path, model_path
 
 from npusched.io.tflite_reader import read_tflite
 from npusched.io.vela_report import read_per_layer, read_verbose_schedule
@@ -34,9 +34,6 @@ from npusched.model.options import (
 from npusched.solver.evaluator import evaluate
 from npusched.solver.max_schedule import max_schedule
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-GOLDEN = SHARED / "golden" / "vela-5.2.0-legacy"
-CORPUS = SHARED / "corpus"
 CONFIGS = {
     "u55-128_hee_shared": ("ethos-u55-128", "Ethos_U55_High_End_Embedded", "Shared_Sram", "Performance"),
     "u55-128_hee_shared_size": ("ethos-u55-128", "Ethos_U55_High_End_Embedded", "Shared_Sram", "Size"),
@@ -44,12 +41,6 @@ CONFIGS = {
 }
 AC_COLUMNS = {MemArea.Sram: "SRAM AC", MemArea.Dram: "DRAM AC", MemArea.OnChipFlash: "OnFlash AC",
               MemArea.OffChipFlash: "OffFlash AC"}
-
-
-def _need(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(f"{path} is missing (tests need the shared corpus and golden files)")
-    return path
 
 
 @functools.cache
@@ -60,7 +51,7 @@ def _arch(config: str):
 
 @functools.cache
 def _network(config: str, model: str):
-    return lower_model(read_tflite(_need(CORPUS / f"{model}.tflite")), _arch(config))
+    return lower_model(read_tflite(model_path(model)), _arch(config))
 
 
 def _npu_ops(config: str, model: str):
@@ -74,7 +65,7 @@ def _npu_ops(config: str, model: str):
 @pytest.mark.parametrize("model", ["mobilenet_v2_224_int8", "person_detect", "kws_dscnn_int8", "dtln"])
 def test_vela_choice_is_golden_max_schedule(model: str) -> None:
     config = "u55-128_hee_shared"
-    golden = _need(GOLDEN / config / model)
+    golden = golden_path(config, model)
     schedules = read_verbose_schedule(golden / "vela_stdout.txt")
     assert all(s.label.endswith("_MAX_BUFFERED") for s in schedules)
     vela_ops = [op for s in schedules for op in s.ops]
@@ -123,7 +114,7 @@ def test_vela_choice_is_golden_max_schedule(model: str) -> None:
 @pytest.mark.parametrize("model", ["mobilenet_v2_224_int8", "person_detect", "str_ww_int8"])
 def test_vela_choice_per_stripe_is_golden(model: str) -> None:
     config = "u55-128_hee_shared_size"
-    golden = _need(GOLDEN / config / model)
+    golden = golden_path(config, model)
     vela_ops = [op for s in read_verbose_schedule(golden / "vela_stdout.txt") for op in s.ops]
     arch = _arch(config)
     ops = _npu_ops(config, model)

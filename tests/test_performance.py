@@ -17,16 +17,15 @@ import csv
 import functools
 import re
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from conftest import CONFIGS, golden_arch, golden_cases, golden_path, model_path
 
 from npusched.io.tflite_reader import TfliteModel, read_tflite
 from npusched.io.vela_report import read_verbose_schedule
 from npusched.model import performance as P
-from npusched.model.arch import load_architecture
 from npusched.model.ir import (
     ConstTensor,
     DataType,
@@ -37,21 +36,6 @@ from npusched.model.ir import (
     TensorFormat,
     round_up,
 )
-
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-GOLDEN = SHARED / "golden" / "vela-5.2.0-legacy"
-CORPUS = SHARED / "corpus"
-CONFIG_ARGS = {
-    "u55-128_hee_shared": ("ethos-u55-128", "Ethos_U55_High_End_Embedded", "Shared_Sram", {}),
-    "u55-128_hee_shared_size": ("ethos-u55-128", "Ethos_U55_High_End_Embedded", "Shared_Sram",
-                                {"optimise": "Size"}),
-    "u55-256_hee_shared_arena128k": ("ethos-u55-256", "Ethos_U55_High_End_Embedded", "Shared_Sram",
-                                     {"arena_cache_size": 131072}),
-    "u65-256_mid_dedicated256k": ("ethos-u65-256", "Ethos_U65_Mid_End", "Dedicated_Sram_256KB", {}),
-    "u65-512_high_dedicated384k": ("ethos-u65-512", "Ethos_U65_High_End", "Dedicated_Sram_384KB", {}),
-}
-MODELS = sorted(p.stem for p in CORPUS.glob("*.tflite")) if CORPUS.is_dir() else []
-pytestmark = pytest.mark.skipif(not GOLDEN.is_dir() or not MODELS, reason="shared golden data not available")
 
 BLOCK_TYPES = {
     "Conv2DBias": NpuBlockType.ConvolutionMxN,
@@ -100,7 +84,7 @@ def _shape(values: list[int] | None) -> Shape4D | None:
 @functools.cache
 def golden_ops(config: str, model: str) -> tuple[GoldenOp, ...]:
     """The verbose schedule of every NPU subgraph, each op joined with its per_layer.csv row."""
-    folder = GOLDEN / config / model
+    folder = golden_path(config, model)
     ops = [
         GoldenOp(subgraph, op.index, op.name, op.op_type, Shape4D(*op.ofm_shape), Kernel(*op.kernel),
                  block_config=None if op.block_config is None else tuple(op.block_config),
@@ -121,14 +105,9 @@ def golden_ops(config: str, model: str) -> tuple[GoldenOp, ...]:
     return tuple(ops)
 
 
-def arch_for(config: str):
-    accel, system, mode, extra = CONFIG_ARGS[config]
-    return load_architecture(accel, system_config=system, memory_mode=mode, **extra)
-
-
 @functools.cache
 def tflite_model(model: str) -> TfliteModel:
-    return read_tflite(CORPUS / f"{model}.tflite")
+    return read_tflite(model_path(model))
 
 
 # --- the test's rules for what the golden text does not say -------------------------------------------------
@@ -189,7 +168,7 @@ class _Resolver:
     """
 
     def __init__(self, config: str, model: str):
-        self.arch = arch_for(config)
+        self.arch = golden_arch(config)
         self.config = config
         self.ops = golden_ops(config, model)
         self.by_name = {op.name: op for op in self.ops}
@@ -584,12 +563,8 @@ def estimate_model(config: str, model: str) -> tuple[OpResult, ...]:
     return tuple(results)
 
 
-def _available(config: str, model: str) -> bool:
-    return (GOLDEN / config / model / "per_layer.csv").is_file()
-
-
 def _cases(configs) -> list:
-    return [pytest.param(c, m, id=f"{c}-{m}") for c in configs for m in MODELS if _available(c, m)]
+    return [pytest.param(c, m, id=f"{c}-{m}") for c, m in golden_cases(tuple(configs))]
 
 
 # --- tests ---------------------------------------------------------------------------------------------------
@@ -643,10 +618,10 @@ EXACT_FLOOR = {"u55-128_hee_shared": 1.0, "u55-128_hee_shared_size": 0.99, "u55-
                "u65-256_mid_dedicated256k": 0.95, "u65-512_high_dedicated384k": 0.95}
 
 
-@pytest.mark.parametrize("config", list(CONFIG_ARGS))
+@pytest.mark.parametrize("config", list(CONFIGS))
 def test_per_op_match_rate(config: str) -> None:
     """Per configuration: share of resolved ops matching exactly, and within 1 %, over the whole corpus."""
-    results = [r for m in MODELS if _available(config, m) for r in estimate_model(config, m)]
+    results = [r for _, m in golden_cases((config,)) for r in estimate_model(config, m)]
     resolved = [r for r in results if r.inputs.resolved]
     exact = sum(_exact(r) for r in resolved)
     close = sum(_close(r) for r in resolved)
@@ -658,12 +633,12 @@ def test_per_op_match_rate(config: str) -> None:
             assert r.perf.macs == int(r.op.row["MAC Count"]), r.op.name
 
 
-@pytest.mark.parametrize("config", list(CONFIG_ARGS))
+@pytest.mark.parametrize("config", list(CONFIGS))
 def test_network_totals(config: str) -> None:
     """Summed op cycles per network: exact where every op is resolved on the shared-SRAM systems, within 1 %
     otherwise (unresolved ops included, priced with the rules' defaults)."""
-    for model in MODELS:
-        if not _available(config, model) or model in ("dtln", "keyword_scrambled_8bit"):
+    for _, model in golden_cases((config,)):
+        if model in ("dtln", "keyword_scrambled_8bit"):
             continue
         results = estimate_model(config, model)
         mine = sum(r.perf.total_cycles for r in results)
@@ -678,15 +653,15 @@ def test_network_totals(config: str) -> None:
 
 
 def test_mem2mem_cycles_take_the_slower_side() -> None:
-    arch = arch_for("u55-128_hee_shared")  # off-chip flash: 1 byte/cycle, 64 cycles read latency; SRAM 8 B/c
+    arch = golden_arch("u55-128_hee_shared")  # off-chip flash: 1 byte/cycle, 64 cycles read latency; SRAM 8 B/c
     assert P.measure_mem2mem_cycles(arch, MemArea.OffChipFlash, MemArea.Sram, 224) == 224 + 64
     assert P.measure_mem2mem_cycles(arch, MemArea.Sram, MemArea.OffChipFlash, 100) == 100  # write-bound
-    u65 = arch_for("u65-256_mid_dedicated256k")  # DRAM 7.5 B/cycle, 500 cycles read latency
+    u65 = golden_arch("u65-256_mid_dedicated256k")  # DRAM 7.5 B/cycle, 500 cycles read latency
     assert P.measure_mem2mem_cycles(u65, MemArea.Dram, MemArea.Shram, 1024) == 1024 // 7.5 + 500
 
 
 def test_transfer_efficiency_depends_on_contiguity() -> None:
-    arch = arch_for("u55-128_hee_shared")  # SRAM bursts are 32 bytes
+    arch = golden_arch("u55-128_hee_shared")  # SRAM bursts are 32 bytes
     block = Shape4D(1, 4, 4, 16)
     shape = Shape4D(1, 8, 8, 64)
     # NHCWB16 reads a 16-channel brick row per column: 4 columns x 16 bytes fill a 32-byte burst.
@@ -707,5 +682,5 @@ def test_query_is_frozen_and_dma_passes_are_free() -> None:
     q = P.PerformanceQuery(NpuBlockType.ElementWise, Shape4D(1, 2, 2, 8), Shape4D(1, 2, 2, 8), cfg)
     with pytest.raises(AttributeError):
         q.ifm_bits = 16  # type: ignore[misc]
-    assert P.measure_cycle_cost(arch_for("u55-128_hee_shared"), "Dma", None,
+    assert P.measure_cycle_cost(golden_arch("u55-128_hee_shared"), "Dma", None,
                                 P.PerformanceQuery(NpuBlockType.Dma, q.ifm_shape, q.ofm_shape, cfg)).op_cycles == 0

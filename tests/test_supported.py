@@ -12,15 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import MODELS, golden_cases, model_path
 
 from npusched.io.tflite_reader import TfliteOperator, TfliteSubgraph, read_tflite
 from npusched.model.ir import DataType, Quantization
 from npusched.model.supported import NPU_OPERATORS, cpu_operators, npu_support, vela_cpu_reason
-
-MODELS = ("ad01_int8", "dtln", "keyword_scrambled_8bit", "kws_dscnn_int8", "micro_speech_int8",
-          "mobilenet_v2_224_int8", "person_detect", "resnet8_ic_int8", "resnet_large_ic_int8", "str_ww_int8",
-          "vww_96_int8")
-SHARED = Path(__file__).resolve().parents[2] / "shared"
 
 # Vela's own placement messages in vela_stdout.txt: semantic failures, failed support rules, CPU-only types.
 _VELA_CPU_LINE = re.compile(r"^(?:Warning: Unsupported TensorFlow Lite semantics for (\w+) '(.*)'\. Placing on CPU"
@@ -30,14 +26,11 @@ _VELA_CPU_LINE = re.compile(r"^(?:Warning: Unsupported TensorFlow Lite semantics
 
 @cache
 def _subgraph(model: str) -> TfliteSubgraph:
-    return read_tflite(SHARED / "corpus" / f"{model}.tflite").main
+    return read_tflite(model_path(model)).main
 
 
 def _golden_stdout(golden_dir: Path, config: str, model: str) -> str:
-    path = golden_dir / config / model / "vela_stdout.txt"
-    if not path.is_file():
-        pytest.skip(f"no golden run for {model} under {config}")
-    return path.read_text()
+    return (golden_dir / config / model / "vela_stdout.txt").read_text()
 
 
 def _golden_cpu_count(text: str) -> int:
@@ -69,9 +62,7 @@ def test_cpu_operator_count_matches_golden(corpus_dir, golden_dir, model):
 @pytest.mark.parametrize("config", ["u55-128_hee_shared_size", "u55-256_hee_shared_arena128k",
                                     "u65-256_mid_dedicated256k", "u65-512_high_dedicated384k"])
 def test_placement_does_not_depend_on_the_hardware(golden_dir, config):
-    counts = {m: _golden_cpu_count(_golden_stdout(golden_dir, config, m)) for m in MODELS
-              if (golden_dir / config / m / "vela_stdout.txt").is_file()}
-    assert counts, "no golden runs"
+    counts = {m: _golden_cpu_count(_golden_stdout(golden_dir, config, m)) for _, m in golden_cases((config,))}
     assert counts == {m: len(cpu_operators(_subgraph(m))) for m in counts}
 
 

@@ -232,8 +232,9 @@ def _cpu_ops(ps: Pass) -> list[CpuOp]:
             continue
         reason = op.cpu_reason or f"{op.tflite_op or op.type} '{op.name}' runs on the CPU"
         out.append(CpuOp(index=-1, name=op.name, tflite_op=op.tflite_op or op.type, reason=reason,
-                         input_shapes=tuple(tuple(t.shape) for t in op.inputs if t is not None),
-                         output_shapes=tuple(tuple(t.shape) for t in op.outputs)))
+                         inputs=tuple(t.feature_map() for t in op.inputs if t is not None),
+                         outputs=tuple(t.feature_map() for t in op.outputs),
+                         variables=tuple(t.feature_map() for t in op.inputs if t is not None and t.is_variable)))
     return out
 
 

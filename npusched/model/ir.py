@@ -275,14 +275,32 @@ class NpuOp:
 
 @dataclass(frozen=True)
 class CpuOp:
-    """An operator the NPU cannot run; it stays on the CPU and splits the NPU work."""
+    """An operator the NPU cannot run; it stays on the CPU and splits the NPU work.
+
+    It carries its tensors because the CPU's feature maps share fast storage with the NPU's: whole-inference
+    memory counts them, as Vela's does. ``variables`` are the inputs that are TFLite variable tensors (state
+    kept from one inference to the next, e.g. an SVDF's activation history), live for the whole inference.
+    """
 
     index: int
     name: str
     tflite_op: str
     reason: str
-    input_shapes: tuple[tuple[int, ...], ...] = ()
-    output_shapes: tuple[tuple[int, ...], ...] = ()
+    inputs: tuple[FeatureMap, ...] = ()
+    outputs: tuple[FeatureMap, ...] = ()
+    variables: tuple[FeatureMap, ...] = ()
+
+    @property
+    def input_shapes(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(_declared_shape(fm) for fm in self.inputs)
+
+    @property
+    def output_shapes(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(_declared_shape(fm) for fm in self.outputs)
+
+
+def _declared_shape(fm: FeatureMap) -> tuple[int, ...]:
+    return fm.orig_shape if fm.orig_shape is not None else tuple(fm.shape.as_list())
 
 
 def ceil_div(a: int, b: int) -> int:

@@ -127,7 +127,6 @@ class Evaluation:
     original_weight_bytes: int = 0
     notes: tuple[str, ...] = field(default=())
     network_memory: SubgraphMemory | None = None
-    network_memory_complete: bool = False
 
     @property
     def sram_used_peaks(self) -> tuple[int, ...]:
@@ -527,37 +526,34 @@ def subgraph_memory(sg: Any, arch: Any, schedule: Schedule, use: TensorUse | Non
     return SubgraphMemory(getattr(sg, "name", ""), usage, ranges, steps)
 
 
-def network_memory(network: Any, arch: Any, schedule: Schedule, use: TensorUse | None = None
-                   ) -> tuple[SubgraphMemory, bool]:
+def network_memory(network: Any, arch: Any, schedule: Schedule, use: TensorUse | None = None) -> SubgraphMemory:
     """Fast-storage use over the whole inference (the snapshot behind Vela's per-layer "SRAM Usage").
 
-    The network's inputs are live from the start-up step, every CPU operator takes two steps, each NPU subgraph
-    runs where it falls in execution order, and variables (LSTM states) live throughout. The flag is False when
-    CPU operators' tensors are unknown (``CpuOp`` without ``inputs``/``outputs``), so their memory is missing.
+    The network's inputs are live from the start-up step, every CPU operator takes two steps with its tensors
+    live at the first, each NPU subgraph runs where it falls in execution order, and variables (LSTM and SVDF
+    states) live throughout.
     """
     use = use if use is not None else tensor_use(network)
     subgraphs = subgraphs_of(network)
     sg_of_op = {op.index: sg for sg in subgraphs for op in sg.ops}
-    produced = set(use.producers)
-    complete = True
+    ops = getattr(network, "ops", ()) or tuple(o for sg in subgraphs for o in sg.ops)
+    cpu_ops = [op for op in ops if op.index not in sg_of_op]
+    produced = set(use.producers).union(*(op.outputs for op in cpu_ops))
+    cpu_variables = {fm for op in cpu_ops for fm in op.variables}
     book = _book(arch, schedule, use)
     steps: dict[int, int] = {}
     time = 0
-    for sg in subgraphs:  # start-up: graph inputs (tensors no pass produces)
-        for fm in getattr(sg, "inputs", ()) or ():
-            if fm not in produced and fm.name not in use.variables:
-                book.mark(fm, time)
+    read = [fm for sg in subgraphs for fm in getattr(sg, "inputs", ()) or ()]
+    for fm in read + [fm for op in cpu_ops for fm in op.inputs]:  # start-up: graph inputs (tensors no op produces)
+        if fm not in produced and fm not in cpu_variables and fm.name not in use.variables:
+            book.mark(fm, time)
     time += 2
     done: set[int] = set()
-    for op in getattr(network, "ops", ()) or tuple(o for sg in subgraphs for o in sg.ops):
+    for op in ops:
         sg = sg_of_op.get(op.index)
         if sg is None:
-            tensors = tuple(getattr(op, "inputs", ()) or ()) + tuple(getattr(op, "outputs", ()) or ())
-            if not tensors:
-                complete = False
-            for fm in tensors:
-                if isinstance(fm, FeatureMap):
-                    book.mark(fm, time)
+            for fm in op.inputs + op.outputs:
+                book.mark(fm, time)
             time += 2
             continue
         if id(sg) in done:
@@ -567,11 +563,13 @@ def network_memory(network: Any, arch: Any, schedule: Schedule, use: TensorUse |
             book.mark(fm, time)
         sg_steps, time = book.walk(_passes(sg, schedule), getattr(sg, "outputs", ()) or (), time)
         steps.update(sg_steps)
+    for fm in cpu_variables:
+        book.mark(fm, 0)
     for rng_key, rng in book.by_key.items():
-        if isinstance(rng_key, tuple) and rng_key[:1] == ("variable",):
+        if rng_key in cpu_variables or (isinstance(rng_key, tuple) and rng_key[:1] == ("variable",)):
             rng.mark(0, time + 1)
     usage, ranges = book.usage(time)
-    return SubgraphMemory(getattr(network, "name", ""), usage, ranges, steps), complete
+    return SubgraphMemory(getattr(network, "name", ""), usage, ranges, steps)
 
 # --------------------------------------------------------------------------------------------------------------
 # Pricing one pass
@@ -744,9 +742,7 @@ def evaluate(network_or_subgraph: Any, arch: Any, schedule: Schedule) -> Evaluat
     seen_encodings: set[tuple] = set()
     seen_weights: set[int] = set()
     notes: list[str] = []
-    whole, complete = network_memory(network_or_subgraph, arch, schedule, use)
-    if not complete:
-        notes.append("CPU operators' tensors are unknown: whole-inference memory leaves them out")
+    whole = network_memory(network_or_subgraph, arch, schedule, use)
     view = scheduling_view(arch, schedule)
     for sg in subgraphs_of(network_or_subgraph):
         memory = subgraph_memory(sg, arch, schedule, use)
@@ -795,7 +791,7 @@ def evaluate(network_or_subgraph: Any, arch: Any, schedule: Schedule) -> Evaluat
         ops=tuple(costs), memory=tuple(memories), total_cycles=total_cycles, npu_cycles=npu_cycles,
         access_cycles=access, bandwidth=bandwidth, macs=macs, peak_fast_storage=peak,
         staging_limit=staging_limit(arch), encoded_weight_bytes=encoded_total, original_weight_bytes=original_total,
-        notes=tuple(notes), network_memory=whole, network_memory_complete=complete,
+        notes=tuple(notes), network_memory=whole,
     )
 
 
