@@ -31,7 +31,7 @@ from npusched.io.vela_report import read_cpu_operator_count, read_per_layer, rea
 from npusched.netgen import ARCHITECTURES, generate
 from npusched.pipeline import run, run_options_from_vela_args
 
-DEFAULT_GOLDEN_CONFIGS = Path(__file__).resolve().parents[2] / "shared" / "golden" / "configs.json"
+DEFAULT_GOLDEN_CONFIGS = Path(__file__).resolve().parents[1] / "tests" / "data" / "golden" / "configs.json"
 WITHIN_PERCENT = 1.0
 _ACCESS_COLUMNS = {"Sram": "SRAM AC", "Dram": "DRAM AC", "OnChipFlash": "OnFlash AC", "OffChipFlash": "OffFlash AC"}
 
