@@ -155,8 +155,9 @@ def _solve(network: Network, arch: Any, options: RunOptions, started: float,
     hint_eval = evaluate(network, arch, hint) if hint is not None else None
     remaining = options.time_limit_seconds - (time.monotonic() - started)
     try:
-        result = solve_cpsat(network, arch, time_limit_seconds=max(remaining, 1.0), workers=options.workers,
-                             seed=options.seed, deterministic=options.deterministic, hint=hint, log=log)
+        result = solve_cpsat(network, arch, time_limit_seconds=max(remaining, 0.5), workers=options.workers,
+                             seed=options.seed, deterministic=options.deterministic, hint=hint,
+                             hint_evaluation=hint_eval, log=log)
     except ScheduleError as exc:
         # Without time left to find the smallest size that fits, the heuristic's figure still says what is needed.
         if heuristic_error is not None and "smallest that fits" not in str(exc):

@@ -203,6 +203,18 @@ class FeatureMap:
     # writer or shape forbids it (graph lowering decides, as Vela's graph optimiser + scheduler setup do).
     format: TensorFormat = field(default=TensorFormat.NHWC, compare=False)
 
+    def __hash__(self) -> int:
+        # Feature maps key most of the solvers' dicts; hashing the nested fields every time dominated pricing.
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.name, self.shape, self.dtype, self.quantization, self.uid))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+    def __getstate__(self) -> dict:
+        # String hashes differ between processes: a pickled copy must hash afresh.
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     @property
     def size_in_bytes(self) -> int:
         return self.shape.elements() * self.dtype.size_in_bytes

@@ -1,31 +1,40 @@
 """The CP-SAT scheduler: cascades, stripes, block configs, weight buffering and fast-storage residency, jointly.
 
-The model (built in ``build_model``, solved in ``solve_cpsat``), per NPU subgraph of passes 0..n-1:
+The model (``build_model``; solved and read back in ``solve_cpsat``) decides *regions*: runs ``lo..hi`` of one NPU
+subgraph's execution order. A region is a whole subgraph (the full model: every subgraph at once, so the bound is
+global) or a window of one, where the passes outside keep the incumbent schedule's choices (the large-neighbourhood
+search for networks too big for one model). Per region:
 
-* ``use[c]``: candidate ``c`` (``npusched.solver.cpsat_candidates``) runs its passes ``start..end``; every pass is
-  covered by exactly one chosen candidate (an exact cover of the execution order).
+* ``use[c]``: candidate ``c`` (``npusched.solver.cpsat_candidates``) runs its passes ``start..end``; every pass of
+  the region is covered by exactly one chosen candidate (an exact cover of the execution order). A window also
+  holds the incumbent's runs just before and after it (``ext_lo..lo-1``, ``hi+1..ext_hi``), fixed, because their
+  prices depend on what the window decides (boundary placements, slack).
 * ``resident[F]``: feature map F is held whole in fast storage. Only with dedicated fast storage (feature maps
-  default to DRAM) and only for maps produced and consumed inside the subgraph; with shared fast storage every
-  feature map is there anyway. A map inside a chosen cascade lives in its rolling buffer, never whole.
+  default to DRAM), only for maps produced and consumed inside the region (with shared fast storage every
+  feature map is there anyway); the others keep their placement (Vela's default, or the incumbent's in a window).
+  A map inside a chosen cascade lives in its rolling buffer, never whole.
 * ``price[c, placement, slack]``: which row of candidate c's price table applies: the placements of its boundary
   feature maps (linked to ``resident``) and the slack the previous candidate leaves for prefetching weights
   (linked to which candidate ends just before c). Each row is the evaluator's own price, so the objective is the
-  evaluator's total cycles, scaled by ``SCALE`` and rounded per pass.
+  evaluator's total cycles of the region, scaled by ``SCALE`` and rounded per pass.
 * ``after_slack[c, s]``: the candidate before c leaves slack s (only where c's price depends on it); per boundary
   these form a transportation problem with the candidates ending there, which keeps the LP relaxation tight.
 * Memory: for every candidate, at its step and at the odd step after it (where the next candidate's
-  pre-buffered weights appear), resident feature maps live at that step + its rolling and weight buffers - the
-  OFM written over its IFM (elementwise) <= the fast-storage limit. Steps are laid out as the evaluator lays
-  them (a feature map is live from its producer's step to its last consumer's step + 1; maps sharing a buffer,
-  such as LSTM states, as one range). The same limits are also stated per pass, summed over the candidates that
-  could cover it, without enforcement literals (implied for integer choices, stronger in the LP), with clique
-  cuts on maps larger than half (a third, a quarter) of the limit.
+  pre-buffered weights appear), feature maps live at that step + its rolling and weight buffers - the OFM written
+  over its IFM (elementwise) <= the fast-storage limit. Steps are laid out as the evaluator lays them (a feature
+  map is live from its producer's step to its last consumer's step + 1; maps sharing a buffer, such as LSTM
+  states, as one range). The same limits are also stated per pass, summed over the candidates that could cover
+  it, without enforcement literals (implied for integer choices, stronger in the LP), with clique cuts on maps
+  larger than half (a third, a quarter) of the limit.
 
 Everything the evaluator prices is in the tables, so ``evaluate(schedule).total_cycles`` equals the objective:
 exactly as a float (the solver reports the evaluator's total of the schedule it extracts) and, scaled, term for
-term (the CP-SAT objective is the sum of the evaluator's per-pass prices times ``SCALE``, each rounded).
-The solver runs with full linearisation (``linearization_level`` 2): with it every corpus model x golden
-configuration that has a schedule is solved to proven optimality within 30 s on two workers.
+term. Each subgraph is evaluated on its own (its steps start at 0; no slack crosses a CPU operator), so regions
+of different subgraphs share nothing but the limit.
+
+"Optimal" means optimal over the candidate space (a few block configs per pass, cascades of at most
+``MAX_CASCADE_LENGTH`` passes, a few stripe heights, the weight slicings of Vela's schedules); the search for
+large networks (``_improve_by_windows``) proves no bound of its own, so its bound is the pass-wise one below.
 """
 
 from __future__ import annotations
@@ -34,15 +43,26 @@ import itertools
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from ortools.sat.python import cp_model
 
 from npusched.errors import ScheduleError
-from npusched.solver.cpsat_candidates import Candidate, Pricer, SubgraphFacts, all_candidates
+from npusched.model.ir import FeatureMap
+from npusched.solver.cpsat_candidates import (
+    Candidate,
+    Pricer,
+    SubgraphFacts,
+    all_candidates,
+    make_candidate,
+    price_positions,
+    segments_of,
+)
 from npusched.solver.evaluator import (
+    Evaluation,
     elementwise_reuse_source,
     evaluate,
     staging_limit,
@@ -57,8 +77,18 @@ from npusched.solver.schedule import Schedule, TensorPlacement
 
 # Prices are in cycles with fractions; the objective counts 1/SCALE cycles (rounded per pass).
 SCALE = 1000
+# Networks with more passes than this are improved window by window instead of in one model.
+FULL_MODEL_MAX_PASSES = 120
+# Passes a window decides at first (it grows when a sweep over the network finds nothing better).
+WINDOW_PASSES = 16
+# Wall-clock cap on one window's solve.
+WINDOW_SOLVE_SECONDS = 2.0
 
 Log = Callable[[str], None]
+
+
+class OutOfTime(Exception):
+    """Building the model would overrun its deadline."""
 
 
 @dataclass(frozen=True)
@@ -74,13 +104,40 @@ class CpSatResult:
     scaled_objective: int | None = None
 
 
-@dataclass
-class _Table:
-    """Price rows of one candidate: cycles (scaled int) and per-pass floats per (placement combo, slack group)."""
+@dataclass(frozen=True)
+class Region:
+    """Positions ``lo..hi`` of subgraph ``sg_index`` are decided; ``ext_lo..lo-1`` and ``hi+1..ext_hi`` are the
+    incumbent's neighbouring runs, held fixed but priced (equal to ``lo``/``hi`` for a whole subgraph)."""
 
-    movable: tuple[Any, ...]
+    sg_index: int
+    lo: int
+    hi: int
+    ext_lo: int
+    ext_hi: int
+
+
+@dataclass(frozen=True)
+class _Table:
+    """Price rows of one candidate: cycles (scaled int) and per-pass floats per (placement combo, slack group);
+    ``artefact`` when some row profits from the DMA-credit artefact of Vela's estimate."""
+
+    movable: tuple[FeatureMap, ...]
     groups: tuple[tuple[float, ...], ...]
     rows: dict[tuple[tuple[int, ...], int], tuple[int, tuple[float, ...]]]
+    artefact: bool
+
+
+@dataclass
+class _RegionModel:
+    """The variables of one region, keyed as in the module docstring, and what extraction needs."""
+
+    region: Region
+    candidates: list[Candidate]
+    use: list[Any]
+    tables: list[_Table]
+    price: list[dict[tuple[tuple[int, ...], int], Any]]
+    resident: dict[FeatureMap, Any]
+    decided: frozenset[FeatureMap]  # maps whose placement follows from use/resident (movable or ever internal)
 
 
 @dataclass
@@ -88,29 +145,23 @@ class CpSatModel:
     """The built model and what extraction needs."""
 
     model: cp_model.CpModel
-    candidates: list[Candidate]
-    use_vars: list[Any]
-    resident: dict[Any, Any]
-    tables: list[_Table]
-    row_vars: list[dict[tuple[tuple[int, ...], int], Any]]
+    regions: list[_RegionModel]
     limit: int
-    base: dict[Any, TensorPlacement]
-    fast_area: Any
-    shared: bool
+    placements: dict[FeatureMap, TensorPlacement]  # what every feature map keeps unless the model moves it
+    net: NetworkFacts
     stats: dict[str, Any]
     limit_var: Any = None
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Building
+# Facts about the network, computed once per solve
 
 
-def _fm_facts(sg: Any) -> dict[Any, tuple[int, int]]:
+def _fm_facts(sg: Any) -> dict[FeatureMap, tuple[int, int]]:
     """First and last position (inclusive) a feature map of ``sg`` is live over, in candidate terms: from its
     producer (or first reader) to its last reader (len(ops) for subgraph outputs, which live to the end)."""
-    first: dict[Any, int] = {}
-    last: dict[Any, int] = {}
-    n = len(sg.ops)
+    first: dict[FeatureMap, int] = {}
+    last: dict[FeatureMap, int] = {}
     for pos, op in enumerate(sg.ops):
         for access in (op.ifm, op.ifm2, op.ofm):
             if access is None or access.tensor.is_const:
@@ -120,227 +171,329 @@ def _fm_facts(sg: Any) -> dict[Any, tuple[int, int]]:
             last[fm] = pos
     for fm in getattr(sg, "outputs", ()) or ():
         if fm in first:
-            last[fm] = n
+            last[fm] = len(sg.ops)
     return {fm: (first[fm], last[fm]) for fm in first}
 
 
-def _storage_units(sg: Any, use: Any, live: dict[Any, tuple[int, int]], base: dict[Any, TensorPlacement]
-                   ) -> dict[Any, tuple[int, int, int]]:
-    """Feature maps that share one buffer (an LSTM state and the passes writing it) as the evaluator books them:
-    storage key -> (first position, last position, bytes of the member booked first)."""
-    units: dict[Any, tuple[int, int, int]] = {}
-    for op in sg.ops:
-        for access in (op.ifm, op.ifm2, op.ofm):
-            if access is None or access.tensor.is_const:
-                continue
-            fm = access.tensor
-            key = use.storage_key(fm)
-            if key is fm or key == fm:
-                continue
-            a, c = live[fm]
-            if key in units:
-                a0, c0, size = units[key]
-                units[key] = (min(a, a0), max(c, c0), size)
-            else:
-                units[key] = (a, c, storage_size(fm, base[fm].format) if fm in base else 0)
-    return units
+@dataclass(frozen=True)
+class SubgraphLayout:
+    """Live ranges of one subgraph in candidate positions. ``live`` holds single feature maps and shared buffers
+    (storage keys, see ``TensorUse.storage_key``) alike; ``unit_bytes`` the bytes of each shared buffer;
+    ``grouped`` the feature maps that live in a shared buffer."""
+
+    fm_ranges: dict[FeatureMap, tuple[int, int]]
+    live: dict[Any, tuple[int, int]]
+    unit_bytes: dict[Any, int]
+    grouped: frozenset[FeatureMap]
 
 
-def build_model(network: Any, arch: Any, references: tuple[Schedule, ...], limit: int | None = None,
-                minimise_memory: bool = False, log: Log | None = None, hint_first: bool = False) -> CpSatModel:
-    """The CP-SAT model of ``network``; ``references`` (hint first) supply verbatim candidates.
+class NetworkFacts:
+    """What every region of one network needs: tensor use, Vela's placements, a shared pricer, and per subgraph
+    the scheduler's view of its passes and its live ranges (computed on first use)."""
 
-    With ``minimise_memory`` the limit becomes a variable to minimise (used to report the smallest fast storage
-    any candidate schedule needs).
+    def __init__(self, network: Any, arch: Any) -> None:
+        self.network = network
+        self.arch = arch
+        self.subgraphs = subgraphs_of(network)
+        self.use = tensor_use(network)
+        self.base: dict[FeatureMap, TensorPlacement] = dict(vela_tensor_placements(network, arch, self.use))
+        self.fast = arch.fast_storage_mem_area
+        self.shared = self.fast == arch.feature_map_storage_mem_area
+        self.pricer = Pricer(arch, self.base)
+        self._facts: dict[int, SubgraphFacts] = {}
+        self._layouts: dict[int, SubgraphLayout] = {}
+
+    @cached_property
+    def passes(self) -> int:
+        return sum(len(sg.ops) for sg in self.subgraphs)
+
+    def facts(self, sgi: int) -> SubgraphFacts:
+        if sgi not in self._facts:
+            sg = self.subgraphs[sgi]
+            formats = {fm: p.format for fm, p in self.base.items()}
+            all_fast = Schedule(ops=(), tensors=tuple((fm, TensorPlacement(self.fast, p.format))
+                                                      for fm, p in self.base.items()))
+            reuse: dict[int, tuple[FeatureMap, FeatureMap, int]] = {}
+            for pos, op in enumerate(sg.ops):
+                src = elementwise_reuse_source(op, self.arch, all_fast, self.use)
+                if (src is not None and src is not op.ofm.tensor and self.use.storage_key(src) == src
+                        and self.use.storage_key(op.ofm.tensor) == op.ofm.tensor):
+                    reuse[pos] = (src, op.ofm.tensor, storage_size(src, self.base[src].format))
+            self._facts[sgi] = SubgraphFacts(sgi, sg, sched_ops_of(sg, self.use, formats), self.use, reuse)
+        return self._facts[sgi]
+
+    def layout(self, sgi: int) -> SubgraphLayout:
+        if sgi not in self._layouts:
+            sg = self.subgraphs[sgi]
+            fm_ranges = _fm_facts(sg)
+            live: dict[Any, tuple[int, int]] = {}
+            unit_bytes: dict[Any, int] = {}
+            grouped: set[FeatureMap] = set()
+            for fm, (a, c) in fm_ranges.items():
+                key = self.use.storage_key(fm)
+                if key is fm or key == fm:
+                    live[fm] = (a, c)
+                    continue
+                grouped.add(fm)
+                if key in live:
+                    a0, c0 = live[key]
+                    live[key] = (min(a, a0), max(c, c0))
+                else:
+                    # The member booked first sizes the shared buffer, as the evaluator books it.
+                    live[key] = (a, c)
+                    unit_bytes[key] = storage_size(fm, self.base[fm].format) if fm in self.base else 0
+            self._layouts[sgi] = SubgraphLayout(fm_ranges, live, unit_bytes, frozenset(grouped))
+        return self._layouts[sgi]
+
+    def size(self, fm: FeatureMap) -> int:
+        return storage_size(fm, self.base[fm].format) if fm in self.base else 0
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Building
+
+
+def _check(deadline: float | None) -> None:
+    if deadline is not None and time.monotonic() > deadline:
+        raise OutOfTime
+
+
+def whole_subgraph_regions(net: NetworkFacts) -> list[Region]:
+    return [Region(sgi, 0, len(sg.ops) - 1, 0, len(sg.ops) - 1) for sgi, sg in enumerate(net.subgraphs) if sg.ops]
+
+
+def build_model(net: NetworkFacts, regions: Sequence[Region], references: tuple[Schedule, ...], *,
+                limit: int | None = None, minimise_memory: bool = False, incumbent: Schedule | None = None,
+                hint_first: bool = False, deadline: float | None = None, log: Log | None = None) -> CpSatModel:
+    """The CP-SAT model deciding ``regions``; ``references`` (hint first) supply verbatim candidates.
+
+    With ``incumbent``, feature maps that are not decided keep its placements and the passes around each region
+    its choices. With ``minimise_memory`` the limit becomes a variable to minimise (used to report the smallest
+    fast storage any candidate schedule needs). Raises ``OutOfTime`` past ``deadline``.
     """
     start_time = time.monotonic()
-    use = tensor_use(network)
-    placements = vela_tensor_placements(network, arch, use)
-    base = dict(placements)
-    fast = arch.fast_storage_mem_area
-    default_area = arch.feature_map_storage_mem_area
-    shared = fast == default_area
-    limit = staging_limit(arch) if limit is None else int(limit)
-    all_fast = Schedule(ops=(), tensors=tuple((fm, TensorPlacement(fast, p.format)) for fm, p in placements))
+    limit = staging_limit(net.arch) if limit is None else int(limit)
     model = cp_model.CpModel()
-    limit_var = model.NewIntVar(0, limit, "fast_storage_limit") if minimise_memory else None
+    limit_var = model.new_int_var(0, limit, "fast_storage_limit") if minimise_memory else None
     cap = limit_var if minimise_memory else limit
-    pricer = Pricer(arch, base)
-    candidates: list[Candidate] = []
-    use_vars: list[Any] = []
-    tables: list[_Table] = []
-    row_vars: list[dict] = []
-    resident: dict[Any, Any] = {}
+    placements = dict(net.base)
+    if incumbent is not None:
+        placements.update((fm, incumbent.placement(fm) or place) for fm, place in net.base.items())
     objective: list[Any] = []
-    outputs_all = set(use.subgraph_outputs)
-
-    for sgi, sg in enumerate(subgraphs_of(network)):
-        n = len(sg.ops)
-        if n == 0:
-            continue
-        formats = {fm: p.format for fm, p in placements}
-        sops = sched_ops_of(sg, use, formats)
-        reuse: dict[int, tuple[Any, Any, int]] = {}
-        for pos, op in enumerate(sg.ops):
-            src = elementwise_reuse_source(op, arch, all_fast, use)
-            if (src is not None and src is not op.ofm.tensor and use.storage_key(src) == src
-                    and use.storage_key(op.ofm.tensor) == op.ofm.tensor):
-                reuse[pos] = (src, op.ofm.tensor, storage_size(src, base[src].format))
-        facts = SubgraphFacts(sgi, sg, sops, use, reuse)
-        cands = all_candidates(arch, facts, references, hint_first)
-        live_fms = _fm_facts(sg)
-        units = _storage_units(sg, use, live_fms, base)
-        grouped = {fm for fm in live_fms if use.storage_key(fm) != fm}
-        live: dict[Any, tuple[int, int]] = {fm: ac for fm, ac in live_fms.items() if fm not in grouped}
-        live.update({key: (a, c) for key, (a, c, _) in units.items()})
-        inputs = set(getattr(sg, "inputs", ()) or ())
-        # A map larger than the whole fast storage can never be resident: leaving it out keeps the price tables
-        # small and the LP relaxation from holding a fraction of it.
-        movable = {fm for fm in live_fms if fm not in grouped and not shared and fm not in inputs
-                   and fm not in outputs_all and fm in base and storage_size(fm, base[fm].format) <= limit}
-        # Slack each candidate leaves (placement-independent) and the cover structure.
-        slack_out: list[float] = []
-        for cand in cands:
-            _, slack = pricer.price(sg.ops, cand, {}, 0.0)
-            slack_out.append(slack)
-        xs = [model.NewBoolVar(f"use_sg{sgi}_p{c.start}_{c.end}_{c.source}_{k}") for k, c in enumerate(cands)]
-        candidates.extend(cands)
-        use_vars.extend(xs)
-        for pos in range(n):
-            model.AddExactlyOne(x for x, c in zip(xs, cands, strict=True) if c.start <= pos <= c.end)
-        internal_of: dict[Any, list[Any]] = {}
-        for x, c in zip(xs, cands, strict=True):
-            for fm in c.internal:
-                internal_of.setdefault(fm, []).append(x)
-        for fm in sorted(movable, key=lambda f: live[f][0]):
-            r = model.NewBoolVar(f"resident_{fm.name or fm.uid}")
-            resident[fm] = r
-            if fm in internal_of:
-                model.Add(r + sum(internal_of[fm]) <= 1)
-
-        def memory_term(fm: Any, internal_of: dict[Any, list[Any]] = internal_of,
-                        units: dict[Any, tuple[int, int, int]] = units) -> Any:
-            if fm in units:
-                return units[fm][2] if shared else 0
-            size = storage_size(fm, base[fm].format) if fm in base else 0
-            if fm in resident:
-                return size * resident[fm]
-            if shared:
-                return size * (1 - sum(internal_of.get(fm, [])))
-            return 0
-
-        ends_at: dict[int, list[int]] = {}
-        starts_at: dict[int, list[int]] = {}
-        for k, c in enumerate(cands):
-            ends_at.setdefault(c.end, []).append(k)
-            starts_at.setdefault(c.start, []).append(k)
-        slack_classes = {pos: sorted({slack_out[k] for k in ends_at.get(pos - 1, [])}) if pos > 0 else [0.0]
-                         for pos in range(n)}
-
-        incoming: dict[tuple[int, float], list[Any]] = {}
-        own_at: list[list[Any]] = [[] for _ in range(n)]
-        own_after: list[list[Any]] = [[] for _ in range(n)]
-        for k, c in enumerate(cands):
-            x = xs[k]
-            # Memory at the candidate's step and at the odd step after it.
-            live_terms = [memory_term(fm) for fm, (a, b) in live.items() if a <= c.end and b >= c.start]
-            saving: Any = 0
-            if c.reuse is not None:
-                src, dst, size = c.reuse
-                if shared:
-                    saving = size * x
-                elif src in resident and dst in resident:
-                    q = model.NewBoolVar(f"ofm_over_ifm_sg{sgi}_p{c.start}_{k}")
-                    model.AddImplication(q, x)
-                    model.AddImplication(q, resident[src])
-                    model.AddImplication(q, resident[dst])
-                    saving = size * q
-            own_at[c.start].append(c.mem_at * x - saving)
-            own_after[c.end].append(c.mem_after * x - saving)
-            if c.mem_before and c.start > 0:
-                own_after[c.start - 1].append(c.mem_before * x)
-            model.Add(sum(live_terms) + c.mem_at - saving <= cap).OnlyEnforceIf(x)
-            nxt = [cands[m].mem_before * xs[m] for m in starts_at.get(c.end + 1, []) if cands[m].mem_before]
-            model.Add(sum(live_terms) + c.mem_after - saving + sum(nxt) <= cap).OnlyEnforceIf(x)
-            # Price table.
-            table = _price_table(pricer, sg, c, [fm for fm in c.boundary if fm in movable], slack_classes[c.start],
-                                 fast, base)
-            tables.append(table)
-            if c.key in pricer.artefacts or c.internal & grouped:
-                model.Add(x == 0)
-            rows = {}
-            if len(table.rows) == 1:
-                (key, (cost, _)), = table.rows.items()
-                rows[key] = x
-                objective.append(cost * x)
-            else:
-                for key, (cost, _) in table.rows.items():
-                    y = model.NewBoolVar(f"price_sg{sgi}_p{c.start}_{k}_{key}")
-                    rows[key] = y
-                    objective.append(cost * y)
-                model.Add(sum(rows.values()) == x)
-                for bit, fm in enumerate(table.movable):
-                    model.Add(sum(y for (combo, _), y in rows.items() if combo[bit]) <= resident[fm])
-                    model.Add(sum(y for (combo, _), y in rows.items() if not combo[bit]) <= 1 - resident[fm])
-                if len(table.groups) > 1:
-                    # slack[c, s]: the candidate before c leaves slack s. Per boundary, these form a transportation
-                    # problem with the candidates ending there (tighter than linking each row to them alone).
-                    slack_vars = {v: model.NewBoolVar(f"after_slack_sg{sgi}_p{c.start}_{k}_{i}")
-                                  for i, v in enumerate(slack_classes[c.start])}
-                    model.Add(sum(slack_vars.values()) == x)
-                    for g, members in enumerate(table.groups):
-                        model.Add(sum(y for (_, gg), y in rows.items() if gg == g)
-                                  == sum(slack_vars[v] for v in members))
-                    for v, w in slack_vars.items():
-                        incoming.setdefault((c.start, v), []).append(w)
-            row_vars.append(rows)
-        # The same memory limits summed over whichever candidate covers each pass (implied by the ones above for
-        # integer choices, but free of the enforcement literals, so they also hold in the LP relaxation).
-        for pos in range(n):
-            live_here = [memory_term(fm) for fm, (a, b) in live.items() if a <= pos <= b]
-            covering = [(cands[m].mem_at * xs[m]) for m in range(len(cands))
-                        if cands[m].start < pos <= cands[m].end and cands[m].mem_at]
-            model.Add(sum(live_here) + sum(own_at[pos]) + sum(covering) <= cap)
-            model.Add(sum(live_here) + sum(own_after[pos]) <= cap)
-            if not minimise_memory:
-                # Cuts the LP misses: of the maps live here, at most k-1 of those larger than limit/k fit at once.
-                sizes = {fm: storage_size(fm, base[fm].format) for fm in resident if live_fms[fm][0] <= pos
-                         <= live_fms[fm][1]}
-                for parts in (2, 3, 4):
-                    big = [resident[fm] for fm, size in sizes.items() if size * parts > limit]
-                    if len(big) >= parts:
-                        model.Add(sum(big) <= parts - 1)
-        for (pos, v), terms in incoming.items():
-            model.Add(sum(terms) <= sum(xs[m] for m in ends_at.get(pos - 1, []) if slack_out[m] == v))
-
+    built = [_add_region(model, net, region, references, placements, incumbent, hint_first, limit, cap,
+                         not minimise_memory, objective, deadline) for region in regions]
     if minimise_memory:
-        model.Minimize(limit_var)
+        model.minimize(limit_var)
     else:
-        model.Minimize(sum(objective))
-    proto = model.Proto()
-    stats = {"candidates": len(candidates), "variables": len(proto.variables), "constraints": len(proto.constraints),
-             "build_seconds": round(time.monotonic() - start_time, 3), "priced_passes": len(pricer.memo)}
-    if log is not None:
+        model.minimize(sum(objective))
+    proto = model.proto
+    stats = {"candidates": sum(len(r.candidates) for r in built), "variables": len(proto.variables),
+             "constraints": len(proto.constraints), "build_seconds": round(time.monotonic() - start_time, 3),
+             "priced_passes": len(net.pricer.memo)}
+    if log is not None and incumbent is None:
         log(f"cp-sat model: {stats['candidates']} candidates, {stats['variables']} variables, "
             f"{stats['constraints']} constraints, built in {stats['build_seconds']:.2f} s")
-    return CpSatModel(model, candidates, use_vars, resident, tables, row_vars, limit, base, fast, shared, stats,
-                      limit_var)
+    return CpSatModel(model, built, limit, placements, net, stats, limit_var)
 
 
-def _price_table(pricer: Pricer, sg: Any, cand: Candidate, movable: list[Any], slacks: list[float], fast: Any,
-                 base: dict[Any, TensorPlacement]) -> _Table:
+def _incumbent_runs(net: NetworkFacts, incumbent: Schedule, region: Region) -> list[Candidate]:
+    """The incumbent's runs in ``ext_lo..lo-1`` and ``hi+1..ext_hi``, as fixed candidates."""
+    facts = net.facts(region.sg_index)
+    return [make_candidate(facts, start, ops, "hint") for start, ops in segments_of(incumbent, facts.sg)
+            if region.ext_lo <= start < region.lo or region.hi < start <= region.ext_hi]
+
+
+def _incumbent_slack(net: NetworkFacts, incumbent: Schedule | None, sgi: int, pos: int) -> float:
+    """The slack the incumbent's run ending at ``pos - 1`` leaves (0 at the start of a subgraph)."""
+    if incumbent is None or pos == 0:
+        return 0.0
+    facts = net.facts(sgi)
+    for start, ops in segments_of(incumbent, facts.sg):
+        if start + len(ops) == pos:
+            return net.pricer.price(facts.sg.ops, make_candidate(facts, start, ops, "hint"), {}, 0.0)[1]
+    return 0.0
+
+
+def _incumbent_prebuffer(net: NetworkFacts, incumbent: Schedule | None, sgi: int, pos: int) -> int:
+    """Bytes the incumbent's run starting at ``pos`` pre-buffers at the odd step before it."""
+    if incumbent is None:
+        return 0
+    facts = net.facts(sgi)
+    for start, ops in segments_of(incumbent, facts.sg):
+        if start == pos:
+            return make_candidate(facts, start, ops, "hint").mem_before
+    return 0
+
+
+def _add_region(model: cp_model.CpModel, net: NetworkFacts, region: Region, references: tuple[Schedule, ...],
+                placements: dict[FeatureMap, TensorPlacement], incumbent: Schedule | None, hint_first: bool,
+                limit: int, cap: Any, cuts: bool, objective: list[Any], deadline: float | None) -> _RegionModel:
+    """Variables and constraints of one region (see the module docstring); its prices go to ``objective``."""
+    sgi, lo, hi, ext_lo, ext_hi = region.sg_index, region.lo, region.hi, region.ext_lo, region.ext_hi
+    facts = net.facts(sgi)
+    sg = facts.sg
+    layout = net.layout(sgi)
+    for pos in range(lo, hi + 1):  # pricing every pass's options is most of the building time
+        _check(deadline)
+        price_positions(net.arch, facts, (pos,))
+    fixed = _incumbent_runs(net, incumbent, region) if incumbent is not None else []
+    cands = fixed + all_candidates(net.arch, facts, references, hint_first, lo, hi)
+    _check(deadline)
+    positions = range(ext_lo, ext_hi + 1)
+    live = {key: (a, c) for key, (a, c) in layout.live.items() if a <= ext_hi and c >= ext_lo}
+    inputs = set(getattr(sg, "inputs", ()) or ())
+    # A map larger than the whole fast storage can never be resident: leaving it out keeps the price tables
+    # small and the LP relaxation from holding a fraction of it.
+    movable = {fm for fm, (a, c) in layout.fm_ranges.items()
+               if ext_lo <= a and c <= ext_hi and fm not in layout.grouped and not net.shared and fm not in inputs
+               and fm not in net.use.subgraph_outputs and fm in net.base and net.size(fm) <= limit}
+    internal_anywhere = {fm for c in cands for fm in c.internal}
+    decided = movable | internal_anywhere
+    kept = {fm: placements[fm] for fm in live if isinstance(fm, FeatureMap) and fm not in decided
+            and fm in placements and placements[fm] != net.base[fm]}
+
+    use = [model.new_bool_var(f"use_sg{sgi}_p{c.start}_{c.end}_{c.source}_{k}") for k, c in enumerate(cands)]
+    for k in range(len(fixed)):
+        model.add(use[k] == 1)
+    for pos in positions:
+        model.add_exactly_one(x for x, c in zip(use, cands, strict=True) if c.start <= pos <= c.end)
+    internal_of: dict[FeatureMap, list[Any]] = {}
+    for x, c in zip(use, cands, strict=True):
+        for fm in c.internal:
+            internal_of.setdefault(fm, []).append(x)
+    resident: dict[FeatureMap, Any] = {}
+    for fm in sorted(movable, key=lambda f: layout.fm_ranges[f]):
+        resident[fm] = model.new_bool_var(f"resident_{fm.name or fm.uid}")
+        if fm in internal_of:
+            model.add(resident[fm] + sum(internal_of[fm]) <= 1)
+
+    def memory_term(key: Any) -> Any:
+        """Fast-storage bytes of one live range (a feature map or a shared buffer)."""
+        if key in layout.unit_bytes:
+            return layout.unit_bytes[key] if net.shared else 0
+        size = net.size(key)
+        if key in resident:
+            return size * resident[key]
+        if net.shared:
+            return size * (1 - sum(internal_of.get(key, [])))
+        # Dedicated fast storage: a map the model does not move keeps its placement; one that only ever lives in
+        # rolling buffers is never whole in fast storage (its buffer is the candidate's own memory).
+        return size if key not in decided and key in placements and placements[key].mem_area == net.fast else 0
+
+    ends_at: dict[int, list[int]] = {}
+    starts_at: dict[int, list[int]] = {}
+    for k, c in enumerate(cands):
+        ends_at.setdefault(c.end, []).append(k)
+        starts_at.setdefault(c.start, []).append(k)
+    slack_out = [net.pricer.price(sg.ops, c, {}, 0.0)[1] for c in cands]  # placement-independent
+    incoming_slack = _incumbent_slack(net, incumbent, sgi, ext_lo)
+    slack_classes = {pos: sorted({slack_out[k] for k in ends_at.get(pos - 1, [])}) if pos > ext_lo
+                     else [incoming_slack] for pos in positions}
+    prebuffer_after = _incumbent_prebuffer(net, incumbent, sgi, ext_hi + 1)
+    live_at = {pos: [memory_term(key) for key, (a, b) in live.items() if a <= pos <= b] for pos in positions}
+
+    tables: list[_Table] = []
+    price: list[dict[tuple[tuple[int, ...], int], Any]] = []
+    incoming: dict[tuple[int, float], list[Any]] = {}
+    own_at: dict[int, list[Any]] = {pos: [] for pos in positions}
+    own_after: dict[int, list[Any]] = {pos: [] for pos in positions}
+    for k, c in enumerate(cands):
+        if k % 16 == 0:
+            _check(deadline)
+        x = use[k]
+        # Memory at the candidate's step and at the odd step after it.
+        in_reach = [memory_term(key) for key, (a, b) in live.items() if a <= c.end and b >= c.start]
+        saving: Any = 0
+        if c.reuse is not None:
+            src, dst, size = c.reuse
+            if net.shared:
+                saving = size * x
+            elif src in resident and dst in resident:
+                over = model.new_bool_var(f"ofm_over_ifm_sg{sgi}_p{c.start}_{k}")
+                model.add_implication(over, x)
+                model.add_implication(over, resident[src])
+                model.add_implication(over, resident[dst])
+                saving = size * over
+        own_at[c.start].append(c.mem_at * x - saving)
+        own_after[c.end].append(c.mem_after * x - saving)
+        if c.mem_before and c.start > ext_lo:
+            own_after[c.start - 1].append(c.mem_before * x)
+        model.add(sum(in_reach) + c.mem_at - saving <= cap).only_enforce_if(x)
+        following = [cands[m].mem_before * use[m] for m in starts_at.get(c.end + 1, []) if cands[m].mem_before]
+        if c.end == ext_hi:
+            following.append(prebuffer_after)
+        model.add(sum(in_reach) + c.mem_after - saving + sum(following) <= cap).only_enforce_if(x)
+        # Price table.
+        table = _price_table(net, sg, c, [fm for fm in c.boundary if fm in movable], slack_classes[c.start], kept)
+        tables.append(table)
+        if k >= len(fixed) and (table.artefact or c.internal & layout.grouped):
+            model.add(x == 0)
+        rows: dict[tuple[tuple[int, ...], int], Any] = {}
+        if len(table.rows) == 1:
+            ((key, (cost, _)),) = table.rows.items()
+            rows[key] = x
+            objective.append(cost * x)
+        else:
+            for key, (cost, _) in table.rows.items():
+                rows[key] = model.new_bool_var(f"price_sg{sgi}_p{c.start}_{k}_{key}")
+                objective.append(cost * rows[key])
+            model.add(sum(rows.values()) == x)
+            for bit, fm in enumerate(table.movable):
+                model.add(sum(y for (combo, _), y in rows.items() if combo[bit]) <= resident[fm])
+                model.add(sum(y for (combo, _), y in rows.items() if not combo[bit]) <= 1 - resident[fm])
+            if len(table.groups) > 1:
+                after_slack = {v: model.new_bool_var(f"after_slack_sg{sgi}_p{c.start}_{k}_{i}")
+                               for i, v in enumerate(slack_classes[c.start])}
+                model.add(sum(after_slack.values()) == x)
+                for g, members in enumerate(table.groups):
+                    model.add(sum(y for (_, gg), y in rows.items() if gg == g)
+                              == sum(after_slack[v] for v in members))
+                for v, w in after_slack.items():
+                    incoming.setdefault((c.start, v), []).append(w)
+        price.append(rows)
+    # The same memory limits summed over whichever candidate covers each pass (implied by the ones above for
+    # integer choices, but free of the enforcement literals, so they also hold in the LP relaxation).
+    for pos in positions:
+        covering = [cands[m].mem_at * use[m] for m in range(len(cands))
+                    if cands[m].start < pos <= cands[m].end and cands[m].mem_at]
+        model.add(sum(live_at[pos]) + sum(own_at[pos]) + sum(covering) <= cap)
+        model.add(sum(live_at[pos]) + sum(own_after[pos]) + (prebuffer_after if pos == ext_hi else 0) <= cap)
+        if cuts:
+            # Cuts the LP misses: of the maps live here, at most k-1 of those larger than limit/k fit at once.
+            sizes = {fm: net.size(fm) for fm in resident if layout.fm_ranges[fm][0] <= pos <= layout.fm_ranges[fm][1]}
+            for parts in (2, 3, 4):
+                big = [resident[fm] for fm, size in sizes.items() if size * parts > limit]
+                if len(big) >= parts:
+                    model.add(sum(big) <= parts - 1)
+    for (pos, v), terms in incoming.items():
+        model.add(sum(terms) <= sum(use[m] for m in ends_at.get(pos - 1, []) if slack_out[m] == v))
+    return _RegionModel(region, cands, use, tables, price, resident, frozenset(decided))
+
+
+def _price_table(net: NetworkFacts, sg: Any, cand: Candidate, movable: list[FeatureMap], slacks: list[float],
+                 kept: dict[FeatureMap, TensorPlacement]) -> _Table:
     """Every price of ``cand``: per residency of its movable boundary maps and per incoming slack; dimensions
-    that never change the price are dropped, slacks with identical prices grouped."""
+    that never change the price are dropped, slacks with identical prices grouped. ``kept`` are the placements
+    of maps the model does not decide that differ from Vela's defaults."""
+    fast, base = net.fast, net.base
     internal = {fm: TensorPlacement(fast, base[fm].format) for fm in cand.internal if fm in base}
     full: dict[tuple[tuple[int, ...], float], tuple[int, tuple[float, ...]]] = {}
+    artefact = False
+    first_op = sg.ops[cand.start]
     for combo in itertools.product((0, 1), repeat=len(movable)):
-        places = dict(internal)
+        places = {**kept, **internal}
         for bit, fm in zip(combo, movable, strict=True):
             if bit:
                 places[fm] = TensorPlacement(fast, base[fm].format)
+        # The incoming slack changes only the first pass's price (the slack a pass leaves is its own).
+        totals, _, credited = net.pricer.price(sg.ops, cand, places, slacks[0])
+        artefact = artefact or credited
+        rest = tuple(totals[1:])
+        rest_scaled = sum(round(t * SCALE) for t in rest)
         for s in slacks:
-            totals, _ = pricer.price(sg.ops, cand, places, s)
-            full[(combo, s)] = (sum(round(t * SCALE) for t in totals), tuple(totals))
+            first, _, credited = net.pricer.price_pass(first_op, cand.ops[0], places, s)
+            artefact = artefact or credited
+            full[(combo, s)] = (round(first * SCALE) + rest_scaled, (first, *rest))
     relevant = []
     for bit in range(len(movable)):
         if any(full[(combo, s)][0] != full[(combo[:bit] + (1 - combo[bit],) + combo[bit + 1:], s)][0]
@@ -363,35 +516,38 @@ def _price_table(pricer: Pricer, sg: Any, cand: Candidate, movable: list[Any], s
     for g, members in enumerate(groups):
         for rc in combos:
             rows[(rc, g)] = full[(full_combo(rc), members[0])]
-    return _Table(tuple(movable[b] for b in relevant), groups, rows)
+    return _Table(tuple(movable[b] for b in relevant), groups, rows, artefact)
 
 
 # --------------------------------------------------------------------------------------------------------------
 # Extraction
 
 
-def _extract(built: CpSatModel, value: Callable[[Any], int]) -> tuple[Schedule, int, float]:
-    """The schedule the solver chose, its scaled objective and its cycles as the tables price them."""
+def _extract(built: CpSatModel, value: Callable[[Any], int], incumbent: Schedule | None = None
+             ) -> tuple[Schedule, int]:
+    """The schedule the solver chose (over ``incumbent`` when the model decided only windows of it) and its
+    scaled objective."""
     ops = []
-    fast_fms: set[Any] = set()
+    places = dict(built.placements)
     scaled = 0
-    cycles = 0.0
-    for cand, x, table, rows in zip(built.candidates, built.use_vars, built.tables, built.row_vars, strict=True):
-        if not value(x):
-            continue
-        ops.extend(cand.ops)
-        fast_fms.update(cand.internal)
-        for key, y in rows.items():
-            if value(y):
-                cost, totals = table.rows[key]
-                scaled += cost
-                cycles += sum(totals)
-    fast_fms.update(fm for fm, r in built.resident.items() if value(r))
-    tensors = tuple((fm, TensorPlacement(built.fast_area if fm in fast_fms else place.mem_area, place.format))
-                    for fm, place in built.base.items())
+    fast, base = built.net.fast, built.net.base
+    for region in built.regions:
+        in_fast = {fm for fm, r in region.resident.items() if value(r)}
+        for cand, x, table, rows in zip(region.candidates, region.use, region.tables, region.price, strict=True):
+            if not value(x):
+                continue
+            ops.extend(cand.ops)
+            in_fast.update(cand.internal)
+            scaled += sum(table.rows[key][0] for key, y in rows.items() if value(y))
+        for fm in region.decided:
+            if fm in base:
+                places[fm] = TensorPlacement(fast if fm in in_fast else base[fm].mem_area, base[fm].format)
+    tensors = tuple(places.items())
+    if incumbent is not None:
+        return Schedule(ops=incumbent.with_ops(ops).ops, tensors=tensors, label="CPSAT", solver="cpsat"), scaled
     schedule = Schedule(ops=tuple(sorted(ops, key=lambda o: o.op_index)), tensors=tensors, label="CPSAT",
                         solver="cpsat")
-    return schedule, scaled, cycles
+    return schedule, scaled
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):
@@ -399,31 +555,32 @@ class _Progress(cp_model.CpSolverSolutionCallback):
         super().__init__()
         self.log = log
         self.start = start
-        self.solutions = 0
 
     def on_solution_callback(self) -> None:
-        self.solutions += 1
         if self.log is not None:
-            self.log(f"cp-sat {time.monotonic() - self.start:6.1f} s: objective {self.ObjectiveValue() / SCALE:.0f} "
-                     f"cycles, bound {self.BestObjectiveBound() / SCALE:.0f}")
+            self.log(f"cp-sat {time.monotonic() - self.start:6.1f} s: objective {self.objective_value / SCALE:.0f} "
+                     f"cycles, bound {self.best_objective_bound / SCALE:.0f}")
 
 
 def _hint(built: CpSatModel, hint: Schedule | None) -> None:
     """Hint the candidates the hint schedule is made of (verbatim candidates carry its exact choices)."""
     if hint is None:
         return
-    chosen = {k for k, cand in enumerate(built.candidates) if cand.source == "hint"}
-    for k, x in enumerate(built.use_vars):
-        built.model.AddHint(x, 1 if k in chosen else 0)
-    for fm, r in built.resident.items():
-        place = hint.placement(fm)
-        built.model.AddHint(r, 1 if place is not None and place.mem_area == built.fast_area else 0)
-
+    for region in built.regions:
+        internal = set()
+        for cand, x in zip(region.candidates, region.use, strict=True):
+            built.model.add_hint(x, 1 if cand.source == "hint" else 0)
+            if cand.source == "hint":
+                internal.update(cand.internal)
+        for fm, r in region.resident.items():
+            place = hint.placement(fm)
+            fast = place is not None and place.mem_area == built.net.fast and fm not in internal
+            built.model.add_hint(r, 1 if fast else 0)
 
 
 def _solver(time_limit: float, workers: int, seed: int, deterministic: bool) -> cp_model.CpSolver:
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(time_limit, 0.1)
+    solver.parameters.max_time_in_seconds = max(time_limit, 0.05)
     solver.parameters.num_workers = max(1, workers)
     solver.parameters.random_seed = seed
     # Full linearisation: the price-row and residency links are MIP-like, and their LP bound proves optimality
@@ -431,79 +588,95 @@ def _solver(time_limit: float, workers: int, seed: int, deterministic: bool) -> 
     solver.parameters.linearization_level = 2
     if deterministic:
         solver.parameters.interleave_search = True
-        solver.parameters.num_workers = max(1, workers)
         # A deterministic-time budget stops the search at the same point whatever the machine load (the wall
         # clock limit above stays as a safety net).
-        solver.parameters.max_deterministic_time = max(time_limit / 2, 0.1)
+        solver.parameters.max_deterministic_time = max(time_limit / 2, 0.05)
     return solver
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Solving
 
 
 def solve_cpsat(network: Any, arch: Any, *, time_limit_seconds: float = 30.0, workers: int | None = None,
                 seed: int = 0, deterministic: bool = False, hint: Schedule | None = None,
-                log: Log | None = None) -> CpSatResult:
-    """Schedule ``network`` with CP-SAT within ``time_limit_seconds`` of wall clock (building included).
+                hint_evaluation: Evaluation | None = None, log: Log | None = None) -> CpSatResult:
+    """Schedule ``network`` with CP-SAT within ``time_limit_seconds`` of wall clock (building included; the
+    time the caller's final evaluation and verification will take is kept back). ``hint_evaluation`` saves
+    evaluating the hint again.
 
-    Never worse than ``hint`` (default: Vela's MAX_BUFFERED schedule) when the hint verifies: the better of the
-    two by the evaluator is returned. Raises ScheduleError when no candidate schedule fits the fast storage.
+    Never worse than ``hint`` when the hint verifies: the better of the two by the evaluator is returned. Small
+    networks are solved in one model (bound and gap over the whole candidate space); large ones, or when the one
+    model cannot be built in time, are improved window by window from the hint. Raises ScheduleError when no
+    candidate schedule fits the fast storage.
     """
     start = time.monotonic()
     workers = workers or os.cpu_count() or 1
+    net = NetworkFacts(network, arch)
     references = tuple(s for s in (hint, _max_schedule_or_none(network, arch)) if s is not None)
     limit = staging_limit(arch)
-    if getattr(arch, "optimise", "Performance") == "Size" and hint is not None:
+    hint_eval = hint_evaluation if hint_evaluation is not None or hint is None else evaluate(network, arch, hint)
+    hint_fits = hint_eval is not None and not verify(network, arch, hint, hint_eval)
+    # Keep back what the final evaluation and verification take (about two evaluations).
+    deadline = start + time_limit_seconds - 2.5 * (time.monotonic() - start)
+    if getattr(arch, "optimise", "Performance") == "Size" and hint_fits:
         # Optimising for size, the hint's (Vela's size-optimised) peak is the budget: CP-SAT looks for fewer cycles
         # in no more fast storage than that.
-        hint_eval = evaluate(network, arch, hint)
-        if not verify(network, arch, hint, hint_eval):
-            limit = min(limit, hint_eval.peak_fast_storage)
-    built = build_model(network, arch, references, limit=limit, log=log, hint_first=hint is not None)
-    remaining = time_limit_seconds - (time.monotonic() - start)
+        limit = min(limit, hint_eval.peak_fast_storage)
+    stats: dict[str, Any] = {"passes": net.passes}
+    if net.passes > FULL_MODEL_MAX_PASSES and hint_fits:
+        return _windows_result(net, references, hint, hint_eval.total_cycles, limit, start, deadline, workers, seed,
+                               deterministic, log, stats, "the network is too large for one model")
+    try:
+        built = build_model(net, whole_subgraph_regions(net), references, limit=limit, log=log,
+                            hint_first=hint is not None,
+                            deadline=start + 0.6 * (deadline - start) if hint_fits else None)
+    except OutOfTime:
+        return _windows_result(net, references, hint, hint_eval.total_cycles, limit, start, deadline, workers, seed,
+                               deterministic, log, stats, "the one model could not be built in time")
+    stats.update(built.stats, mode="full")
     _hint(built, hint)
-    solver = _solver(remaining, workers, seed, deterministic)
-    progress = _Progress(log, start)
-    status = solver.Solve(built.model, progress)
+    solver = _solver(deadline - time.monotonic(), workers, seed, deterministic)
+    status = solver.solve(built.model, _Progress(log, start))
     solve_seconds = time.monotonic() - start
-    stats = dict(built.stats)
-    fallback = hint if hint is not None else (references[-1] if references else None)
     if status == cp_model.INFEASIBLE:
-        if fallback is not None and not verify(network, arch, fallback):
-            return _fallback(network, arch, fallback, "the candidate space has no schedule that fits", solve_seconds,
-                             stats)
-        needed = smallest_fast_storage(network, arch, references, max(1.0, time_limit_seconds / 4))
+        if hint_fits:
+            return _fallback(hint, hint_eval.total_cycles, "the candidate space has no schedule that fits",
+                             solve_seconds, stats)
+        needed = smallest_fast_storage(network, arch, references, max(0.5, (deadline - time.monotonic()) / 2))
         if needed < 0:
             raise ScheduleError(f"no schedule fits {built.limit} bytes of fast storage")
         raise ScheduleError(f"no schedule fits {built.limit} bytes of fast storage; the smallest that fits needs "
                             f"{needed} bytes")
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        fallback = hint if hint is not None else (references[-1] if references else None)
         if fallback is None:
             raise ScheduleError("CP-SAT found no schedule within the time limit and there is no hint to fall back on")
-        return _fallback(network, arch, fallback, f"no CP-SAT solution within {time_limit_seconds:g} s",
-                         solve_seconds, stats)
-    schedule, scaled, _ = _extract(built, solver.BooleanValue)
+        return _fallback(fallback, evaluate(network, arch, fallback).total_cycles,
+                         f"no CP-SAT solution within {time_limit_seconds:g} s", solve_seconds, stats)
+    schedule, scaled = _extract(built, solver.boolean_value)
     evaluation = evaluate(network, arch, schedule)
     problems = verify(network, arch, schedule, evaluation)
-    if problems and fallback is not None:
-        # Should not happen (the model counts memory as the evaluator does); the judge has the last word.
-        return _fallback(network, arch, fallback, f"the CP-SAT schedule fails verification: {problems[0]}",
-                         solve_seconds, stats)
-    bound = solver.BestObjectiveBound() / SCALE
+    bound = solver.best_objective_bound / SCALE
+    if hint_fits and (problems or hint_eval.total_cycles < evaluation.total_cycles):
+        # A failed verification should not happen (the model counts memory as the evaluator does); the judge has
+        # the last word either way.
+        reason = (f"the CP-SAT schedule fails verification: {problems[0]}" if problems
+                  else "the hint is faster than the CP-SAT schedule")
+        return _fallback(hint, hint_eval.total_cycles, reason, solve_seconds, stats, bound)
+    if problems:
+        raise ScheduleError(f"the CP-SAT schedule fails verification: {problems[0]}")
     label = "optimal" if status == cp_model.OPTIMAL else "feasible"
-    gap = max(0.0, (evaluation.total_cycles - bound) / evaluation.total_cycles) if evaluation.total_cycles else 0.0
-    if status == cp_model.OPTIMAL:
-        gap = 0.0
-    if fallback is not None:
-        fb_eval = evaluate(network, arch, fallback)
-        if fb_eval.total_cycles < evaluation.total_cycles and not verify(network, arch, fallback, fb_eval):
-            result = _fallback(network, arch, fallback, "the hint is faster than the CP-SAT schedule", solve_seconds,
-                               stats)
-            return CpSatResult(result.schedule, "fallback", fb_eval.total_cycles, bound,
-                               max(0.0, (fb_eval.total_cycles - bound) / fb_eval.total_cycles), solve_seconds,
-                               result.reason, stats)
+    gap = 0.0 if status == cp_model.OPTIMAL else _gap(evaluation.total_cycles, bound)
     schedule = schedule.with_status(label, f"cp-sat {label}: bound {bound:.0f} cycles, gap {gap:.2%}")
     if log is not None:
         log(f"cp-sat {label}: {evaluation.total_cycles:.0f} cycles, bound {bound:.0f}, gap {gap:.2%}, "
             f"{solve_seconds:.1f} s")
     return CpSatResult(schedule, label, evaluation.total_cycles, bound, gap, solve_seconds, "", stats, scaled)
+
+
+def _gap(cycles: float, bound: float) -> float:
+    return max(0.0, (cycles - bound) / cycles) if cycles else 0.0
 
 
 def _max_schedule_or_none(network: Any, arch: Any) -> Schedule | None:
@@ -513,20 +686,141 @@ def _max_schedule_or_none(network: Any, arch: Any) -> Schedule | None:
         return None
 
 
-def _fallback(network: Any, arch: Any, schedule: Schedule, reason: str, seconds: float,
-              stats: dict[str, Any]) -> CpSatResult:
-    total = evaluate(network, arch, schedule).total_cycles
-    return CpSatResult(schedule.with_status("fallback", reason), "fallback", total, math.nan, math.nan, seconds,
-                       reason, stats)
+def _fallback(schedule: Schedule, total: float, reason: str, seconds: float, stats: dict[str, Any],
+              bound: float = math.nan) -> CpSatResult:
+    return CpSatResult(schedule.with_status("fallback", reason), "fallback", total, bound,
+                       _gap(total, bound) if not math.isnan(bound) else math.nan, seconds, reason, stats)
 
 
 def smallest_fast_storage(network: Any, arch: Any, references: tuple[Schedule, ...], time_limit: float) -> int:
-    """The least fast storage any schedule of the candidate space needs (CP-SAT, minimising the limit)."""
-    built = build_model(network, arch, references, limit=max(staging_limit(arch), 1 << 40), minimise_memory=True)
-    solver = _solver(time_limit, 1, 0, False)
-    status = solver.Solve(built.model)
-    if status == cp_model.OPTIMAL:
-        return int(solver.ObjectiveValue())
-    if status == cp_model.FEASIBLE:  # a size that fits, perhaps not the smallest
-        return int(solver.ObjectiveValue())
+    """The least fast storage any schedule of the candidate space needs (CP-SAT, minimising the limit); -1 when
+    none is found within ``time_limit``."""
+    start = time.monotonic()
+    net = NetworkFacts(network, arch)
+    try:
+        built = build_model(net, whole_subgraph_regions(net), references,
+                            limit=max(staging_limit(arch), 1 << 40), minimise_memory=True,
+                            deadline=start + time_limit)
+    except OutOfTime:
+        return -1
+    solver = _solver(time_limit - (time.monotonic() - start), 1, 0, False)
+    status = solver.solve(built.model)
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):  # FEASIBLE: a size that fits, perhaps not the smallest
+        return int(solver.objective_value)
     return -1
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Large networks: windows of the execution order, the rest fixed (a large-neighbourhood search)
+
+
+def _windows(net: NetworkFacts, incumbent: Schedule, width: int) -> list[Region]:
+    """Windows of about ``width`` passes over every subgraph, overlapping by half, aligned to the incumbent's runs
+    (a window never cuts one of its cascades), each with the runs just outside it."""
+    regions = []
+    for sgi, sg in enumerate(net.subgraphs):
+        runs = [(start, start + len(ops) - 1) for start, ops in segments_of(incumbent, sg)]
+        if not runs:
+            continue
+        k = 0
+        while k < len(runs):
+            lo = runs[k][0]
+            j = k
+            while j + 1 < len(runs) and runs[j + 1][1] - lo < width:
+                j += 1
+            ext_lo = runs[k - 1][0] if k > 0 else lo
+            ext_hi = runs[j + 1][1] if j + 1 < len(runs) else runs[j][1]
+            regions.append(Region(sgi, lo, runs[j][1], ext_lo, ext_hi))
+            if j + 1 >= len(runs):
+                break
+            # Next window starts half-way through this one.
+            half = lo + width // 2
+            k = max(k + 1, next((i for i in range(k, j + 1) if runs[i][0] >= half), j + 1))
+    return regions
+
+
+def _incumbent_cost(net: NetworkFacts, incumbent: Schedule, region: Region) -> int:
+    """The scaled price of the incumbent over ``ext_lo..ext_hi``, as the window model's tables price it."""
+    facts = net.facts(region.sg_index)
+    places = {fm: incumbent.placement(fm) or p for fm, p in net.base.items()}
+    slack = _incumbent_slack(net, incumbent, region.sg_index, region.ext_lo)
+    total = 0
+    for start, ops in segments_of(incumbent, facts.sg):
+        if region.ext_lo <= start <= region.ext_hi:
+            totals, slack, _ = net.pricer.price(facts.sg.ops, make_candidate(facts, start, ops, "hint"), places, slack)
+            total += sum(round(t * SCALE) for t in totals)
+    return total
+
+
+def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], incumbent: Schedule, cycles: float,
+                        limit: int, deadline: float, workers: int, seed: int, deterministic: bool,
+                        log: Log | None) -> tuple[Schedule, float, dict[str, Any]]:
+    """Improve ``incumbent`` (verified, ``cycles`` by the evaluator) one window at a time until ``deadline``: each
+    window's model fixes everything outside it, so an accepted window can only lower the total. The result is
+    verified after every sweep over the network; should a sweep's result fail, the previous one is kept."""
+    verified, verified_cycles = incumbent, cycles
+    stats = {"windows": 0, "improved_windows": 0, "sweeps": 0, "largest_window": 0}
+    width = WINDOW_PASSES
+    longest = max(len(sg.ops) for sg in net.subgraphs)
+    while time.monotonic() < deadline:
+        improved = False
+        for region in _windows(net, incumbent, width):
+            remaining = deadline - time.monotonic()
+            if remaining < 0.2:
+                break
+            try:
+                built = build_model(net, [region], (incumbent, *references), limit=limit, incumbent=incumbent,
+                                    hint_first=True, deadline=deadline - 0.1)
+            except OutOfTime:
+                break
+            _hint(built, incumbent)
+            solver = _solver(min(deadline - time.monotonic(), WINDOW_SOLVE_SECONDS), workers, seed, deterministic)
+            status = solver.solve(built.model)
+            stats["windows"] += 1
+            stats["largest_window"] = max(stats["largest_window"], region.hi - region.lo + 1)
+            if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                continue
+            before = _incumbent_cost(net, incumbent, region)
+            if solver.objective_value < before:
+                incumbent, _ = _extract(built, solver.boolean_value, incumbent)
+                stats["improved_windows"] += 1
+                improved = True
+        stats["sweeps"] += 1
+        evaluation = evaluate(net.network, net.arch, incumbent)
+        if verify(net.network, net.arch, incumbent, evaluation, limit) or evaluation.total_cycles > verified_cycles:
+            incumbent = verified
+            break
+        verified, verified_cycles = incumbent, evaluation.total_cycles
+        if log is not None:
+            log(f"cp-sat windows: sweep {stats['sweeps']} of {width}-pass windows, {verified_cycles:.0f} cycles")
+        if not improved:
+            if width >= longest:
+                break
+            width *= 2
+    return verified, verified_cycles, stats
+
+
+def _windows_result(net: NetworkFacts, references: tuple[Schedule, ...], hint: Schedule, hint_cycles: float,
+                    limit: int, start: float, deadline: float, workers: int, seed: int, deterministic: bool,
+                    log: Log | None, stats: dict[str, Any], why: str) -> CpSatResult:
+    if log is not None:
+        log(f"cp-sat: {why}; improving the heuristic's schedule window by window")
+    schedule, cycles, window_stats = _improve_by_windows(net, references, hint, hint_cycles, limit, deadline,
+                                                         workers, seed, deterministic, log)
+    stats.update(window_stats, mode="windows")
+    bound = pass_wise_bound(net)
+    status = "feasible"
+    reason = f"large-neighbourhood search over windows ({why}): no proof of optimality"
+    return CpSatResult(schedule.with_status(status, reason), status, cycles, bound, _gap(cycles, bound),
+                       time.monotonic() - start, reason, stats)
+
+
+def pass_wise_bound(net: NetworkFacts) -> float:
+    """A lower bound on total cycles over the candidates priced so far: per pass, the cheapest price any of them
+    gave it. (Memory is ignored, so this is weaker than the full model's bound.)"""
+    best: dict[int, float] = {}
+    for (ident, _, _), (total, _, _) in net.pricer.memo.items():
+        op_index = net.pricer.op_index_of[ident]
+        if total < best.get(op_index, math.inf):
+            best[op_index] = total
+    return sum(best.values())

@@ -34,8 +34,9 @@ the better of the two by the evaluator.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from npusched.model import weights as wts
@@ -117,6 +118,31 @@ class SubgraphFacts:
     sched_ops: tuple[SchedOp, ...]
     use: TensorUse
     reuse: dict[int, tuple[FeatureMap, FeatureMap, int]]  # position -> (ifm, ofm, bytes) when fusable
+    # position -> its options at full height per weight buffering, and (buffered, height) -> fastest block config
+    priced: dict[int, tuple[dict[bool, list[OpOption]], dict[tuple[bool, int], Any]]] = field(default_factory=dict)
+
+    @cached_property
+    def cascade_runs(self) -> tuple[tuple[int, int, int], ...]:
+        """Every (start, end, final stripe height) cascade Vela's rules allow in the subgraph."""
+        n = len(self.sg.ops)
+        links = cascade_links(self)
+        runs = []
+        for start in range(n):
+            end = start
+            while end + 1 < n and end - start + 1 < MAX_CASCADE_LENGTH and links[end]:
+                end += 1
+                runs.extend((start, end, h) for h in stripe_heights(self.sched_ops[end].ofm_shape.height))
+        return tuple(runs)
+
+    @cached_property
+    def stripe_heights(self) -> dict[int, tuple[int, ...]]:
+        """Per position, its full OFM height and every stripe height a cascade through it gives it: the same
+        whichever window asks, so pricing is shared between windows."""
+        heights: dict[int, set[int]] = {pos: {op.ofm.shape.height} for pos, op in enumerate(self.sg.ops)}
+        for start, end, h in self.cascade_runs:
+            for k, stripe in enumerate(_cascade_stripes(self, start, end, h) or ()):
+                heights[start + k].add(stripe.height)
+        return {pos: tuple(sorted(hs)) for pos, hs in heights.items()}
 
 
 def make_candidate(facts: SubgraphFacts, start: int, ops: Sequence[OpSchedule], source: str) -> Candidate:
@@ -255,30 +281,34 @@ def cascade_candidate(arch: Any, facts: SubgraphFacts, start: int, end: int, fin
     return make_candidate(facts, start, ops, "cascade-fastest" if fastest is not None else "cascade")
 
 
-def _price_all(arch: Any, facts: SubgraphFacts, runs: Sequence[tuple[int, int, int]]
+def price_positions(arch: Any, facts: SubgraphFacts, positions: Iterable[int]
                ) -> tuple[dict[int, dict[bool, list[OpOption]]], dict[tuple[int, bool, int], Any]]:
-    """Every pass's options at full height (per weight buffering) and, for every stripe the cascades in ``runs``
-    give it, the cheapest block config that fits ((position, buffered, height) -> config). Each pass's block
-    configs are priced once per weight buffering, for all its heights together."""
-    heights: dict[int, set[int]] = {pos: {op.ofm.shape.height} for pos, op in enumerate(facts.sg.ops)}
-    for start, end, h in runs:
-        stripes = _cascade_stripes(facts, start, end, h)
-        for k, stripe in enumerate(stripes or ()):
-            heights[start + k].add(stripe.height)
+    """Every pass's options at full height (per weight buffering) and, for every stripe a cascade may give it,
+    the cheapest block config that fits ((position, buffered, height) -> config). Each pass's block configs are
+    priced once per weight buffering, for all its heights together, and kept in ``facts`` for other windows."""
     full: dict[int, dict[bool, list[OpOption]]] = {}
-    best: dict[tuple[int, bool, int], Any] = {}
-    for pos, hs in heights.items():
-        op = facts.sg.ops[pos]
-        full[pos] = {}
-        for buf in ((True, False) if weights_need_dma(arch, op) else (False,)):
-            full[pos][buf] = []
-            for option in price_options(arch, op, stripe_heights=sorted(hs), weights_buffered=buf):
-                if option.stripe.is_full:
-                    full[pos][buf].append(option)
-                key = (pos, buf, option.stripe_height)
-                current = best.get(key)
-                if current is None or (option.total_cycles, not option.is_vela_choice) < current[0]:
-                    best[key] = ((option.total_cycles, not option.is_vela_choice), option.block_config)
+    fastest: dict[tuple[int, bool, int], Any] = {}
+    for pos in positions:
+        if pos not in facts.priced:
+            facts.priced[pos] = _price_pass(arch, facts.sg.ops[pos], facts.stripe_heights[pos])
+        full[pos], best = facts.priced[pos]
+        fastest.update(((pos, buf, h), config) for (buf, h), config in best.items())
+    return full, fastest
+
+
+def _price_pass(arch: Any, op: NpuOp, heights: Sequence[int]
+                ) -> tuple[dict[bool, list[OpOption]], dict[tuple[bool, int], Any]]:
+    full: dict[bool, list[OpOption]] = {}
+    best: dict[tuple[bool, int], Any] = {}
+    for buf in ((True, False) if weights_need_dma(arch, op) else (False,)):
+        full[buf] = []
+        for option in price_options(arch, op, stripe_heights=heights, weights_buffered=buf):
+            if option.stripe.is_full:
+                full[buf].append(option)
+            key = (buf, option.stripe_height)
+            rank = (option.total_cycles, not option.is_vela_choice)
+            if key not in best or rank < best[key][0]:
+                best[key] = (rank, option.block_config)
     return full, {key: config for key, (_, config) in best.items()}
 
 
@@ -310,24 +340,20 @@ def segments_of(schedule: Schedule, sg: Any) -> list[tuple[int, tuple[OpSchedule
     return [(start, tuple(ops)) for start, ops in out]
 
 
-def all_candidates(arch: Any, facts: SubgraphFacts, references: Sequence[Schedule], hint_first: bool = False
-                   ) -> list[Candidate]:
-    """Every candidate of one subgraph (see the module docstring), without duplicates; with ``hint_first`` the
-    first reference is the hint and its candidates are marked "hint"."""
-    n = len(facts.sg.ops)
+def all_candidates(arch: Any, facts: SubgraphFacts, references: Sequence[Schedule], hint_first: bool = False,
+                   lo: int = 0, hi: int | None = None) -> list[Candidate]:
+    """Every candidate of one subgraph (see the module docstring) that lies within positions ``lo..hi`` (default:
+    the whole subgraph), without duplicates; with ``hint_first`` the first reference is the hint and its
+    candidates are marked "hint"."""
+    hi = len(facts.sg.ops) - 1 if hi is None else hi
     cands: list[Candidate] = []
     for number, ref in enumerate(references):
         for start, ops in segments_of(ref, facts.sg):
-            cands.append(make_candidate(facts, start, ops, "hint" if number == 0 and hint_first else "reference"))
-    links = cascade_links(facts)
-    runs = []
-    for start in range(n):
-        end = start
-        while end + 1 < n and end - start + 1 < MAX_CASCADE_LENGTH and links[end]:
-            end += 1
-            runs.extend((start, end, h) for h in stripe_heights(facts.sched_ops[end].ofm_shape.height))
-    full, fastest = _price_all(arch, facts, runs)
-    for pos in range(n):
+            if lo <= start and start + len(ops) - 1 <= hi:
+                cands.append(make_candidate(facts, start, ops, "hint" if number == 0 and hint_first else "reference"))
+    runs = [(start, end, h) for start, end, h in facts.cascade_runs if lo <= start and end <= hi]
+    full, fastest = price_positions(arch, facts, range(lo, hi + 1))
+    for pos in range(lo, hi + 1):
         cands.extend(single_candidates(arch, facts, pos, full[pos]))
     for start, end, h in runs:
         for buffered, best in itertools.product((True, False), (None, fastest)):
@@ -360,9 +386,9 @@ class Pricer:
         self.memo: dict[tuple, tuple[float, float, bool]] = {}
         self.interned: dict[int, int] = {}
         self.keys: dict[tuple, int] = {}
+        self.op_index_of: list[int] = []  # interned choices -> op index
         self.alive: list[OpSchedule] = []
-        # Generated candidates that would profit from the DMA-credit artefact (see ``price_pass``).
-        self.artefacts: set[tuple] = set()
+        self.operands: dict[int, tuple[FeatureMap, ...]] = {}
 
     def _key(self, op: NpuOp, op_sched: OpSchedule, places: Mapping[FeatureMap, TensorPlacement],
              prev_slack: float) -> tuple[tuple, tuple]:
@@ -370,16 +396,22 @@ class Pricer:
         reduced to memory names, so building a key does not hash block configs and enums every time."""
         ident = self.interned.get(id(op_sched))
         if ident is None:
-            ident = self.keys.setdefault(_price_key(op_sched), len(self.keys))
+            key = _price_key(op_sched)
+            ident = self.keys.get(key)
+            if ident is None:
+                ident = self.keys[key] = len(self.keys)
+                self.op_index_of.append(op_sched.op_index)
             self.interned[id(op_sched)] = ident
             self.alive.append(op_sched)
-        local = []
-        for access in (op.ifm, op.ifm2, op.ofm):
-            if access is not None and not access.tensor.is_const:
-                fm = access.tensor
-                local.append((fm, places.get(fm) or self.base.get(fm)))
-        where = tuple((fm.uid, p.mem_area.value if p is not None else "") for fm, p in local)
-        return (ident, where, prev_slack), tuple(local)
+        operands = self.operands.get(op.index)
+        if operands is None:
+            operands = self.operands[op.index] = tuple(
+                access.tensor for access in (op.ifm, op.ifm2, op.ofm)
+                if access is not None and not access.tensor.is_const)
+        local = tuple((fm, places.get(fm) or self.base.get(fm)) for fm in operands)
+        # The op fixes which maps its operands are; their memory and layout (by identity: enum hashing is slow).
+        where = tuple((id(p.mem_area), id(p.format)) if p is not None else None for _, p in local)
+        return (ident, where, prev_slack), local
 
     def price_pass(self, op: NpuOp, op_sched: OpSchedule, places: Mapping[FeatureMap, TensorPlacement],
                    prev_slack: float) -> tuple[float, float, bool]:
@@ -397,14 +429,15 @@ class Pricer:
         return value
 
     def price(self, sg_ops: Sequence[NpuOp], cand: Candidate, places: Mapping[FeatureMap, TensorPlacement],
-              prev_slack: float) -> tuple[list[float], float]:
-        """Per-pass totals of a candidate and the slack its last pass leaves."""
+              prev_slack: float) -> tuple[list[float], float, bool]:
+        """Per-pass totals of a candidate, the slack its last pass leaves and whether any pass profits from the
+        DMA-credit artefact (see ``price_pass``)."""
         totals = []
         slack = prev_slack
+        artefact = False
         for k, op_sched in enumerate(cand.ops):
             op = sg_ops[cand.start + k]
             total, slack, credited = self.price_pass(op, op_sched, places, slack)
-            if credited:
-                self.artefacts.add(cand.key)
+            artefact = artefact or credited
             totals.append(total)
-        return totals, slack
+        return totals, slack, artefact
