@@ -563,8 +563,6 @@ def network_memory(network: Any, arch: Any, schedule: Schedule, use: TensorUse |
             book.mark(fm, time)
         sg_steps, time = book.walk(_passes(sg, schedule), getattr(sg, "outputs", ()) or (), time)
         steps.update(sg_steps)
-    for fm in cpu_variables:
-        book.mark(fm, 0)
     for rng_key, rng in book.by_key.items():
         if rng_key in cpu_variables or (isinstance(rng_key, tuple) and rng_key[:1] == ("variable",)):
             rng.mark(0, time + 1)
