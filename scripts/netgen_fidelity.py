@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import traceback
@@ -29,6 +28,7 @@ from npusched.errors import NpuschedError
 from npusched.fidelity import compare_model
 from npusched.io.vela_report import read_cpu_operator_count, read_per_layer, read_verbose_schedule
 from npusched.netgen import ARCHITECTURES, generate
+from npusched.netgen.oracle import run_vela
 from npusched.pipeline import run, run_options_from_vela_args
 
 DEFAULT_GOLDEN_CONFIGS = Path(__file__).resolve().parents[1] / "tests" / "data" / "golden" / "configs.json"
@@ -68,36 +68,6 @@ class Outcome:
         return 100.0 * (self.ours_cycles - self.vela_cycles) / self.vela_cycles
 
 
-def vela_command(model: Path, config: dict[str, Any], output_dir: Path) -> list[str]:
-    """The golden command line (as in golden/*/command.txt) for ``model`` under ``config``."""
-    return [shutil.which("vela") or str(Path(sys.executable).with_name("vela")), str(model),
-            "--accelerator-config", config["accelerator_config"], "--config", "Arm/vela.ini",
-            "--system-config", config["system_config"], "--memory-mode", config["memory_mode"],
-            *config.get("extra_args", ()), "--debug-force-legacy-core", "--verbose-schedule",
-            "--verbose-performance", "--output-dir", str(output_dir)]
-
-
-def run_vela(model: Path, config: dict[str, Any], golden: Path, timeout_seconds: float) -> str:
-    """Run Vela and lay its output out as a golden folder (vela_stdout.txt, per_layer.csv, summary.csv).
-
-    Returns "" on success, else Vela's reason in one line.
-    """
-    output_dir = golden / "vela-output"
-    try:
-        done = subprocess.run(vela_command(model, config, output_dir), capture_output=True, text=True,
-                              timeout=timeout_seconds)
-    except subprocess.TimeoutExpired:
-        return f"timed out after {timeout_seconds:.0f} s"
-    (golden / "vela_stdout.txt").write_text(done.stdout)
-    if done.returncode != 0:
-        lines = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
-        errors = [line for line in lines if "Error" in line or "error" in line]
-        return (errors or lines or [f"exit status {done.returncode}"])[-1][:200]
-    shutil.copy(next(output_dir.glob("*_per-layer.csv")), golden / "per_layer.csv")
-    shutil.copy(next(output_dir.glob("*_summary_*.csv")), golden / "summary.csv")
-    return ""
-
-
 def reproduce(case: Case, config: dict[str, Any]) -> str:
     """Shell commands that regenerate the case and run npusched's heuristic on it."""
     model = f"/tmp/{case.stem}.tflite"
@@ -127,8 +97,7 @@ def first_difference(model: Path, golden: Path, config: dict[str, Any]) -> str:
                  ("ofm stripe", op.ofm_stripe.as_list(), vela_op.ofm_stripe),
                  ("ifm stripe", op.ifm_stripe.as_list(), vela_op.ifm_stripe),
                  ("cascaded", op.cascade is not None, vela_op.cascade != 0),  # Vela prints 0 outside cascades
-                 ("weight slices", list(op.depth_slices) if op.encoded_weights else [],
-                  vela_op.depth_slices)]
+                 ("depth slices", list(op.depth_slices), vela_op.depth_slices or None)]
         differs = [f"{what} ours {a} vela {b}" for what, a, b in pairs if b is not None and a != b]
         for mem, column in _ACCESS_COLUMNS.items():
             mine = sum(v for m, v in cost.access_cycles.items() if m.value == mem)

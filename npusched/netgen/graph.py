@@ -133,12 +133,12 @@ class GraphBuilder:
         """Symmetric int8 weights with one scale per output channel (as TFLite's per-channel quantisation)."""
         values = self.rng.integers(-127, 128, size=shape, dtype=np.int8)
         channels = shape[channel_axis]
-        scales = tuple(float(s) for s in self.rng.uniform(0.002, 0.012, size=channels).astype(np.float32))
+        scales = tuple(self.rng.uniform(0.002, 0.012, size=channels).astype(np.float32).tolist())
         return self._add_tensor(TensorDef(self._name(what), shape, "INT8", scales, (0,) * channels, channel_axis,
                                           values.tobytes()))
 
     def _bias(self, what: str, x: Act, weights: int) -> int:
-        scales = tuple(float(np.float32(x.quant.scale * s)) for s in self.tensors[weights].scales)
+        scales = tuple((np.asarray(self.tensors[weights].scales) * x.quant.scale).astype(np.float32).tolist())
         values = self.rng.integers(-4096, 4097, size=len(scales)).astype("<i4")
         return self._add_tensor(TensorDef(self._name(what), (len(scales),), "INT32", scales, (0,) * len(scales), 0,
                                           values.tobytes()))
