@@ -66,6 +66,8 @@ class SolverReport:
     model_stats: dict[str, Any]
     heuristic_cycles: float | None
     heuristic_peak_fast_storage_bytes: int | None
+    # ``bound_cycles`` holds over the candidate space CP-SAT searched; this one for any schedule at all.
+    any_schedule_bound_cycles: float = float("nan")
 
 
 def run_options_from_vela_args(model_path: Path, config: dict[str, Any], **overrides: Any) -> RunOptions:
@@ -168,5 +170,6 @@ def _solve(network: Network, arch: Any, options: RunOptions, started: float,
         reason=result.reason, model_stats=dict(result.model_stats),
         heuristic_cycles=hint_eval.total_cycles if hint_eval is not None else None,
         heuristic_peak_fast_storage_bytes=hint_eval.peak_fast_storage if hint_eval is not None else None,
+        any_schedule_bound_cycles=result.any_schedule_bound_cycles,
     )
     return result.schedule, report

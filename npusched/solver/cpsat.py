@@ -44,7 +44,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -102,6 +102,8 @@ class CpSatResult:
     reason: str = ""
     model_stats: dict[str, Any] = field(default_factory=dict)
     scaled_objective: int | None = None
+    # A bound for any schedule at all (``any_schedule_bound``); ``bound_cycles`` holds over the candidate space.
+    any_schedule_bound_cycles: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -611,8 +613,16 @@ def solve_cpsat(network: Any, arch: Any, *, time_limit_seconds: float = 30.0, wo
     candidate schedule fits the fast storage.
     """
     start = time.monotonic()
-    workers = workers or os.cpu_count() or 1
     net = NetworkFacts(network, arch)
+    result = _search(net, start, time_limit_seconds, workers or os.cpu_count() or 1, seed, deterministic, hint,
+                     hint_evaluation, log)
+    return replace(result, any_schedule_bound_cycles=any_schedule_bound(net))
+
+
+def _search(net: NetworkFacts, start: float, time_limit_seconds: float, workers: int, seed: int,
+            deterministic: bool, hint: Schedule | None, hint_evaluation: Evaluation | None,
+            log: Log | None) -> CpSatResult:
+    network, arch = net.network, net.arch
     references = tuple(s for s in (hint, _max_schedule_or_none(network, arch)) if s is not None)
     limit = staging_limit(arch)
     hint_eval = hint_evaluation if hint_evaluation is not None or hint is None else evaluate(network, arch, hint)
@@ -625,14 +635,14 @@ def solve_cpsat(network: Any, arch: Any, *, time_limit_seconds: float = 30.0, wo
         limit = min(limit, hint_eval.peak_fast_storage)
     stats: dict[str, Any] = {"passes": net.passes}
     if net.passes > FULL_MODEL_MAX_PASSES and hint_fits:
-        return _windows_result(net, references, hint, hint_eval.total_cycles, limit, start, deadline, workers, seed,
+        return _windows_result(net, references, hint, hint_eval, limit, start, deadline, workers, seed,
                                deterministic, log, stats, "the network is too large for one model")
     try:
         built = build_model(net, whole_subgraph_regions(net), references, limit=limit, log=log,
                             hint_first=hint is not None,
                             deadline=start + 0.6 * (deadline - start) if hint_fits else None)
     except OutOfTime:
-        return _windows_result(net, references, hint, hint_eval.total_cycles, limit, start, deadline, workers, seed,
+        return _windows_result(net, references, hint, hint_eval, limit, start, deadline, workers, seed,
                                deterministic, log, stats, "the one model could not be built in time")
     stats.update(built.stats, mode="full")
     _hint(built, hint)
@@ -714,29 +724,29 @@ def smallest_fast_storage(network: Any, arch: Any, references: tuple[Schedule, .
 # Large networks: windows of the execution order, the rest fixed (a large-neighbourhood search)
 
 
-def _windows(net: NetworkFacts, incumbent: Schedule, width: int) -> list[Region]:
-    """Windows of about ``width`` passes over every subgraph, overlapping by half, aligned to the incumbent's runs
-    (a window never cuts one of its cascades), each with the runs just outside it."""
-    regions = []
-    for sgi, sg in enumerate(net.subgraphs):
-        runs = [(start, start + len(ops) - 1) for start, ops in segments_of(incumbent, sg)]
-        if not runs:
-            continue
-        k = 0
-        while k < len(runs):
-            lo = runs[k][0]
-            j = k
-            while j + 1 < len(runs) and runs[j + 1][1] - lo < width:
-                j += 1
-            ext_lo = runs[k - 1][0] if k > 0 else lo
-            ext_hi = runs[j + 1][1] if j + 1 < len(runs) else runs[j][1]
-            regions.append(Region(sgi, lo, runs[j][1], ext_lo, ext_hi))
-            if j + 1 >= len(runs):
-                break
-            # Next window starts half-way through this one.
-            half = lo + width // 2
-            k = max(k + 1, next((i for i in range(k, j + 1) if runs[i][0] >= half), j + 1))
-    return regions
+def _windows(net: NetworkFacts, width: int, evaluation: Evaluation) -> list[tuple[int, int, int]]:
+    """(subgraph, first, last position) of windows of ``width`` passes over every subgraph, overlapping by half,
+    the costliest first (where the time runs out before a sweep ends, the largest gains come first)."""
+    cycles = {cost.op_index: cost.total_cycles for cost in evaluation.ops}
+    step = max(1, width // 2)
+    windows = [(sgi, lo, min(lo + width, len(sg.ops)) - 1) for sgi, sg in enumerate(net.subgraphs)
+               for lo in range(0, max(1, len(sg.ops) - step), step) if sg.ops]
+
+    def cost(window: tuple[int, int, int]) -> float:
+        sgi, lo, hi = window
+        return sum(cycles.get(op.index, 0.0) for op in net.subgraphs[sgi].ops[lo:hi + 1])
+
+    return sorted(windows, key=lambda w: -cost(w))
+
+
+def _aligned(net: NetworkFacts, incumbent: Schedule, sgi: int, lo: int, hi: int) -> Region:
+    """The window ``lo..hi`` widened to whole runs of the incumbent (a window never cuts one of its cascades),
+    with the runs just outside it."""
+    runs = [(start, start + len(ops) - 1) for start, ops in segments_of(incumbent, net.subgraphs[sgi])]
+    first = next(k for k, (_, end) in enumerate(runs) if end >= lo)
+    last = next(k for k, (_, end) in enumerate(runs) if end >= hi)
+    return Region(sgi, runs[first][0], runs[last][1], runs[max(first - 1, 0)][0],
+                  runs[min(last + 1, len(runs) - 1)][1])
 
 
 def _incumbent_cost(net: NetworkFacts, incumbent: Schedule, region: Region) -> int:
@@ -752,22 +762,23 @@ def _incumbent_cost(net: NetworkFacts, incumbent: Schedule, region: Region) -> i
     return total
 
 
-def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], incumbent: Schedule, cycles: float,
-                        limit: int, deadline: float, workers: int, seed: int, deterministic: bool,
-                        log: Log | None) -> tuple[Schedule, float, dict[str, Any]]:
-    """Improve ``incumbent`` (verified, ``cycles`` by the evaluator) one window at a time until ``deadline``: each
-    window's model fixes everything outside it, so an accepted window can only lower the total. The result is
-    verified after every sweep over the network; should a sweep's result fail, the previous one is kept."""
-    verified, verified_cycles = incumbent, cycles
+def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], incumbent: Schedule,
+                        evaluation: Evaluation, limit: int, deadline: float, workers: int, seed: int,
+                        deterministic: bool, log: Log | None) -> tuple[Schedule, float, dict[str, Any]]:
+    """Improve ``incumbent`` (verified; ``evaluation`` is the evaluator's) one window at a time until ``deadline``:
+    each window's model fixes everything outside it, so an accepted window can only lower the total. The result
+    is verified after every sweep over the network; should a sweep's result fail, the previous one is kept."""
+    verified, verified_cycles = incumbent, evaluation.total_cycles
     stats = {"windows": 0, "improved_windows": 0, "sweeps": 0, "largest_window": 0}
     width = WINDOW_PASSES
     longest = max(len(sg.ops) for sg in net.subgraphs)
     while time.monotonic() < deadline:
         improved = False
-        for region in _windows(net, incumbent, width):
+        for sgi, lo, hi in _windows(net, width, evaluation):
             remaining = deadline - time.monotonic()
             if remaining < 0.2:
                 break
+            region = _aligned(net, incumbent, sgi, lo, hi)
             try:
                 built = build_model(net, [region], (incumbent, *references), limit=limit, incumbent=incumbent,
                                     hint_first=True, deadline=deadline - 0.1)
@@ -800,27 +811,26 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
     return verified, verified_cycles, stats
 
 
-def _windows_result(net: NetworkFacts, references: tuple[Schedule, ...], hint: Schedule, hint_cycles: float,
+def _windows_result(net: NetworkFacts, references: tuple[Schedule, ...], hint: Schedule, hint_eval: Evaluation,
                     limit: int, start: float, deadline: float, workers: int, seed: int, deterministic: bool,
                     log: Log | None, stats: dict[str, Any], why: str) -> CpSatResult:
     if log is not None:
         log(f"cp-sat: {why}; improving the heuristic's schedule window by window")
-    schedule, cycles, window_stats = _improve_by_windows(net, references, hint, hint_cycles, limit, deadline,
+    schedule, cycles, window_stats = _improve_by_windows(net, references, hint, hint_eval, limit, deadline,
                                                          workers, seed, deterministic, log)
     stats.update(window_stats, mode="windows")
-    bound = pass_wise_bound(net)
+    bound = any_schedule_bound(net)
     status = "feasible"
     reason = f"large-neighbourhood search over windows ({why}): no proof of optimality"
     return CpSatResult(schedule.with_status(status, reason), status, cycles, bound, _gap(cycles, bound),
                        time.monotonic() - start, reason, stats)
 
 
-def pass_wise_bound(net: NetworkFacts) -> float:
-    """A lower bound on total cycles over the candidates priced so far: per pass, the cheapest price any of them
-    gave it. (Memory is ignored, so this is weaker than the full model's bound.)"""
-    best: dict[int, float] = {}
-    for (ident, _, _), (total, _, _) in net.pricer.memo.items():
-        op_index = net.pricer.op_index_of[ident]
-        if total < best.get(op_index, math.inf):
-            best[op_index] = total
-    return sum(best.values())
+def any_schedule_bound(net: NetworkFacts) -> float:
+    """A lower bound on the total cycles of any schedule, whatever its block configs, stripes, cascades and
+    placements: every pass's MACs at the NPU's peak MAC rate (operand traffic, weight transfers and elementwise
+    work only add). Weak, but it needs no search, so it holds where the candidate space ends. Like every bound
+    here it assumes no pass is priced below its own compute time, which only the DMA-credit artefact of Vela's
+    estimate does (see ``npusched.solver.cpsat_candidates``)."""
+    peak_macs_per_cycle = net.arch.num_macs_per_cycle * net.arch.ncores
+    return sum(op.macs for sg in net.subgraphs for op in sg.ops) / peak_macs_per_cycle

@@ -386,7 +386,6 @@ class Pricer:
         self.memo: dict[tuple, tuple[float, float, bool]] = {}
         self.interned: dict[int, int] = {}
         self.keys: dict[tuple, int] = {}
-        self.op_index_of: list[int] = []  # interned choices -> op index
         self.alive: list[OpSchedule] = []
         self.operands: dict[int, tuple[FeatureMap, ...]] = {}
 
@@ -396,11 +395,7 @@ class Pricer:
         reduced to memory names, so building a key does not hash block configs and enums every time."""
         ident = self.interned.get(id(op_sched))
         if ident is None:
-            key = _price_key(op_sched)
-            ident = self.keys.get(key)
-            if ident is None:
-                ident = self.keys[key] = len(self.keys)
-                self.op_index_of.append(op_sched.op_index)
+            ident = self.keys.setdefault(_price_key(op_sched), len(self.keys))
             self.interned[id(op_sched)] = ident
             self.alive.append(op_sched)
         operands = self.operands.get(op.index)
