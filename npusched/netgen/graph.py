@@ -74,22 +74,16 @@ class GraphBuilder:
         self.operators: list[OperatorDef] = []
         self.inputs: list[int] = []
         self.npu_passes = 0
-        self.cpu_ops = 0
         self._producer: dict[int, str] = {}
         self._readers: dict[int, int] = {}
         self._fused_lut_inputs: set[int] = set()
-        self._scope = "net"
         self._count = 0
 
     # --- bookkeeping -------------------------------------------------------------------------------------------
 
-    def scope(self, name: str) -> None:
-        """Name prefix of the tensors made from now on (one per block keeps the names readable)."""
-        self._scope = name
-
     def _name(self, what: str) -> str:
         self._count += 1
-        return f"{self._scope}/{what}_{self._count}"
+        return f"net/{what}_{self._count}"
 
     def _add_tensor(self, tensor: TensorDef) -> int:
         self.tensors.append(tensor)
@@ -113,12 +107,9 @@ class GraphBuilder:
                 self._fused_lut_inputs.discard(index)
                 self.npu_passes += 1
         self._producer[output.index] = opcode
-        if opcode in CPU_OPERATORS:
-            self.cpu_ops += 1
-        elif (opcode in _LUT_OPERATORS and self._readers[inputs[0]] == 1
-              and self._producer.get(inputs[0]) in _LUT_FUSERS):
+        if opcode in _LUT_OPERATORS and self._readers[inputs[0]] == 1 and self._producer.get(inputs[0]) in _LUT_FUSERS:
             self._fused_lut_inputs.add(inputs[0])
-        else:
+        elif opcode not in CPU_OPERATORS:
             self.npu_passes += _PASS_ESTIMATE.get(opcode, 1)
         return output
 
