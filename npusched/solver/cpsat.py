@@ -266,12 +266,14 @@ def whole_subgraph_regions(net: NetworkFacts) -> list[Region]:
 
 def build_model(net: NetworkFacts, regions: Sequence[Region], references: tuple[Schedule, ...], *,
                 limit: int | None = None, minimise_memory: bool = False, incumbent: Schedule | None = None,
-                hint_first: bool = False, deadline: float | None = None, log: Log | None = None) -> CpSatModel:
+                hint_first: bool = False, deadline: float | None = None, light: bool = False,
+                log: Log | None = None) -> CpSatModel:
     """The CP-SAT model deciding ``regions``; ``references`` (hint first) supply verbatim candidates.
 
     With ``incumbent``, feature maps that are not decided keep its placements and the passes around each region
     its choices. With ``minimise_memory`` the limit becomes a variable to minimise (used to report the smallest
-    fast storage any candidate schedule needs). Raises ``OutOfTime`` past ``deadline``.
+    fast storage any candidate schedule needs). ``light`` keeps to Vela's block configs (see ``all_candidates``).
+    Raises ``OutOfTime`` past ``deadline``.
     """
     start_time = time.monotonic()
     limit = staging_limit(net.arch) if limit is None else int(limit)
@@ -283,7 +285,7 @@ def build_model(net: NetworkFacts, regions: Sequence[Region], references: tuple[
         placements.update((fm, incumbent.placement(fm) or place) for fm, place in net.base.items())
     objective: list[Any] = []
     built = [_add_region(model, net, region, references, placements, incumbent, hint_first, limit, cap,
-                         not minimise_memory, objective, deadline) for region in regions]
+                         not minimise_memory, objective, deadline, light) for region in regions]
     if minimise_memory:
         model.minimize(limit_var)
     else:
@@ -329,17 +331,18 @@ def _incumbent_prebuffer(net: NetworkFacts, incumbent: Schedule | None, sgi: int
 
 def _add_region(model: cp_model.CpModel, net: NetworkFacts, region: Region, references: tuple[Schedule, ...],
                 placements: dict[FeatureMap, TensorPlacement], incumbent: Schedule | None, hint_first: bool,
-                limit: int, cap: Any, cuts: bool, objective: list[Any], deadline: float | None) -> _RegionModel:
+                limit: int, cap: Any, cuts: bool, objective: list[Any], deadline: float | None,
+                light: bool) -> _RegionModel:
     """Variables and constraints of one region (see the module docstring); its prices go to ``objective``."""
     sgi, lo, hi, ext_lo, ext_hi = region.sg_index, region.lo, region.hi, region.ext_lo, region.ext_hi
     facts = net.facts(sgi)
     sg = facts.sg
     layout = net.layout(sgi)
-    for pos in range(lo, hi + 1):  # pricing every pass's options is most of the building time
+    for pos in range(lo, hi + 1) if not light else ():  # pricing every pass's options takes most of the time
         _check(deadline)
         price_positions(net.arch, facts, (pos,))
     fixed = _incumbent_runs(net, incumbent, region) if incumbent is not None else []
-    cands = fixed + all_candidates(net.arch, facts, references, hint_first, lo, hi)
+    cands = fixed + all_candidates(net.arch, facts, references, hint_first, lo, hi, light)
     _check(deadline)
     positions = range(ext_lo, ext_hi + 1)
     live = {key: (a, c) for key, (a, c) in layout.live.items() if a <= ext_hi and c >= ext_lo}
@@ -770,9 +773,18 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
     is verified after every sweep over the network; should a sweep's result fail, the previous one is kept."""
     verified, verified_cycles = incumbent, evaluation.total_cycles
     stats = {"windows": 0, "improved_windows": 0, "sweeps": 0, "largest_window": 0}
-    width = WINDOW_PASSES
     longest = max(len(sg.ops) for sg in net.subgraphs)
-    while time.monotonic() < deadline:
+    # Sweeps with Vela's block configs only (cheap: nothing to price but the candidates themselves), then with
+    # every candidate, then with wider windows; each stage lasts until one of its sweeps finds nothing better.
+    stages = [(True, WINDOW_PASSES)]
+    width = WINDOW_PASSES
+    while True:
+        stages.append((False, width))
+        if width >= longest:
+            break
+        width *= 2
+    while stages and time.monotonic() < deadline:
+        light, width = stages[0]
         improved = False
         for sgi, lo, hi in _windows(net, width, evaluation):
             remaining = deadline - time.monotonic()
@@ -781,7 +793,7 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
             region = _aligned(net, incumbent, sgi, lo, hi)
             try:
                 built = build_model(net, [region], (incumbent, *references), limit=limit, incumbent=incumbent,
-                                    hint_first=True, deadline=deadline - 0.1)
+                                    hint_first=True, deadline=deadline - 0.1, light=light)
             except OutOfTime:
                 break
             _hint(built, incumbent)
@@ -797,17 +809,16 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
                 stats["improved_windows"] += 1
                 improved = True
         stats["sweeps"] += 1
+        if not improved:
+            stages.pop(0)
+            continue
         evaluation = evaluate(net.network, net.arch, incumbent)
         if verify(net.network, net.arch, incumbent, evaluation, limit) or evaluation.total_cycles > verified_cycles:
-            incumbent = verified
             break
         verified, verified_cycles = incumbent, evaluation.total_cycles
         if log is not None:
-            log(f"cp-sat windows: sweep {stats['sweeps']} of {width}-pass windows, {verified_cycles:.0f} cycles")
-        if not improved:
-            if width >= longest:
-                break
-            width *= 2
+            log(f"cp-sat windows: sweep {stats['sweeps']} of {width}-pass windows"
+                f"{' (Vela block configs)' if light else ''}: {verified_cycles:.0f} cycles")
     return verified, verified_cycles, stats
 
 

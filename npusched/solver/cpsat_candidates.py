@@ -227,6 +227,18 @@ def single_candidates(arch: Any, facts: SubgraphFacts, pos: int,
     return out
 
 
+def vela_single_candidates(arch: Any, facts: SubgraphFacts, pos: int) -> list[Candidate]:
+    """A pass alone with Vela's block config for its whole OFM, weights in place or in one buffer."""
+    op = facts.sg.ops[pos]
+    config = find_block_config_for_op(arch, op)
+    if config is None:
+        return []
+    ifm2 = op.ifm2.shape if op.ifm2 is not None else None
+    return [make_candidate(facts, pos, (op_schedule(arch, op, config, op.ofm.shape, op.ifm.shape, ifm2,
+                                                    buffered=buffered),), "single")
+            for buffered in ((False, True) if weights_need_dma(arch, op) else (False,))]
+
+
 def cascade_links(facts: SubgraphFacts) -> list[bool]:
     """links[k]: may pass k+1 join a cascade with pass k (Vela's rules that do not depend on the stripe)."""
     sops = facts.sched_ops
@@ -341,10 +353,11 @@ def segments_of(schedule: Schedule, sg: Any) -> list[tuple[int, tuple[OpSchedule
 
 
 def all_candidates(arch: Any, facts: SubgraphFacts, references: Sequence[Schedule], hint_first: bool = False,
-                   lo: int = 0, hi: int | None = None) -> list[Candidate]:
+                   lo: int = 0, hi: int | None = None, light: bool = False) -> list[Candidate]:
     """Every candidate of one subgraph (see the module docstring) that lies within positions ``lo..hi`` (default:
     the whole subgraph), without duplicates; with ``hint_first`` the first reference is the hint and its
-    candidates are marked "hint"."""
+    candidates are marked "hint". ``light`` keeps to Vela's block configs (no option is priced to find faster
+    ones), for a first quick pass over a large network."""
     hi = len(facts.sg.ops) - 1 if hi is None else hi
     cands: list[Candidate] = []
     for number, ref in enumerate(references):
@@ -352,11 +365,16 @@ def all_candidates(arch: Any, facts: SubgraphFacts, references: Sequence[Schedul
             if lo <= start and start + len(ops) - 1 <= hi:
                 cands.append(make_candidate(facts, start, ops, "hint" if number == 0 and hint_first else "reference"))
     runs = [(start, end, h) for start, end, h in facts.cascade_runs if lo <= start and end <= hi]
-    full, fastest = price_positions(arch, facts, range(lo, hi + 1))
-    for pos in range(lo, hi + 1):
-        cands.extend(single_candidates(arch, facts, pos, full[pos]))
+    fastest: dict[tuple[int, bool, int], Any] | None = None
+    if light:
+        for pos in range(lo, hi + 1):
+            cands.extend(vela_single_candidates(arch, facts, pos))
+    else:
+        full, fastest = price_positions(arch, facts, range(lo, hi + 1))
+        for pos in range(lo, hi + 1):
+            cands.extend(single_candidates(arch, facts, pos, full[pos]))
     for start, end, h in runs:
-        for buffered, best in itertools.product((True, False), (None, fastest)):
+        for buffered, best in itertools.product((True, False), (None, fastest) if fastest else (None,)):
             cand = cascade_candidate(arch, facts, start, end, h, buffered, best)
             if cand is not None:
                 cands.append(cand)
