@@ -195,7 +195,9 @@ def _op_cycles(ctx: _Context, sop: SchedOp, config: Any, where: Mapping[FeatureM
 
 def _element_access(ctx: _Context, costs: Mapping[int, StripeCost]):
     def access(sop: SchedOp, where: Mapping[FeatureMap, Residence]) -> tuple[float, float, float]:
-        result = perf.measure_element_access(ctx.arch, _query(ctx, sop, costs[sop.pos].block_config, where))
+        # Vela scores the OFM written at the whole tensor's depth: a concatenation slice counts as the whole.
+        query = _query(ctx, sop, costs[sop.pos].block_config, where, ofm_depth=sop.ofm_shape.depth)
+        result = perf.measure_element_access(ctx.arch, query)
         return float(result.ifm_read[0]), float(result.ifm_read[1]), float(result.ofm_write)
     return access
 
