@@ -157,11 +157,11 @@ def check_output_path(path: Path, inputs: Iterable[Path | str] = ()) -> None:
         return
     if not path.is_file():
         raise OutputError(f"{label}: is not a regular file")
-    if path.stat().st_mode & 0o222 == 0:
-        raise OutputError(f"{label}: the file is read-only")
     for source in inputs:
         if Path(source).exists() and os.path.samefile(path, source):
             raise OutputError(f"{label}: would overwrite the input file {source}")
+    if path.stat().st_mode & 0o222 == 0:
+        raise OutputError(f"{label}: the file is read-only")
 
 
 def write_json(result: Any, path: Path, inputs: Iterable[Path | str] = ()) -> None:

@@ -82,6 +82,11 @@ class TfliteSubgraph:
         """The tensor at ``index``, or None for the optional-operand marker -1."""
         return None if index < 0 else self.tensors[index]
 
+    @functools.cached_property
+    def produced(self) -> frozenset[int]:
+        """Indices of the tensors some operator writes (kept once per subgraph: checks ask per operator)."""
+        return frozenset(i for op in self.operators for i in op.outputs if i >= 0)
+
     def op_inputs(self, op: TfliteOperator) -> tuple[TfliteTensor | None, ...]:
         return tuple(self.tensor(i) for i in op.inputs)
 

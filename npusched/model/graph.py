@@ -8,10 +8,13 @@ grouped into NPU subgraphs named as Vela names them (``<subgraph>_split_<n>``).
 
 from __future__ import annotations
 
+import gc
+import sys
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from npusched.errors import ModelError
 from npusched.model.ir import (
     CpuOp,
     FeatureMap,
@@ -240,9 +243,30 @@ def _cpu_ops(ps: Pass) -> list[CpuOp]:
 
 # ---------------------------------------------------------------------------------------------------------
 
+# The rewrites walk the working graph recursively from its outputs (as Vela's do), one frame pair per op and
+# tensor on the longest path, so a long chain needs more than Python's default 1000 frames.
+RECURSION_LIMIT = 200_000
+
+
 def lower_model(model: TfliteModel, arch: Any = None) -> Network:
     """Lower every subgraph of ``model``; NPU subgraphs are listed in Vela's order (per TFLite subgraph, in
-    execution order)."""
+    execution order). Time and memory grow linearly with the size of the model (scripts/bench_lower.py)."""
+    limit, collecting = sys.getrecursionlimit(), gc.isenabled()
+    sys.setrecursionlimit(max(limit, RECURSION_LIMIT))
+    # The working graph is cyclic (ops and tensors link both ways) and grows to thousands of objects; Python's
+    # cyclic collector re-scanning it while it grows makes lowering quadratic, and nothing in it is garbage yet.
+    gc.disable()
+    try:
+        return _lower_model(model, arch)
+    except RecursionError:
+        raise ModelError(f"{model.path}: the graph is too deep to lower ({RECURSION_LIMIT} nested steps)") from None
+    finally:
+        sys.setrecursionlimit(limit)
+        if collecting:
+            gc.enable()
+
+
+def _lower_model(model: TfliteModel, arch: Any) -> Network:
     all_ops: list[NpuOp | CpuOp] = []
     subgraphs: list[NpuSubgraph] = []
     for tsg in model.subgraphs:
@@ -263,6 +287,9 @@ def lower_model(model: TfliteModel, arch: Any = None) -> Network:
         run_of: dict[int, int] = {id(ps): i for i, run in enumerate(runs) for ps in run}
         built: dict[int, NpuOp] = {}
         readers = _readers_per_run(passes, run_of)
+        read_in: dict[int, set[int]] = {}  # tensor id -> runs (or -1, the CPU) reading it
+        for tensor_id, where in readers:
+            read_in.setdefault(tensor_id, set()).add(where)
         outputs = {id(t) for t in vsg.output_tensors}
         for ps in passes:
             if id(ps) in run_of:
@@ -270,7 +297,7 @@ def lower_model(model: TfliteModel, arch: Any = None) -> Network:
                     continue
                 ofm, run = ps.ofm_tensor, run_of[id(ps)]
                 inside = readers.get((id(ofm), run), 0)
-                outside = id(ofm) in outputs or any(k[0] == id(ofm) and k[1] != run for k in readers)
+                outside = id(ofm) in outputs or bool(read_in.get(id(ofm), set()) - {run})
                 op = replace(_npu_op(ps, inside + (1 if outside else 0)), index=len(all_ops))
                 built[id(ps)] = op
                 all_ops.append(op)

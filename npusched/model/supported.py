@@ -256,9 +256,9 @@ class OpView:
             dm = self.weight_shape[2] // self.ifm.shape[-1]
         return dm
 
-    @cached_property
+    @property
     def _produced(self) -> frozenset[int]:
-        return frozenset(i for op in self.subgraph.operators for i in op.outputs if i >= 0)
+        return self.subgraph.produced  # computed once per subgraph, not once per operator
 
     def is_constant(self, t: TfliteTensor) -> bool:
         """Vela turns an unproduced tensor into a constant unless it is a variable, or a data-less graph input."""

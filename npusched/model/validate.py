@@ -40,6 +40,9 @@ _OPTION_MINIMUM = {"stride_w": 1, "stride_h": 1, "dilation_w_factor": 1, "dilati
                    "filter_width": 1, "filter_height": 1, "depth_multiplier": 0, "num_splits": 1}
 # Zero points must be representable in the tensor's own type.
 _ZERO_POINT_RANGE = {DataType.int8: (-128, 127), DataType.uint8: (0, 255), DataType.int16: (-32768, 32767)}
+# An LSTM is unrolled into about 36 NPU passes per batch row and time step. Vela 5.2.0 already fails (Python
+# recursion) on a 128-step sequence of the corpus' dtln; npusched lowers up to this many steps in a few seconds.
+MAX_LSTM_STEPS = 256
 _CONVOLUTIONS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV"})
 # NPU operators whose output has exactly the input's shape.
 _SAME_SHAPE = frozenset({"RELU", "RELU6", "RELU_N1_TO_1", "TANH", "LOGISTIC", "HARD_SWISH", "LEAKY_RELU", "QUANTIZE"})
@@ -121,7 +124,11 @@ def _operator_problems(op: TfliteOperator, sg: TfliteSubgraph) -> Iterator[str]:
         rank = 2 if op.opcode == "FULLY_CONNECTED" else 4
         if w.is_const and w.data.ndim != rank:
             yield f"{label}: weights {_tensor_label(w)} have shape {list(w.data.shape)} (must be {rank}-D)"
+    if op.opcode in ("SPLIT", "SPLIT_V") and op.options.get("num_splits", len(op.outputs)) != len(op.outputs):
+        yield f"{label} has num_splits={op.options['num_splits']} but {len(op.outputs)} outputs"
     for key, value in op.options.items():
+        if key.endswith("_mask") and isinstance(value, int) and value < 0:
+            yield f"{label} has option {key}={value} (a bit mask, must not be negative)"
         if key in _OPTION_MINIMUM and isinstance(value, int) and value < _OPTION_MINIMUM[key]:
             yield f"{label} has option {key}={value} (must be at least {_OPTION_MINIMUM[key]})"
         elif isinstance(value, float) and not math.isfinite(value):
@@ -205,15 +212,21 @@ def _npu_operator_problems(v: OpView) -> Iterator[str]:
             yield f"{label}: IFM {list(v.ifm.shape)} and OFM {list(v.ofm.shape)} differ in batch or depth"
     if v.opcode in ("SLICE", "STRIDED_SLICE"):
         yield from _slice_problems(v, label)
+    if v.opcode == "MEAN":
+        yield from _mean_problems(v, label)
 
 
 def _quantisation_problems(v: OpView, label: str) -> Iterator[str]:
-    """The NPU rescales every operand: each needs a scale that is a positive finite number (weights may be 0 for
-    a channel whose weights are all zero)."""
-    for t in v.main_tensors():
+    """The NPU rescales its IFM, IFM2, weights and OFM (and an LSTM its states): each needs a scale. Every scale
+    an operand has must be a positive finite number (weights may be 0 for a channel of all-zero weights)."""
+    required = v.main_tensors()
+    if v.opcode == "UNIDIRECTIONAL_SEQUENCE_LSTM":
+        required += [t for t in v.inputs[18:20] if t is not None]
+    for t in v.all_tensors():
         scales = np.asarray(t.quantization.scale, dtype=np.float64)
         if scales.size == 0:
-            yield f"{label}: {_tensor_label(t)} has no quantisation scale"
+            if any(t is r for r in required):
+                yield f"{label}: {_tensor_label(t)} has no quantisation scale"
             continue
         lowest = 0.0 if t is v.weights else np.finfo(np.float32).tiny
         bad = scales[~(np.isfinite(scales) & (scales >= lowest))]
@@ -268,6 +281,9 @@ def _lstm_problems(v: OpView, label: str) -> Iterator[str]:
     ifm, ofm = v.ifm.shape, v.ofm.shape
     if ifm[:2] != ofm[:2]:
         yield f"{label}: IFM {list(ifm)} and OFM {list(ofm)} differ in batch or time steps"
+    elif len(ifm) == 3 and ifm[0] * ifm[1] > MAX_LSTM_STEPS:
+        yield (f"{label}: IFM {list(ifm)} unrolls into {ifm[0] * ifm[1]} batch x time steps, more than the "
+               f"{MAX_LSTM_STEPS} npusched lowers")
     weights = [t for t in v.inputs[1:9] if t is not None]
     if any(w.dtype != DataType.int8 or w.data is None or w.data.ndim != 2 for w in weights):
         described = [f"{w.tflite_type} {list(w.shape)}" for w in weights]
@@ -287,6 +303,18 @@ def _slice_problems(v: OpView, label: str) -> Iterator[str]:
     for t in v.inputs[1:]:
         if t is not None and t.data is not None and np.asarray(t.data).size != rank:
             yield f"{label}: {_tensor_label(t)} has {np.asarray(t.data).size} values for a rank-{rank} IFM"
+
+
+def _mean_problems(v: OpView, label: str) -> Iterator[str]:
+    """The OFM is the IFM with the reduced axes kept as 1 or dropped."""
+    shape, axes_tensor = v.ifm.shape, v.inputs[1]
+    if axes_tensor.data is None:
+        return
+    axes = {int(a) % len(shape) for a in np.asarray(axes_tensor.data).reshape(-1)} if shape else set()
+    kept = tuple(1 if d in axes else n for d, n in enumerate(shape))
+    dropped = tuple(n for d, n in enumerate(shape) if d not in axes)
+    if tuple(v.ofm.shape) not in (kept, dropped):
+        yield f"{label}: OFM {list(v.ofm.shape)} is not IFM {list(shape)} reduced over axes {sorted(axes)}"
 
 
 def _shape4(shape: tuple[int, ...]) -> tuple[int, ...]:
