@@ -24,7 +24,7 @@ CELLS = 4 * 2 * 3 * 2
 def grid_args(corpus_dir: Path, store: Path) -> list[str]:
     return [*(str(corpus_dir / f"{m}.tflite") for m in MODELS),
             "--accelerator-config", "ethos-u55-128", "ethos-u65-256",  # Vela's default system and memory mode
-            "--arena-cache-size", "64k", "128k", "256k", "--solver", "heuristic,cpsat", "--time-limit", "5",
+            "--arena-cache-size", "16k", "32k", "64k", "--solver", "heuristic,cpsat", "--time-limit", "5",
             "--jobs", "2", "--store", str(store), "--quiet"]
 
 

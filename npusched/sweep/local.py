@@ -22,8 +22,6 @@ from npusched.sweep.grid import Cell
 from npusched.sweep.lifetime import die_with_parent
 from npusched.sweep.runner import failure, run_cell
 
-_PRELOAD = ["npusched.sweep.runner", "npusched.pipeline", "npusched.solver.cpsat", "npusched.solver.heuristic"]
-
 
 @dataclass(frozen=True)
 class _Running:
@@ -37,7 +35,7 @@ class _Running:
 def run_local(cells: list[Cell], jobs: int, guard_seconds: float, work: CellWork = run_cell) -> Iterator[Event]:
     """Run the cells, yielding Started/Finished as they happen; closing the generator kills the cells in flight."""
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(_PRELOAD)
+    context.set_forkserver_preload(["npusched.sweep.warm"])
     pending = list(reversed(cells))
     running: dict[Connection, _Running] = {}
     try:

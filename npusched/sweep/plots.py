@@ -47,6 +47,9 @@ def _cycles_vs_sram(model: str, rows: list[dict[str, Any]]) -> Any:
                 ax.plot([s / 1024 for s in sizes], [geomean(points[solver][s]) for s in sizes], marker="o",
                         label=solver)
         ax.set_xscale("log", base=2)
+        ticks = sorted({size / 1024 for sizes in points.values() for size in sizes})
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.minorticks_off()
         ax.set_title(name if optimise == "Performance" else f"{name} (optimise {optimise})", fontsize=9)
         ax.set_xlabel("fast-storage limit (KiB)")
         ax.set_ylabel("cycles")

@@ -1,0 +1,49 @@
+"""Sweep throughput: a 40-cell heuristic-only grid with --jobs 1 and with --jobs 2, wall time and speed-up.
+
+    python scripts/bench_sweep.py [MODEL_DIR] [--repeat 2]
+
+5 corpus models x 2 accelerators x 4 arena sizes = 40 cells, each run into a fresh store through the
+`npusched-sweep` command (process start-up and store writes included). The goal on a 2-core machine is a
+speed-up of at least 1.7.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS = ("person_detect", "vww_96_int8", "resnet_large_ic_int8", "str_ww_int8", "kws_dscnn_int8")
+
+
+def sweep_seconds(model_dir: Path, jobs: int, store: Path) -> float:
+    args = [sys.executable, "-m", "npusched.sweep.cli", *(str(model_dir / f"{m}.tflite") for m in MODELS),
+            "--accelerator-config", "ethos-u55-128", "ethos-u65-256", "--arena-cache-size", "128k", "256k", "512k",
+            "1M", "--solver", "heuristic", "--jobs", str(jobs), "--store", str(store), "--quiet"]
+    start = time.monotonic()
+    done = subprocess.run(args, capture_output=True, text=True, check=False)
+    seconds = time.monotonic() - start
+    if done.returncode != 0 or "40 cells: 40 run, 0 failed" not in done.stdout:
+        sys.exit(f"error: the sweep did not run its 40 cells: {done.stdout.strip()} {done.stderr.strip()}")
+    return seconds
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model_dir", type=Path, nargs="?", default=REPO / "tests" / "data" / "corpus")
+    parser.add_argument("--repeat", type=int, default=2)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        for run in range(args.repeat):
+            one = sweep_seconds(args.model_dir, 1, Path(tmp) / f"jobs1_{run}.sqlite")
+            two = sweep_seconds(args.model_dir, 2, Path(tmp) / f"jobs2_{run}.sqlite")
+            print(f"run {run + 1}: --jobs 1 {one:.1f} s, --jobs 2 {two:.1f} s, speed-up {one / two:.2f}x", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
