@@ -126,12 +126,16 @@ def test_a_crashed_cell_process_fails_that_cell_only(corpus_dir: Path) -> None:
     (["{d}/missing.tflite", "--store", "{s}"], "does not exist"),
     (["{m}", "--store", "{s}", "--jobs", "4", "--workers", "4"], "exceeds the"),
     (["{m}", "--store", "{s}", "--arena-cache-size", "lots"], "expected a size in bytes"),
+    (["--grid", "{d}/grid.yaml"], "seeds: expected a number, got 'many'"),
+    (["--grid", "{d}/grid.toml"], "is not valid TOML"),
     (["report", "{d}/missing.sqlite"], "does not exist"),
     (["report", "{m}"], "not a usable SQLite store"),
 ])
 def test_bad_input_is_one_error_line(corpus_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                      args: list[str], message: str) -> None:
     values = {"m": str(corpus_dir / "micro_speech_int8.tflite"), "s": str(tmp_path / "s.sqlite"), "d": tmp_path}
+    (tmp_path / "grid.yaml").write_text(f"models: [{values['m']}]\nstore: s.sqlite\nseeds: many\n")
+    (tmp_path / "grid.toml").write_text("models = [\n")
     try:
         code = main([a.format(**values) for a in args])
     except SystemExit as exc:  # argparse's own errors exit from the parser

@@ -119,6 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("error: interrupted\n")
         return 130
+    except BrokenPipeError:  # `report ... | head`: the reader has seen enough
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as exc:  # a bug, or input we failed to classify: still one line unless debugging
         if os.environ.get("NPUSCHED_DEBUG"):
             raise
@@ -170,7 +173,21 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         settings["solver"] = [name for names in args.solver for name in names]
     if args.accelerator_config or args.system_config or args.memory_mode:
         settings["configurations"] = ()  # flags name the hardware: they replace the file's list
+    for name, kind in (("time_limit", float), ("seeds", int), ("jobs", int), ("workers", int),
+                       ("cell_timeout", float)):
+        if settings[name] is not None:
+            settings[name] = _checked(name, settings[name], kind)
+    if settings["executor"] not in ("local", "ray"):
+        raise GridError(f"executor must be 'local' or 'ray', got '{settings['executor']}'")
     return settings
+
+
+def _checked(name: str, value: Any, kind: type) -> Any:
+    """A grid file's number, held to the same rules as the flag's."""
+    try:
+        return _positive(kind, str(value))
+    except argparse.ArgumentTypeError as exc:
+        raise GridError(f"{name.replace('_', '-')}: {exc}") from None
 
 
 def _grid(settings: dict[str, Any]) -> tuple[Any, int]:
@@ -192,8 +209,8 @@ def _grid(settings: dict[str, Any]) -> tuple[Any, int]:
         solvers=tuple(dict.fromkeys(settings["solver"])),
         arena_cache_sizes=tuple(dict.fromkeys(parse_size_bytes(s) for s in settings["arena_cache_size"])),
         optimise=tuple(dict.fromkeys(settings["optimise"])),
-        time_limit_seconds=float(settings["time_limit"]),
-        seeds=int(settings["seeds"]),
+        time_limit_seconds=settings["time_limit"],
+        seeds=settings["seeds"],
         workers=workers,
     )
     _check_hardware(grid)

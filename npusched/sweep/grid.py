@@ -144,9 +144,9 @@ def parse_size_bytes(text: str | int | None) -> int | None:
     """'131072', '128k', '128KiB', '1M' -> bytes; 'default' or None -> None (the memory mode's arena size)."""
     if text is None or isinstance(text, int):
         return text
-    match = re.fullmatch(r"\s*(\d+)\s*([kKmM]?)(i?[bB])?\s*", str(text))
     if str(text).strip().lower() in ("default", "none"):
         return None
+    match = re.fullmatch(r"\s*(\d+)\s*([kKmM]?)(i?[bB])?\s*", str(text))
     if not match:
         raise GridError(f"expected a size in bytes such as 131072, 128k or 1M, got '{text}'")
     scale = {"": 1, "k": 1024, "m": 1024 * 1024}[match.group(2).lower()]

@@ -37,7 +37,8 @@ def run_ray(cells: list[Cell], jobs: int | None, guard_seconds: float, address: 
             raise GridError(f"cannot start or reach Ray at {address or 'a local instance'}: {exc}") from None
     limit = jobs or max(1, int(ray.cluster_resources().get("CPU", 1)))
     task = ray.remote(max_retries=0)(_run_task)
-    models = {cell.model_sha256: ray.put(Path(cell.model_path).read_bytes()) for cell in cells}
+    paths = {cell.model_sha256: cell.model_path for cell in cells}
+    models = {sha: ray.put(Path(path).read_bytes()) for sha, path in paths.items()}
     pending = list(reversed(cells))
     running: dict[Any, tuple[Cell, float]] = {}
     try:
