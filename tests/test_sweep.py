@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import os
 import shutil
 import signal
@@ -145,3 +146,18 @@ def test_bad_input_is_one_error_line(corpus_dir: Path, tmp_path: Path, capsys: p
     assert err.startswith("error: ") and err.count("\n") == 1 and message in err
     assert not (tmp_path / "s.sqlite").exists() or "report" in args
 
+
+
+def test_vela_cells_read_the_vela_clis_summary(corpus_dir: Path, golden_dir: Path, tmp_path: Path) -> None:
+    store = tmp_path / "s.sqlite"
+    assert main([str(corpus_dir / "micro_speech_int8.tflite"), "--accelerator-config", "ethos-u55-128",
+                 "--system-config", "Ethos_U55_High_End_Embedded", "--memory-mode", "Shared_Sram",
+                 "--solver", "vela-legacy,heuristic", "--store", str(store), "--quiet"]) == 0
+    with (golden_dir / "u55-128_hee_shared" / "micro_speech_int8" / "summary.csv").open() as handle:
+        golden = next(csv.DictReader(handle))
+    rows = {r["solver"]: r for r in cells_of(store)}
+    assert (rows["vela-legacy"]["outcome"], rows["vela-legacy"]["status"]) == ("done", "vela")
+    assert rows["vela-legacy"]["cycles"] == float(golden["cycles_total"])
+    assert rows["vela-legacy"]["peak_fast_storage_bytes"] == round(float(golden["sram_memory_used"]) * 1024)
+    assert rows["vela-legacy"]["bytes_sram"] == float(golden["sram_total_bytes"])
+    assert rows["heuristic"]["cycles"] == pytest.approx(rows["vela-legacy"]["cycles"], abs=1)
