@@ -167,6 +167,8 @@ def _run(args: argparse.Namespace) -> int:
         deterministic=args.deterministic,
     )
     result = run(options, log=_progress)
+    for warning in result.warnings:
+        sys.stderr.write(f"warning: {warning}\n")
 
     from npusched.io.report_text import format_summary
 

@@ -16,9 +16,12 @@ from npusched.io.tflite_reader import read_tflite
 from npusched.model.arch import load_architecture
 from npusched.model.graph import Network, lower_model
 from npusched.model.validate import validate_model
-from npusched.solver.evaluator import Evaluation, evaluate, verify
+from npusched.solver.evaluator import Evaluation, evaluate, staging_limit, verify
 from npusched.solver.heuristic import heuristic_schedule
 from npusched.solver.schedule import Schedule
+
+# A fast-storage limit no schedule reaches: verifying against it checks everything but the limit.
+UNLIMITED = 1 << 62
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ class RunResult:
     evaluation: Evaluation | None = None
     timings_seconds: dict[str, float] = field(default_factory=dict)
     solver_report: SolverReport | None = None
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -129,18 +133,32 @@ def run(options: RunOptions, log: Callable[[str], None] | None = None) -> RunRes
     evaluation = evaluate(network, arch, schedule)
     problems = verify(network, arch, schedule, evaluation)
     timings["evaluate"] = time.monotonic() - start
+    status = report.status if report is not None else "feasible"
+    warnings: tuple[str, ...] = ()
+    if problems and options.solver == "heuristic" and not verify(network, arch, schedule, evaluation, UNLIMITED):
+        # The reproduction of Vela reproduces Vela also where its legacy scheduler goes over the arena (it only
+        # warns): a valid schedule, over the limit.
+        limit = staging_limit(arch)
+        peak = evaluation.peak_fast_storage
+        status, problems = "over_limit", []
+        warnings = (f"the heuristic's (Vela legacy's) schedule uses {peak} bytes of fast storage, {peak - limit} "
+                    f"bytes ({(peak - limit) / max(limit, 1):.0%}) over the limit of {limit} bytes, as Vela's "
+                    "legacy core goes over its arena; --solver cpsat keeps to the limit",)
     if problems:
         raise ScheduleError(f"the {options.solver} schedule fails verification: {problems[0]}"
                             + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
-    status = report.status if report is not None else "feasible"
     return RunResult(options=options, arch=arch, network=network, status=status, schedule=schedule,
-                     evaluation=evaluation, timings_seconds=timings, solver_report=report)
+                     evaluation=evaluation, timings_seconds=timings, solver_report=report, warnings=warnings)
 
 
 def _solve(network: Network, arch: Any, options: RunOptions, started: float,
            log: Callable[[str], None] | None) -> tuple[Schedule, SolverReport | None]:
     if options.solver == "heuristic":
-        return heuristic_schedule(network, arch, options.optimise), None
+        try:
+            return heuristic_schedule(network, arch, options.optimise), None
+        except ScheduleError as exc:
+            raise ScheduleError(f"{exc} (Vela's legacy scheduler stops here too: 'Allocation exceeds staging "
+                                "limit')") from None
     if options.solver == "dp":
         from npusched.solver.dp import dp_schedule
 

@@ -1,0 +1,120 @@
+"""CP-SAT on networks the corpus does not have: several NPU subgraphs split by CPU operators, the window search
+for large networks, the time limit, and the heuristic's over-limit reproduction of Vela.
+
+Networks come from the seeded generator (``npusched.netgen``); Vela itself is the oracle where one is needed.
+"""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import CONFIGS
+
+import npusched.solver.cpsat as cpsat
+from npusched.netgen import generate
+from npusched.netgen.oracle import run_vela
+from npusched.pipeline import load_network, run, run_options_from_vela_args
+from npusched.solver.evaluator import evaluate, verify
+from npusched.solver.heuristic import heuristic_schedule
+
+DEDICATED = ("u65-256_mid_dedicated256k", "u65-512_high_dedicated384k")
+
+
+def _network(tmp_path: Path, arch: str, passes: int, seed: int, cpu_splits: int | None = None) -> Path:
+    path = tmp_path / f"{arch}_{passes}_{seed}.tflite"
+    path.write_bytes(generate(arch, passes, seed, cpu_splits=cpu_splits))
+    return path
+
+
+@pytest.mark.parametrize("config", DEDICATED)
+@pytest.mark.parametrize("arch", ["mixed", "mobilenet_v3"])
+def test_subgraphs_split_by_cpu_operators(tmp_path, arch, config):
+    """Feature maps resident in fast storage in one NPU subgraph and a model of the next: the memory of each is
+    its own (this raised KeyError on EfficientNet and MobileNet-V3 under dedicated SRAM)."""
+    path = _network(tmp_path, arch, 40, 2, cpu_splits=2)
+    arch_features, network = load_network(run_options_from_vela_args(path, CONFIGS[config]))[:2]
+    assert len(network.subgraphs) > 1
+    hint = heuristic_schedule(network, arch_features)
+    result = cpsat.solve_cpsat(network, arch_features, time_limit_seconds=60, workers=2, hint=hint, seed=1)
+    ev = evaluate(network, arch_features, result.schedule)
+    assert verify(network, arch_features, result.schedule, ev) == []
+    assert ev.total_cycles == result.objective_cycles
+    assert ev.total_cycles <= evaluate(network, arch_features, hint).total_cycles
+    assert result.any_schedule_bound_cycles <= ev.total_cycles
+
+
+def test_window_search_improves_on_the_heuristic(corpus_dir, monkeypatch):
+    """mobilenet_v2 on 256 KiB of dedicated SRAM, decided window by window as a large network would be: every
+    accepted window lowers the evaluator's total, and the result verifies."""
+    options = run_options_from_vela_args(corpus_dir / "mobilenet_v2_224_int8.tflite",
+                                         CONFIGS["u65-256_mid_dedicated256k"])
+    arch, network = load_network(options)[:2]
+    hint = heuristic_schedule(network, arch)
+    hint_cycles = evaluate(network, arch, hint).total_cycles
+    monkeypatch.setattr(cpsat, "FULL_MODEL_MAX_PASSES", 0)
+    result = cpsat.solve_cpsat(network, arch, time_limit_seconds=60, workers=2, hint=hint, seed=1)
+    assert result.model_stats["mode"] == "windows"
+    assert result.model_stats["improved_windows"] > 0
+    ev = evaluate(network, arch, result.schedule)
+    assert verify(network, arch, result.schedule, ev) == []
+    assert result.any_schedule_bound_cycles <= ev.total_cycles == result.objective_cycles < hint_cycles
+
+
+def test_windows_are_whole_runs_of_the_incumbent(corpus_dir):
+    """A window never cuts a cascade of the incumbent, and it carries the runs just outside it."""
+    options = run_options_from_vela_args(corpus_dir / "mobilenet_v2_224_int8.tflite",
+                                         CONFIGS["u55-128_hee_shared_size"])
+    arch, network = load_network(options)[:2]
+    hint = heuristic_schedule(network, arch, "Size")
+    net = cpsat.NetworkFacts(network, arch)
+    runs = [(start, start + len(ops) - 1)
+            for start, ops in cpsat.segments_of(hint, network.subgraphs[0])]
+    assert any(end > start for start, end in runs)  # the heuristic cascades here
+    starts, ends = {start for start, _ in runs}, {end for _, end in runs}
+    for sgi, lo, hi in cpsat._windows(net, 16, evaluate(network, arch, hint)):
+        region = cpsat._aligned(net, hint, sgi, lo, hi)
+        assert region.lo in starts and region.hi in ends and region.lo <= lo and region.hi >= hi
+        assert region.ext_lo in starts and region.ext_hi in ends
+        assert region.ext_lo <= region.lo <= region.hi <= region.ext_hi
+
+
+def test_time_limit_holds_on_a_large_network(tmp_path):
+    """The whole run, loading and the heuristic included, ends within the limit plus two seconds."""
+    path = _network(tmp_path, "nasnet", 400, 5)
+    options = run_options_from_vela_args(path, CONFIGS["u65-256_mid_dedicated256k"], time_limit_seconds=15,
+                                         workers=2)
+    start = time.monotonic()
+    result = run(options)
+    assert time.monotonic() - start <= 15 + 2
+    assert result.solver_report.model_stats["mode"] == "windows"
+    assert result.evaluation.total_cycles <= result.solver_report.heuristic_cycles
+
+
+def test_heuristic_over_the_arena_reproduces_vela(tmp_path):
+    """Vela's legacy core goes over a 128 KiB arena with a warning; the heuristic gives the same schedule and
+    cycles, exits 0 with status over_limit and says by how much on one line."""
+    path = _network(tmp_path, "resnet", 30, 0)
+    config = CONFIGS["u55-256_hee_shared_arena128k"]
+    golden = tmp_path / "vela"
+    golden.mkdir()
+    assert run_vela(path, config, golden, timeout_seconds=600) == ""
+    with (golden / "summary.csv").open() as f:
+        vela_cycles = float(next(csv.DictReader(f))["cycles_total"])
+    out = subprocess.run([sys.executable, "-m", "npusched.cli", str(path), "--solver", "heuristic", "--quiet",
+                          "--accelerator-config", config["accelerator_config"], "--config", "Arm/vela.ini",
+                          "--system-config", config["system_config"], "--memory-mode", config["memory_mode"],
+                          *config["extra_args"], "--json", str(tmp_path / "s.json")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    warnings = [line for line in out.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "over the limit of 131072 bytes" in warnings[0]
+    assert '"status": "over_limit"' in (tmp_path / "s.json").read_text()
+    result = run(run_options_from_vela_args(path, config, solver="heuristic"))
+    assert result.status == "over_limit"
+    assert result.evaluation.total_cycles == pytest.approx(vela_cycles, rel=1e-9)
+    assert result.evaluation.peak_fast_storage > 131072
