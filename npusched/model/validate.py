@@ -214,6 +214,8 @@ def _npu_operator_problems(v: OpView) -> Iterator[str]:
         yield from _slice_problems(v, label)
     if v.opcode == "MEAN":
         yield from _mean_problems(v, label)
+    if v.opcode in ("SPLIT", "SPLIT_V"):
+        yield from _split_problems(v, label)
 
 
 def _quantisation_problems(v: OpView, label: str) -> Iterator[str]:
@@ -235,12 +237,9 @@ def _quantisation_problems(v: OpView, label: str) -> Iterator[str]:
 
 
 def _weight_problems(v: OpView, label: str) -> Iterator[str]:
-    """Weights have the rank their operator needs and as many output channels as the OFM and the bias."""
+    """Weights (constant and of the right rank: the NPU rules and ``_operator_problems`` saw to that) have as
+    many output channels as the OFM and the bias."""
     w, ofm = v.weights, v.ofm
-    rank = 2 if v.opcode == "FULLY_CONNECTED" else 4
-    if len(w.shape) != rank:
-        yield f"{label}: weights {_tensor_label(w)} have shape {list(w.shape)} (must be {rank}-D)"
-        return
     # TFLite stores convolution and fully-connected weights output channel first; depthwise ones last.
     channels = w.shape[-1] if v.opcode == "DEPTHWISE_CONV_2D" else w.shape[0]
     if ofm.shape and ofm.shape[-1] != channels:
@@ -266,7 +265,7 @@ def _window_problems(v: OpView, label: str) -> Iterator[str]:
     expected = []
     for size, kernel, stride in ((ifm[1], kh, sh), (ifm[2], kw, sw)):
         span = size if v.padding != "VALID" else size - kernel + 1
-        expected.append(-(-span // stride) if stride > 0 else span)
+        expected.append(-(-span // stride))
     if v.padding == "VALID" and min(expected) < 1:
         yield f"{label}: kernel {kw}x{kh} (dilated) is larger than the IFM {list(v.ifm.shape)} with VALID padding"
     elif [ofm[1], ofm[2]] != expected or ofm[0] != ifm[0]:
@@ -295,6 +294,10 @@ def _lstm_problems(v: OpView, label: str) -> Iterator[str]:
     if len(cells) != 1 or inputs != {ifm[-1]} or recurrent != {ofm[-1]}:
         yield (f"{label}: gate weights {[list(w.shape) for w in weights]} do not fit IFM {list(ifm)} and "
                f"OFM {list(ofm)}")
+    cell_count = weights[0].shape[0]
+    for bias in v.inputs[12:16]:
+        if bias is not None and (bias.data is None or bias.data.size != cell_count):
+            yield f"{label}: gate bias {_tensor_label(bias)} must be a constant of {cell_count} values"
 
 
 def _slice_problems(v: OpView, label: str) -> Iterator[str]:
@@ -303,6 +306,22 @@ def _slice_problems(v: OpView, label: str) -> Iterator[str]:
     for t in v.inputs[1:]:
         if t is not None and t.data is not None and np.asarray(t.data).size != rank:
             yield f"{label}: {_tensor_label(t)} has {np.asarray(t.data).size} values for a rank-{rank} IFM"
+
+
+def _split_problems(v: OpView, label: str) -> Iterator[str]:
+    """The outputs are the IFM cut along the split axis: same rank, same size elsewhere, sizes adding up."""
+    shape = v.ifm.shape
+    axis_tensor = v.inputs[0] if v.opcode == "SPLIT" else v.inputs[2] if len(v.inputs) > 2 else None
+    if axis_tensor is None or axis_tensor.data is None or np.asarray(axis_tensor.data).size != 1 or not shape:
+        return
+    axis = int(np.asarray(axis_tensor.data).reshape(-1)[0]) % len(shape)
+    outputs = [t for t in v.outputs if t is not None]
+    uncut = [d for d in range(len(shape)) if d != axis]
+    if any(len(t.shape) != len(shape) or [t.shape[d] for d in uncut] != [shape[d] for d in uncut] for t in outputs):
+        yield (f"{label}: outputs {[list(t.shape) for t in outputs]} are not IFM {list(shape)} cut along "
+               f"axis {axis}")
+    elif sum(t.shape[axis] for t in outputs) != shape[axis]:
+        yield f"{label}: outputs along axis {axis} add up to {sum(t.shape[axis] for t in outputs)}, not {shape[axis]}"
 
 
 def _mean_problems(v: OpView, label: str) -> Iterator[str]:
