@@ -127,7 +127,7 @@ def run(options: RunOptions, log: Callable[[str], None] | None = None) -> RunRes
     if options.solver is None:
         return RunResult(options=options, arch=arch, network=network, status="lowered", timings_seconds=timings)
     start = time.monotonic()
-    schedule, report = _solve(network, arch, options, started, log)
+    schedule, report = _solve(network, arch, options, started, log, timings)
     timings["solve"] = time.monotonic() - start
     start = time.monotonic()
     evaluation = evaluate(network, arch, schedule)
@@ -151,8 +151,8 @@ def run(options: RunOptions, log: Callable[[str], None] | None = None) -> RunRes
                      evaluation=evaluation, timings_seconds=timings, solver_report=report, warnings=warnings)
 
 
-def _solve(network: Network, arch: Any, options: RunOptions, started: float,
-           log: Callable[[str], None] | None) -> tuple[Schedule, SolverReport | None]:
+def _solve(network: Network, arch: Any, options: RunOptions, started: float, log: Callable[[str], None] | None,
+           timings: dict[str, float]) -> tuple[Schedule, SolverReport | None]:
     if options.solver == "heuristic":
         try:
             return heuristic_schedule(network, arch, options.optimise), None
@@ -168,12 +168,17 @@ def _solve(network: Network, arch: Any, options: RunOptions, started: float,
     from npusched.solver.cpsat import solve_cpsat
 
     heuristic_error: ScheduleError | None = None
+    start = time.monotonic()
     try:
         hint: Schedule | None = heuristic_schedule(network, arch, options.optimise)
     except ScheduleError as exc:
         hint, heuristic_error = None, exc  # CP-SAT may still find a schedule that fits
+    timings["heuristic"] = time.monotonic() - start
+    start = time.monotonic()
     hint_eval = evaluate(network, arch, hint) if hint is not None else None
-    remaining = options.time_limit_seconds - (time.monotonic() - started)
+    evaluation_seconds = time.monotonic() - start
+    # Keep back what the final evaluation, verification and report take after the search.
+    remaining = options.time_limit_seconds - (time.monotonic() - started) - 1.5 * evaluation_seconds - 0.2
     try:
         result = solve_cpsat(network, arch, time_limit_seconds=max(remaining, 0.5), workers=options.workers,
                              seed=options.seed, deterministic=options.deterministic, hint=hint,

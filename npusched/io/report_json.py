@@ -92,6 +92,8 @@ def document(result: Any) -> dict[str, Any]:
         "status": result.status,
         "totals": _totals(result),
         **_solver_fields(result),
+        "warnings": list(result.warnings),
+        "timings_seconds": {phase: round(seconds, 3) for phase, seconds in result.timings_seconds.items()},
         "ops": [_record(op, result) for op in result.network.ops],
     }
 
@@ -129,13 +131,15 @@ def _totals(result: Any) -> dict[str, Any]:
 def _solver_fields(result: Any) -> dict[str, Any]:
     report = result.solver_report
     if report is None:
-        return {"bound_cycles": None, "gap": None, "solve_seconds": result.timings_seconds.get("solve"),
-                "heuristic": None}
+        return {"bound_cycles": None, "any_schedule_bound_cycles": None, "gap": None,
+                "solve_seconds": result.timings_seconds.get("solve"), "heuristic": None}
     heuristic = None
     if report.heuristic_cycles is not None:
         heuristic = {"cycles": report.heuristic_cycles,
                      "peak_fast_storage_bytes": report.heuristic_peak_fast_storage_bytes}
-    return {"bound_cycles": _finite_or_none(report.bound_cycles), "gap": _finite_or_none(report.gap),
+    return {"bound_cycles": _finite_or_none(report.bound_cycles),
+            "any_schedule_bound_cycles": _finite_or_none(report.any_schedule_bound_cycles),
+            "gap": _finite_or_none(report.gap),
             "solve_seconds": report.solve_seconds,
             "status_reason": report.reason or None, "model_stats": report.model_stats, "heuristic": heuristic}
 

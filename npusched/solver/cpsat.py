@@ -607,8 +607,7 @@ def solve_cpsat(network: Any, arch: Any, *, time_limit_seconds: float = 30.0, wo
                 seed: int = 0, deterministic: bool = False, hint: Schedule | None = None,
                 hint_evaluation: Evaluation | None = None, log: Log | None = None) -> CpSatResult:
     """Schedule ``network`` with CP-SAT within ``time_limit_seconds`` of wall clock (building included; the
-    time the caller's final evaluation and verification will take is kept back). ``hint_evaluation`` saves
-    evaluating the hint again.
+    answer's evaluation and verification too). ``hint_evaluation`` saves evaluating the hint again.
 
     Never worse than ``hint`` when the hint verifies: the better of the two by the evaluator is returned. Small
     networks are solved in one model (bound and gap over the whole candidate space); large ones, or when the one
@@ -630,8 +629,8 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, workers:
     limit = staging_limit(arch)
     hint_eval = hint_evaluation if hint_evaluation is not None or hint is None else evaluate(network, arch, hint)
     hint_fits = hint_eval is not None and not verify(network, arch, hint, hint_eval)
-    # Keep back what the final evaluation and verification take (about two evaluations).
-    deadline = start + time_limit_seconds - 2.5 * (time.monotonic() - start)
+    # Keep back what the last evaluation and verification of the answer take (no more than setting up took).
+    deadline = start + time_limit_seconds - 1.2 * (time.monotonic() - start)
     if getattr(arch, "optimise", "Performance") == "Size" and hint_fits:
         # Optimising for size, the hint's (Vela's size-optimised) peak is the budget: CP-SAT looks for fewer cycles
         # in no more fast storage than that.
