@@ -9,12 +9,16 @@ import argparse
 import math
 import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
 from npusched import __version__
 from npusched.errors import NpuschedError
+
+# The time limit counts from here: the user waits for the heavy imports (done lazily, in _run) too.
+STARTED = time.monotonic()
 
 SOLVERS = ("heuristic", "cpsat", "dp")
 DEFAULT_SOLVER = "cpsat"
@@ -166,7 +170,7 @@ def _run(args: argparse.Namespace) -> int:
         seed=args.seed,
         deterministic=args.deterministic,
     )
-    result = run(options, log=_progress)
+    result = run(options, log=_progress, started=STARTED)
     for warning in result.warnings:
         sys.stderr.write(f"warning: {warning}\n")
 

@@ -117,12 +117,13 @@ def load_network(options: RunOptions) -> tuple[Any, Network, dict[str, float]]:
     return arch, network, timings
 
 
-def run(options: RunOptions, log: Callable[[str], None] | None = None) -> RunResult:
+def run(options: RunOptions, log: Callable[[str], None] | None = None, started: float | None = None) -> RunResult:
     """Load and lower the model, then schedule it with ``options.solver`` (None: lower only).
 
-    ``log`` receives progress lines of long solves. The time limit counts from the start of the run.
+    ``log`` receives progress lines of long solves. The time limit counts from ``started`` (a ``time.monotonic``
+    reading; default: now), so a command line tool can count its own start-up too.
     """
-    started = time.monotonic()
+    started = time.monotonic() if started is None else started
     arch, network, timings = load_network(options)
     if options.solver is None:
         return RunResult(options=options, arch=arch, network=network, status="lowered", timings_seconds=timings)
