@@ -33,6 +33,8 @@ from npusched.pipeline import run, run_options_from_vela_args
 
 DEFAULT_GOLDEN_CONFIGS = Path(__file__).resolve().parents[1] / "tests" / "data" / "golden" / "configs.json"
 WITHIN_PERCENT = 1.0
+# Vela walks the graph recursively; its default limit (1000) stops it on networks of more than ~600 passes.
+VELA_DEEP_GRAPHS = ("--recursion-limit", "50000")
 _ACCESS_COLUMNS = {"Sram": "SRAM AC", "Dram": "DRAM AC", "OnChipFlash": "OnFlash AC", "OffChipFlash": "OffFlash AC"}
 
 
@@ -117,7 +119,8 @@ def run_case(case: Case, config_name: str, config: dict[str, Any], work: Path, t
         model.write_bytes(generate(case.arch, case.passes, case.seed))
     golden = work / case.stem / config_name
     golden.mkdir(parents=True, exist_ok=True)
-    vela_error = run_vela(model, config, golden, timeout_seconds)
+    vela_config = {**config, "extra_args": [*config.get("extra_args", ()), *VELA_DEEP_GRAPHS]}
+    vela_error = run_vela(model, vela_config, golden, timeout_seconds)
     if vela_error:
         return Outcome(case, config_name, vela_error=vela_error)
     schedules = read_verbose_schedule(golden / "vela_stdout.txt")

@@ -235,7 +235,7 @@ def _stripe_cost(ctx: _Context, sop: SchedOp, stripe: Shape4D, cache: dict) -> S
         stripe_input=ifm_stripe,
         stripe_input2=ifm2_stripe,
         stripe=stripe,
-        op_cycles=_op_cycles(ctx, sop, config, {}),
+        op_cycles=_op_cycles(ctx, sop, config, {}, sop.ofm_shape.depth),  # whole depth, as Vela estimates
         encoded=encoded,
         depth_slices=(0, stripe.depth),
     )
