@@ -22,10 +22,11 @@ from npusched.cli import main
 from npusched.errors import ConfigError, ModelError
 from npusched.io.report_json import document
 from npusched.io.report_text import format_summary
-from npusched.io.tflite_reader import read_tflite
+from npusched.io.tflite_reader import parse_tflite, read_tflite
 from npusched.model.arch import resolve_config_file
-from npusched.model.graph import lower_model
+from npusched.model.graph import RECURSION_LIMIT, lower_model
 from npusched.model.validate import MAX_LSTM_STEPS
+from npusched.netgen import generate
 from npusched.pipeline import RunOptions, SolverReport, architecture, run
 
 KWS = CORPUS / "kws_dscnn_int8.tflite"
@@ -103,8 +104,8 @@ def test_lstm_longer_than_the_unroll_limit_is_rejected(tmp_path: Path) -> None:
         run(_heuristic(path))
 
 
-def test_lowering_grows_linearly_with_an_lstm_sequence(tmp_path: Path) -> None:
-    """16 and 64 time steps: four times the passes; the lowering no longer scans every reader per pass."""
+def test_consistent_longer_lstm_sequences_are_lowered(tmp_path: Path) -> None:
+    """16 and 64 time steps in and out: accepted, and unrolled into four times the passes."""
     sequence = [t.index for t in read_tflite(DTLN).main.tensors if len(t.shape) == 3 and t.data is None]
     arch = architecture(_heuristic(DTLN))
     passes = []
@@ -113,6 +114,15 @@ def test_lowering_grows_linearly_with_an_lstm_sequence(tmp_path: Path) -> None:
         model = read_tflite(_patched(tmp_path / str(steps), DTLN, {f"t{t}.shape[1]": steps for t in sequence}))
         passes.append(len(lower_model(model, arch).npu_ops))
     assert 3.9 < passes[1] / passes[0] < 4.1, passes
+
+
+def test_a_deep_network_lowers_beyond_the_default_recursion_limit() -> None:
+    """About 1500 chained passes: the recursive rewrites once stopped with an internal RecursionError."""
+    model = parse_tflite(generate("audio1d", 1500, 1), "audio1d_1500")
+    limit = sys.getrecursionlimit()
+    assert limit < RECURSION_LIMIT
+    assert len(lower_model(model, architecture(_heuristic(KWS))).npu_ops) >= 1400
+    assert sys.getrecursionlimit() == limit  # restored afterwards
 
 
 # ---------------------------------------------------------------------------------------------------------------

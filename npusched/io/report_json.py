@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -173,11 +172,14 @@ def write_json(result: Any, path: Path, inputs: Iterable[Path | str] = ()) -> No
     disk, killed process) leaves no half-written document and never touches an input."""
     check_output_path(path, (result.options.model_path, *inputs))
     text = json.dumps(document(result), indent=1, allow_nan=False) + "\n"
-    temporary = None
+    temporary: Path | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.fchmod(descriptor, path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_umask())
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        # Created as a plain new file would be (mode 0666 less the umask); an existing document keeps its mode.
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        if path.exists():
+            os.fchmod(descriptor, path.stat().st_mode & 0o777)
         with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
             handle.write(text)
         os.replace(temporary, path)
@@ -186,10 +188,4 @@ def write_json(result: Any, path: Path, inputs: Iterable[Path | str] = ()) -> No
         raise OutputError(f"--json {path}: cannot write ({exc.strerror or exc})") from None
     finally:
         if temporary is not None:
-            Path(temporary).unlink(missing_ok=True)
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+            temporary.unlink(missing_ok=True)
