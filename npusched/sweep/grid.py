@@ -97,9 +97,8 @@ class Cell:
     @property
     def label(self) -> str:
         """Short human name for progress lines and errors."""
-        arena = "" if self.arena_cache_size is None else f" arena={self.arena_cache_size}"
         seed = "" if self.seed is None else f" seed={self.seed}"
-        return f"{self.model} {self.configuration}{arena} {self.solver}{seed}"
+        return f"{self.model} {self.configuration} {self.solver}{seed}"
 
 
 @cache
