@@ -9,9 +9,10 @@ Where candidates come from (and how many, per subgraph of n passes):
 
 * every pass alone: its best few block configs (``BLOCK_CONFIGS_PER_OP`` by cycles, ranked once with weights
   copied into one buffer and once with weights read in place, plus Vela's), each both ways: <= 2 x (2 x 3 + 1);
+  in the quick first sweep over a large network (``light``), Vela's block config alone;
 * the passes of the hint (the heuristic's schedule) and of Vela's MAX_BUFFERED schedule, verbatim: the hint is a
-  solution of the model whenever it fits and avoids the artefact below, and Vela's double-buffered weight slices
-  are on offer;
+  solution of the model whenever it fits and avoids the artefact below, and Vela's own weight slicings are on
+  offer;
 * cascades: every run of 2..``MAX_CASCADE_LENGTH`` consecutive passes Vela's rules let cascade (cascadable kinds,
   single consumer, the consumer reads the producer's OFM as its IFM, brick-format stripes), at a few final stripe
   heights (1..``SMALL_STRIPES`` and the ``STRIPE_HEIGHTS`` largest powers of two above, below the OFM height),
@@ -206,37 +207,35 @@ def _ifm_stripes(op: NpuOp, stripe: Shape4D) -> tuple[Shape4D, Shape4D | None]:
 def single_candidates(arch: Any, facts: SubgraphFacts, pos: int,
                       options: Mapping[bool, Sequence[OpOption]]) -> list[Candidate]:
     """A pass alone: its best few block configs (``options``: its full-height options per weight buffering),
-    weights in place or in one buffer."""
-    op = facts.sg.ops[pos]
+    each with every weight buffering of ``_lone_pass``."""
     chosen: list[OpOption] = []
     for group in options.values():
         ranked = sorted(drop_dominated(group), key=lambda o: (o.total_cycles, not o.is_vela_choice))
         chosen += ranked[:BLOCK_CONFIGS_PER_OP] + [o for o in group if o.is_vela_choice]
     seen: set = set()
     out = []
-    buffer_choices = (False, True) if weights_need_dma(arch, op) else (False,)
     for option in chosen:
         dims = option.block_config.ofm_block
         if dims in seen:
             continue
         seen.add(dims)
-        ifm2 = op.ifm2.shape if op.ifm2 is not None else None
-        for buffered in buffer_choices:
-            sched = op_schedule(arch, op, option.block_config, op.ofm.shape, op.ifm.shape, ifm2, buffered=buffered)
-            out.append(make_candidate(facts, pos, (sched,), "single"))
+        out.extend(_lone_pass(arch, facts, pos, option.block_config))
     return out
 
 
-def vela_single_candidates(arch: Any, facts: SubgraphFacts, pos: int) -> list[Candidate]:
-    """A pass alone with Vela's block config for its whole OFM, weights in place or in one buffer."""
+def _lone_pass(arch: Any, facts: SubgraphFacts, pos: int, config: Any) -> list[Candidate]:
+    """A pass alone with ``config``, weights in place or in one buffer."""
     op = facts.sg.ops[pos]
-    config = find_block_config_for_op(arch, op)
-    if config is None:
-        return []
     ifm2 = op.ifm2.shape if op.ifm2 is not None else None
     return [make_candidate(facts, pos, (op_schedule(arch, op, config, op.ofm.shape, op.ifm.shape, ifm2,
                                                     buffered=buffered),), "single")
             for buffered in ((False, True) if weights_need_dma(arch, op) else (False,))]
+
+
+def vela_single_candidates(arch: Any, facts: SubgraphFacts, pos: int) -> list[Candidate]:
+    """A pass alone with Vela's block config for its whole OFM (see ``_lone_pass``)."""
+    config = find_block_config_for_op(arch, facts.sg.ops[pos])
+    return _lone_pass(arch, facts, pos, config) if config is not None else []
 
 
 def cascade_links(facts: SubgraphFacts) -> list[bool]:
