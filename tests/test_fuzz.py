@@ -19,6 +19,7 @@ import json
 import os
 import random
 import re
+import signal
 import struct
 import subprocess
 import sys
@@ -206,11 +207,24 @@ def _ini_case(rnd: random.Random, directory: Path) -> tuple[Path, str]:
 # ---------------------------------------------------------------------------------------------------------------
 # the oracle
 
+class _RanPastLimit(BaseException):
+    """Raised by the alarm when a case is still running at its time limit plus the slack (a hang); not an
+    Exception, so no `except Exception` in the code under test can swallow it."""
+
+
+def _alarm(signum: int, frame: object) -> None:
+    raise _RanPastLimit
+
+
 def _check_in_process(options: RunOptions, what: str) -> str:
     """Run one case; return 'ok' or 'error', or fail the test with the case's description."""
     started = time.monotonic()
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, options.time_limit_seconds + SLACK_SECONDS)
     try:
         result = run(options)
+    except _RanPastLimit:
+        pytest.fail(f"{what}: still running after {options.time_limit_seconds + SLACK_SECONDS} s")
     except NpuschedError as exc:
         message = " ".join(str(exc).split())
         assert message and "internal error" not in message, what
@@ -222,6 +236,9 @@ def _check_in_process(options: RunOptions, what: str) -> str:
         format_summary(result)
         json.dumps(document(result), allow_nan=False)  # strict JSON: no NaN or infinity anywhere
         outcome = "ok"
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
     elapsed = time.monotonic() - started
     assert elapsed <= options.time_limit_seconds + SLACK_SECONDS, f"{what}: took {elapsed:.1f} s"
     return outcome
