@@ -40,8 +40,9 @@ _OPTION_MINIMUM = {"stride_w": 1, "stride_h": 1, "dilation_w_factor": 1, "dilati
                    "filter_width": 1, "filter_height": 1, "depth_multiplier": 0, "num_splits": 1}
 # Zero points must be representable in the tensor's own type.
 _ZERO_POINT_RANGE = {DataType.int8: (-128, 127), DataType.uint8: (0, 255), DataType.int16: (-32768, 32767)}
-# An LSTM is unrolled into about 36 NPU passes per batch row and time step. Vela 5.2.0 already fails (Python
-# recursion) on a 128-step sequence of the corpus' dtln; npusched lowers up to this many steps in a few seconds.
+# An LSTM is unrolled into about 36 NPU passes per batch row and time step. Vela 5.2.0 at its default
+# --recursion-limit already fails on a 128-step sequence of the corpus' dtln; npusched lowers up to this many
+# steps (about 9,200 passes) in a few seconds.
 MAX_LSTM_STEPS = 256
 _CONVOLUTIONS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV"})
 # NPU operators whose output has exactly the input's shape.
