@@ -113,7 +113,7 @@ def test_console_script_exit_status(tmp_path: Path) -> None:
 def test_default_solver_is_cpsat_and_reports_bound_and_heuristic(tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "kws.json"
-    argv = [str(EXAMPLE), *HEE[:-2], "--time-limit", "20", "--workers", "2", "--deterministic", "--json", str(out)]
+    argv = [str(EXAMPLE), *HEE[:-2], "--time-limit", "60", "--workers", "2", "--deterministic", "--json", str(out)]
     assert main(argv) == 0
     text = capsys.readouterr().out
     assert "Lower bound, candidate space (proven)" in text and "Heuristic (Vela) cycles" in text

@@ -83,6 +83,8 @@ FULL_MODEL_MAX_PASSES = 120
 WINDOW_PASSES = 16
 # Wall-clock cap on one window's solve.
 WINDOW_SOLVE_SECONDS = 2.0
+# With --deterministic the window search makes this many moves per second of the limit, whatever the clock says.
+DETERMINISTIC_MOVES_PER_SECOND = 1.0
 
 Log = Callable[[str], None]
 
@@ -583,7 +585,10 @@ def _hint(built: CpSatModel, hint: Schedule | None) -> None:
             built.model.add_hint(r, 1 if fast else 0)
 
 
-def _solver(time_limit: float, workers: int, seed: int, deterministic: bool) -> cp_model.CpSolver:
+def _solver(time_limit: float, workers: int, seed: int, deterministic: bool,
+            work_seconds: float | None = None) -> cp_model.CpSolver:
+    """A solver stopping at ``time_limit`` seconds of wall clock; with ``deterministic``, after ``work_seconds``
+    (default: half the limit) of CP-SAT's deterministic time, which does not depend on the machine's load."""
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(time_limit, 0.05)
     solver.parameters.num_workers = max(1, workers)
@@ -595,7 +600,7 @@ def _solver(time_limit: float, workers: int, seed: int, deterministic: bool) -> 
         solver.parameters.interleave_search = True
         # A deterministic-time budget stops the search at the same point whatever the machine load (the wall
         # clock limit above stays as a safety net).
-        solver.parameters.max_deterministic_time = max(time_limit / 2, 0.05)
+        solver.parameters.max_deterministic_time = max(work_seconds or time_limit / 2, 0.05)
     return solver
 
 
@@ -640,32 +645,36 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, workers:
         return _windows_result(net, references, hint, hint_eval, limit, start, deadline, workers, seed,
                                deterministic, log, stats, "the network is too large for one model")
     try:
+        # With a schedule that fits to improve on, leave time to improve it window by window should the one model
+        # take too long to build.
+        # Deterministic runs choose by size alone, never by the clock (the limit stays a safety net).
+        share = 1.0 if deterministic else 0.6 if hint_fits else 0.9
         built = build_model(net, whole_subgraph_regions(net), references, limit=limit, log=log,
-                            hint_first=hint is not None,
-                            deadline=start + 0.6 * (deadline - start) if hint_fits else None)
+                            hint_first=hint is not None, deadline=start + share * (deadline - start))
     except OutOfTime:
+        if not hint_fits:
+            raise ScheduleError(_nothing_found(hint_eval, limit, time_limit_seconds)) from None
         return _windows_result(net, references, hint, hint_eval, limit, start, deadline, workers, seed,
                                deterministic, log, stats, "the one model could not be built in time")
     stats.update(built.stats, mode="full")
     _hint(built, hint)
-    solver = _solver(deadline - time.monotonic(), workers, seed, deterministic)
+    solver = _solver(deadline - time.monotonic(), workers, seed, deterministic, time_limit_seconds / 2)
     status = solver.solve(built.model, _Progress(log, start))
     solve_seconds = time.monotonic() - start
     if status == cp_model.INFEASIBLE:
         if hint_fits:
             return _fallback(hint, hint_eval.total_cycles, "the candidate space has no schedule that fits",
                              solve_seconds, stats)
-        needed = smallest_fast_storage(network, arch, references, max(0.5, (deadline - time.monotonic()) / 2))
+        needed, proven = smallest_fast_storage(net, references, deadline)
         if needed < 0:
             raise ScheduleError(f"no schedule fits {built.limit} bytes of fast storage")
         raise ScheduleError(f"no schedule fits {built.limit} bytes of fast storage; the smallest that fits needs "
-                            f"{needed} bytes")
+                            f"{needed} bytes" + ("" if proven else " or fewer (not proven within the time limit)"))
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        fallback = hint if hint is not None else (references[-1] if references else None)
-        if fallback is None:
-            raise ScheduleError("CP-SAT found no schedule within the time limit and there is no hint to fall back on")
-        return _fallback(fallback, evaluate(network, arch, fallback).total_cycles,
-                         f"no CP-SAT solution within {time_limit_seconds:g} s", solve_seconds, stats)
+        if not hint_fits:
+            raise ScheduleError(_nothing_found(hint_eval, limit, time_limit_seconds))
+        return _fallback(hint, hint_eval.total_cycles, f"no CP-SAT solution within {time_limit_seconds:g} s",
+                         solve_seconds, stats)
     schedule, scaled = _extract(built, solver.boolean_value)
     evaluation = evaluate(network, arch, schedule)
     problems = verify(network, arch, schedule, evaluation)
@@ -687,6 +696,13 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, workers:
     return CpSatResult(schedule, label, evaluation.total_cycles, bound, gap, solve_seconds, "", stats, scaled)
 
 
+def _nothing_found(hint_eval: Evaluation | None, limit: int, seconds: float) -> str:
+    why = ("the heuristic's (Vela legacy's) schedule needs "
+           f"{hint_eval.peak_fast_storage} bytes" if hint_eval is not None else "the heuristic (Vela legacy) has none")
+    return (f"no schedule that fits {limit} bytes of fast storage was found within {seconds:.3g} s ({why}); a "
+            "longer --time-limit gives CP-SAT the time to find one or to prove there is none")
+
+
 def _gap(cycles: float, bound: float) -> float:
     return max(0.0, (cycles - bound) / cycles) if cycles else 0.0
 
@@ -704,22 +720,20 @@ def _fallback(schedule: Schedule, total: float, reason: str, seconds: float, sta
                        _gap(total, bound) if not math.isnan(bound) else math.nan, seconds, reason, stats)
 
 
-def smallest_fast_storage(network: Any, arch: Any, references: tuple[Schedule, ...], time_limit: float) -> int:
-    """The least fast storage any schedule of the candidate space needs (CP-SAT, minimising the limit); -1 when
-    none is found within ``time_limit``."""
-    start = time.monotonic()
-    net = NetworkFacts(network, arch)
+def smallest_fast_storage(net: NetworkFacts, references: tuple[Schedule, ...], deadline: float
+                          ) -> tuple[int, bool]:
+    """The least fast storage a schedule of the candidate space needs (CP-SAT, minimising the limit) and whether
+    that is proven the least; (-1, False) when none is found by ``deadline``."""
     try:
         built = build_model(net, whole_subgraph_regions(net), references,
-                            limit=max(staging_limit(arch), 1 << 40), minimise_memory=True,
-                            deadline=start + time_limit)
+                            limit=max(staging_limit(net.arch), 1 << 40), minimise_memory=True, deadline=deadline)
     except OutOfTime:
-        return -1
-    solver = _solver(time_limit - (time.monotonic() - start), 1, 0, False)
+        return -1, False
+    solver = _solver(deadline - time.monotonic(), 1, 0, False)
     status = solver.solve(built.model)
-    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):  # FEASIBLE: a size that fits, perhaps not the smallest
-        return int(solver.objective_value)
-    return -1
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return int(solver.objective_value), status == cp_model.OPTIMAL
+    return -1, False
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -779,6 +793,10 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
     sweep's result fail, the previous one is kept."""
     verified, verified_cycles = incumbent, evaluation.total_cycles
     stats = {"windows": 0, "improved_windows": 0, "sweeps": 0, "largest_window": 0}
+    # A deterministic search stops after a number of moves, not at the clock (which stays a safety net).
+    moves_left = math.inf
+    if deterministic:
+        moves_left = max(1, round(DETERMINISTIC_MOVES_PER_SECOND * (deadline - time.monotonic())))
     longest = max(len(sg.ops) for sg in net.subgraphs)
     stages: list[tuple[str, int]] = [] if net.shared else [("residency", 0)]
     stages.append(("light", WINDOW_PASSES))
@@ -791,14 +809,17 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
 
     def move(regions: list[Region], light: bool, seconds: float) -> bool:
         """Solve ``regions`` of the incumbent; True when that lowered its cost."""
-        nonlocal incumbent
+        nonlocal incumbent, moves_left
+        if moves_left <= 0:
+            return False
+        moves_left -= 1
         try:
             built = build_model(net, regions, (incumbent, *references), limit=limit, incumbent=incumbent,
                                 hint_first=True, deadline=deadline - 0.1, light=light)
         except OutOfTime:
             return False
         _hint(built, incumbent)
-        solver = _solver(min(deadline - time.monotonic(), seconds), workers, seed, deterministic)
+        solver = _solver(min(deadline - time.monotonic(), seconds), workers, seed, deterministic, seconds / 2)
         status = solver.solve(built.model)
         stats["windows"] += 1
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -809,17 +830,17 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
         stats["improved_windows"] += 1
         return True
 
-    while stages and time.monotonic() < deadline:
+    while stages and time.monotonic() < deadline and moves_left > 0:
         kind, width = stages[0]
         improved = False
         if kind == "residency":
             # Every run fixed: the free part of each region is empty.
             regions = [Region(sgi, len(sg.ops), len(sg.ops) - 1, 0, len(sg.ops) - 1)
                        for sgi, sg in enumerate(net.subgraphs) if sg.ops]
-            improved = move(regions, True, max(WINDOW_SOLVE_SECONDS, (deadline - time.monotonic()) / 3))
+            improved = move(regions, True, 4 * WINDOW_SOLVE_SECONDS)
         else:
             for sgi, lo, hi in _windows(net, width, evaluation):
-                if deadline - time.monotonic() < 0.2:
+                if deadline - time.monotonic() < 0.2 or moves_left <= 0:
                     break
                 region = _aligned(net, incumbent, sgi, lo, hi)
                 stats["largest_window"] = max(stats["largest_window"], region.hi - region.lo + 1)
