@@ -397,19 +397,24 @@ def _add_region(model: cp_model.CpModel, net: NetworkFacts, region: Region, refe
     slack_classes = {pos: sorted({slack_out[k] for k in ends_at.get(pos - 1, [])}) if pos > ext_lo
                      else [incoming_slack] for pos in positions}
     prebuffer_after = _incumbent_prebuffer(net, incumbent, sgi, ext_hi + 1)
-    live_at = {pos: [memory_term(key) for key, (a, b) in live.items() if a <= pos <= b] for pos in positions}
+    term = {key: memory_term(key) for key in live}
+    live_at = {pos: [term[key] for key, (a, b) in live.items() if a <= pos <= b] for pos in positions}
 
     tables: list[_Table] = []
     price: list[dict[tuple[tuple[int, ...], int], Any]] = []
     incoming: dict[tuple[int, float], list[Any]] = {}
     own_at: dict[int, list[Any]] = {pos: [] for pos in positions}
     own_after: dict[int, list[Any]] = {pos: [] for pos in positions}
+    in_reach_of: dict[tuple[int, int], Any] = {}
     for k, c in enumerate(cands):
         if k % 16 == 0:
             _check(deadline)
         x = use[k]
-        # Memory at the candidate's step and at the odd step after it.
-        in_reach = [memory_term(key) for key, (a, b) in live.items() if a <= c.end and b >= c.start]
+        # Memory at the candidate's step and at the odd step after it (the same maps for every candidate over
+        # the same passes).
+        if (c.start, c.end) not in in_reach_of:
+            in_reach_of[c.start, c.end] = sum(term[key] for key, (a, b) in live.items() if a <= c.end and b >= c.start)
+        in_reach = in_reach_of[c.start, c.end]
         saving: Any = 0
         if c.reuse is not None:
             src, dst, size = c.reuse
@@ -425,11 +430,11 @@ def _add_region(model: cp_model.CpModel, net: NetworkFacts, region: Region, refe
         own_after[c.end].append(c.mem_after * x - saving)
         if c.mem_before and c.start > ext_lo:
             own_after[c.start - 1].append(c.mem_before * x)
-        model.add(sum(in_reach) + c.mem_at - saving <= cap).only_enforce_if(x)
+        model.add(in_reach + c.mem_at - saving <= cap).only_enforce_if(x)
         following = [cands[m].mem_before * use[m] for m in starts_at.get(c.end + 1, []) if cands[m].mem_before]
         if c.end == ext_hi:
             following.append(prebuffer_after)
-        model.add(sum(in_reach) + c.mem_after - saving + sum(following) <= cap).only_enforce_if(x)
+        model.add(in_reach + c.mem_after - saving + sum(following) <= cap).only_enforce_if(x)
         # Price table.
         table = _price_table(net, sg, c, [fm for fm in c.boundary if fm in movable], slack_classes[c.start], kept)
         tables.append(table)
@@ -648,7 +653,7 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, workers:
         # With a schedule that fits to improve on, leave time to improve it window by window should the one model
         # take too long to build.
         # Deterministic runs choose by size alone, never by the clock (the limit stays a safety net).
-        share = 1.0 if deterministic else 0.6 if hint_fits else 0.9
+        share = 1.0 if deterministic else 0.75 if hint_fits else 0.9
         built = build_model(net, whole_subgraph_regions(net), references, limit=limit, log=log,
                             hint_first=hint is not None, deadline=start + share * (deadline - start))
     except OutOfTime:
