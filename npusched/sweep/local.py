@@ -88,10 +88,10 @@ def _collect(job: _Running) -> dict[str, Any]:
         result = job.connection.recv()
     except (EOFError, OSError):
         result = None
-    job.process.join()
     job.connection.close()
     if result is not None:
-        return result
+        return result  # not waiting for the process to exit: the fork server reaps it
+    job.process.join()
     code = job.process.exitcode
     how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit status {code}"
     return failure("crashed", f"the cell's process died ({how}) before reporting a result",
