@@ -19,13 +19,13 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-MODELS = ("person_detect", "vww_96_int8", "resnet_large_ic_int8", "str_ww_int8", "kws_dscnn_int8")
+MODELS = ("mobilenet_v2_224_int8", "person_detect", "vww_96_int8", "resnet_large_ic_int8", "str_ww_int8")
 
 
 def sweep_seconds(model_dir: Path, jobs: int, store: Path) -> float:
     args = [sys.executable, "-m", "npusched.sweep.cli", *(str(model_dir / f"{m}.tflite") for m in MODELS),
-            "--accelerator-config", "ethos-u55-128", "ethos-u65-256", "--arena-cache-size", "128k", "256k", "512k",
-            "1M", "--solver", "heuristic", "--jobs", str(jobs), "--store", str(store), "--quiet"]
+            "--accelerator-config", "ethos-u55-128", "ethos-u65-256", "--arena-cache-size", "384k", "512k", "1M",
+            "2M", "--solver", "heuristic", "--jobs", str(jobs), "--store", str(store), "--quiet"]
     start = time.monotonic()
     done = subprocess.run(args, capture_output=True, text=True, check=False)
     seconds = time.monotonic() - start

@@ -137,6 +137,10 @@ def _sweep(args: argparse.Namespace, argv: list[str]) -> int:
     settings = _settings(args)
     if settings["store"] is None:
         raise GridError("--store PATH is required (or 'store' in the grid file)")
+    if settings["executor"] == "local":
+        from npusched.sweep.local import start_fork_server
+
+        start_fork_server()  # loads npusched in the background while the grid is checked and expanded
     grid, jobs = _grid(settings)
     guard = settings["cell_timeout"] or 2 * grid.time_limit_seconds + 120
     if settings["executor"] == "ray":
@@ -219,16 +223,16 @@ def _grid(settings: dict[str, Any]) -> tuple[Any, int]:
 
 def _check_hardware(grid: Any) -> None:
     """Fail before running anything if a configuration, arena size or strategy is not a valid architecture."""
-    from npusched.pipeline import RunOptions, architecture
+    from npusched.model.arch import load_architecture
 
     for config in grid.configurations:
         for arena in config.arena_cache_sizes or grid.arena_cache_sizes:
             for optimise in config.optimise or grid.optimise:
                 try:
-                    architecture(RunOptions(
-                        model_path=Path(), accelerator_config=config.accelerator_config,
-                        config_files=config.config_files, system_config=config.system_config,
-                        memory_mode=config.memory_mode, arena_cache_size=arena, optimise=optimise))
+                    load_architecture(accelerator_config=config.accelerator_config,
+                                      config_files=list(config.config_files) or None,
+                                      system_config=config.system_config, memory_mode=config.memory_mode,
+                                      arena_cache_size=arena, optimise=optimise)
                 except NpuschedError as exc:
                     raise GridError(f"configuration '{config.name}': {exc}") from None
 

@@ -14,6 +14,7 @@ import signal
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from multiprocessing import forkserver
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -32,10 +33,17 @@ class _Running:
     deadline: float
 
 
-def run_local(cells: list[Cell], jobs: int, guard_seconds: float, work: CellWork = run_cell) -> Iterator[Event]:
-    """Run the cells, yielding Started/Finished as they happen; closing the generator kills the cells in flight."""
+def start_fork_server() -> Any:
+    """Start the fork server (it imports npusched while the driver expands the grid); returns its context."""
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["npusched.sweep.warm"])
+    forkserver.ensure_running()
+    return context
+
+
+def run_local(cells: list[Cell], jobs: int, guard_seconds: float, work: CellWork = run_cell) -> Iterator[Event]:
+    """Run the cells, yielding Started/Finished as they happen; closing the generator kills the cells in flight."""
+    context = start_fork_server()
     pending = list(reversed(cells))
     running: dict[Connection, _Running] = {}
     try:
