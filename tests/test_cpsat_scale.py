@@ -95,10 +95,12 @@ def test_time_limit_holds_on_a_large_network(tmp_path):
     assert result.evaluation.total_cycles <= result.solver_report.heuristic_cycles
 
 
-def test_heuristic_over_the_arena_reproduces_vela(tmp_path):
+@pytest.mark.parametrize("arch", ["resnet", "mobilenet_v3"])
+def test_heuristic_over_the_arena_reproduces_vela(tmp_path, arch):
     """Vela's legacy core goes over a 128 KiB arena with a warning; the heuristic gives the same schedule and
-    cycles, exits 0 with status over_limit and says by how much on one line."""
-    path = _network(tmp_path, "resnet", 30, 0)
+    cycles, exits 0 with status over_limit and says by how much on one line. (On mobilenet_v3 the schedule is
+    only 2 KiB over: both of Vela's strategies are, and Vela keeps the one it was asked for.)"""
+    path = _network(tmp_path, arch, 30, 0)
     config = CONFIGS["u55-256_hee_shared_arena128k"]
     golden = tmp_path / "vela"
     golden.mkdir()

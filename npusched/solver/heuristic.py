@@ -605,13 +605,13 @@ def _acceptable_schedule(arch: Any, sg: Any, use: TensorUse, formats: Mapping[Fe
 
     Vela fails when the feature maps it must keep in fast storage exceed the staging limit ("Allocation exceeds
     staging limit"), and, with dedicated fast storage, when a size-optimised schedule peaks above the cache
-    size (its staging limit is then the min schedule's peak, not the cache). Under shared storage a
-    size-optimised schedule is accepted at any peak, as Vela accepts it.
+    size (its staging limit is then the min schedule's peak, not the cache). Under shared storage a schedule
+    that passes that check is emitted at any peak: Vela then only warns that the arena is exceeded.
     """
     limit = staging_limit(arch)
     size = str(optimise).lower() == "size"
     result = schedule_subgraph(arch, sg, use, formats, optimise, earlier)
-    if result.fits and (result.peak <= limit or (size and not arch.is_spilling_enabled())):
+    if result.fits and (result.peak <= limit or not arch.is_spilling_enabled()):
         return result
     other = schedule_subgraph(arch, sg, use, formats, "Performance" if size else "Size", earlier)
     if not (other.fits and other.peak <= limit):
