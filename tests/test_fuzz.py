@@ -30,6 +30,7 @@ from pathlib import Path
 import flatbuffers
 import pytest
 import tflite
+from conftest import CORPUS_DIR
 
 from npusched.errors import NpuschedError
 from npusched.io.report_json import document
@@ -39,7 +40,7 @@ from npusched.model.arch import resolve_config_file
 from npusched.pipeline import RunOptions, run
 
 REPO = Path(__file__).resolve().parents[1]
-CORPUS = REPO.parent / "shared" / "corpus"
+CORPUS = CORPUS_DIR
 SEED_MODELS = (CORPUS / "kws_dscnn_int8.tflite", CORPUS / "micro_speech_int8.tflite", CORPUS / "ad01_int8.tflite",
                CORPUS / "dtln.tflite", REPO / "examples" / "kws_dscnn_int8.tflite",
                *sorted((REPO / "tests" / "data" / "lowering").glob("ops_*.tflite")))
