@@ -17,5 +17,9 @@ class ScheduleError(NpuschedError):
     """No schedule meets the constraints (for example the fast-storage limit)."""
 
 
+class StagingLimitError(ScheduleError):
+    """Where Vela's legacy scheduler stops too ("Allocation exceeds staging limit"), so its reproduction does."""
+
+
 class OutputError(NpuschedError):
     """An output file cannot be written where the user asked (a directory, an input file, a full disk)."""

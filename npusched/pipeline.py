@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from npusched.errors import ScheduleError
+from npusched.errors import ScheduleError, StagingLimitError
 from npusched.io.tflite_reader import read_tflite
 from npusched.model.arch import load_architecture
 from npusched.model.graph import Network, lower_model
@@ -157,9 +157,9 @@ def _solve(network: Network, arch: Any, options: RunOptions, started: float, log
     if options.solver == "heuristic":
         try:
             return heuristic_schedule(network, arch, options.optimise), None
-        except ScheduleError as exc:
-            raise ScheduleError(f"{exc} (Vela's legacy scheduler stops here too: 'Allocation exceeds staging "
-                                "limit')") from None
+        except StagingLimitError as exc:
+            raise StagingLimitError(f"{exc} (Vela's legacy scheduler stops here too: 'Allocation exceeds staging "
+                                    "limit')") from None
     if options.solver == "dp":
         from npusched.solver.dp import dp_schedule
 

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from npusched.errors import ScheduleError
+from npusched.errors import ScheduleError, StagingLimitError
 from npusched.model import performance as perf
 from npusched.model import weights as wts
 from npusched.model.block_config import find_block_config_for_op, get_ifm_area_required
@@ -615,7 +615,7 @@ def _acceptable_schedule(arch: Any, sg: Any, use: TensorUse, formats: Mapping[Fe
         return result
     other = schedule_subgraph(arch, sg, use, formats, "Performance" if size else "Size", earlier)
     if not (other.fits and other.peak <= limit):
-        raise ScheduleError(f"no schedule fits {limit} bytes of fast storage; the smallest that fits needs "
+        raise StagingLimitError(f"no schedule fits {limit} bytes of fast storage; the smallest that fits needs "
                             f"{min(result.peak, other.peak)} bytes")
     note = (f"Vela's {'size' if size else 'performance'}-optimised schedule needs {result.peak} bytes of fast "
             f"storage, more than the {limit} available; the {'performance' if size else 'size'}-optimised one fits")
