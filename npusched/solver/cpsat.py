@@ -135,7 +135,6 @@ class _Table:
 class _RegionModel:
     """The variables of one region, keyed as in the module docstring, and what extraction needs."""
 
-    region: Region
     candidates: list[Candidate]
     use: list[Any]
     tables: list[_Table]
@@ -479,7 +478,7 @@ def _add_region(model: cp_model.CpModel, net: NetworkFacts, region: Region, refe
                     model.add(sum(big) <= parts - 1)
     for (pos, v), terms in incoming.items():
         model.add(sum(terms) <= sum(use[m] for m in ends_at.get(pos - 1, []) if slack_out[m] == v))
-    return _RegionModel(region, cands, use, tables, price, resident, frozenset(decided))
+    return _RegionModel(cands, use, tables, price, resident, frozenset(decided))
 
 
 def _price_table(net: NetworkFacts, sg: Any, cand: Candidate, movable: list[FeatureMap], slacks: list[float],
