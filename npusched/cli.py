@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from npusched import __version__
-from npusched.errors import NpuschedError
+from npusched.errors import exit_status
 
 # The time limit counts from here: the user waits for the heavy imports (done lazily, in _run) too.
 STARTED = time.monotonic()
@@ -121,31 +120,12 @@ def _positive_float(text: str) -> float:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        return _run(args)
-    except NpuschedError as exc:
-        sys.stderr.write(f"error: {_one_line(str(exc))}\n")
-        return 2
-    except KeyboardInterrupt:
-        sys.stderr.write("error: interrupted\n")
-        return 130
-    except Exception as exc:  # a bug, or input we failed to classify: still one line unless debugging
-        if os.environ.get("NPUSCHED_DEBUG"):
-            raise
-        sys.stderr.write(
-            f"error: internal error on {args.model}: {type(exc).__name__}: {_one_line(str(exc))} "
-            "(set NPUSCHED_DEBUG=1 for a traceback)\n"
-        )
-        return 2
+    return exit_status(lambda: _run(args), str(args.model))
 
 
 def _progress(line: str) -> None:
     """Progress of long solves goes to stdout, ahead of the summary; stderr carries only errors."""
     print(line, flush=True)
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -74,6 +74,13 @@ class SolverReport:
     any_schedule_bound_cycles: float = float("nan")
 
 
+def vela_hardware_args(config: dict[str, Any]) -> list[str]:
+    """The command-line options (Vela's, which solve-schedule shares) for one entry of golden/configs.json."""
+    return ["--accelerator-config", config["accelerator_config"], "--config", "Arm/vela.ini",
+            "--system-config", config["system_config"], "--memory-mode", config["memory_mode"],
+            *config.get("extra_args", ())]
+
+
 def run_options_from_vela_args(model_path: Path, config: dict[str, Any], **overrides: Any) -> RunOptions:
     """RunOptions for one entry of golden/configs.json (accelerator, system config, memory mode, Vela extra args)."""
     extra = list(config.get("extra_args", ()))

@@ -18,13 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from npusched.pipeline import vela_hardware_args
+
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
-
-
-def _hardware_args(config: dict) -> list[str]:
-    return ["--accelerator-config", config["accelerator_config"], "--config", "Arm/vela.ini",
-            "--system-config", config["system_config"], "--memory-mode", config["memory_mode"],
-            *config.get("extra_args", [])]
 
 
 def _wall_seconds(command: list[str]) -> float:
@@ -49,7 +45,7 @@ def main() -> int:
     models = sorted(args.model_dir.glob("*.tflite"))
     if args.models:
         models = [m for m in models if m.stem in set(args.models.split(","))]
-    hw = _hardware_args(config)
+    hw = vela_hardware_args(config)
     print(f"config {args.config}; {args.runs} runs each, alternating; whole-process wall seconds (median)")
     print(f"{'model':<26} {'npusched':>9} {'vela':>9} {'ratio':>7}")
     ratios = []

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from npusched.netgen import generate
+from npusched.pipeline import vela_hardware_args
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "tests" / "data" / "golden" / "configs.json"
@@ -30,9 +31,7 @@ CONFIGS = ROOT / "tests" / "data" / "golden" / "configs.json"
 def run_cell(model: Path, config: dict, limit: float, out: Path) -> dict:
     command = [sys.executable, "-m", "npusched.cli", str(model), "--quiet", "--json", str(out),
                "--time-limit", str(limit), "--workers", "2",
-               "--accelerator-config", config["accelerator_config"], "--config", "Arm/vela.ini",
-               "--system-config", config["system_config"], "--memory-mode", config["memory_mode"],
-               *config.get("extra_args", ())]
+               *vela_hardware_args(config)]
     start = time.monotonic()
     done = subprocess.run(command, capture_output=True, text=True)
     wall = time.monotonic() - start

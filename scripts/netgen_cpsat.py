@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from npusched.netgen import ARCHITECTURES, generate
+from npusched.pipeline import vela_hardware_args
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,9 +45,7 @@ def main() -> None:
                         out.unlink(missing_ok=True)
                         command = [sys.executable, "-m", "npusched.cli", str(model), "--quiet", "--json", str(out),
                                    "--time-limit", str(args.time_limit), "--workers", "2",
-                                   "--accelerator-config", config["accelerator_config"], "--config", "Arm/vela.ini",
-                                   "--system-config", config["system_config"], "--memory-mode",
-                                   config["memory_mode"], *config.get("extra_args", ())]
+                                   *vela_hardware_args(config)]
                         start = time.monotonic()
                         done = subprocess.run(command, capture_output=True, text=True)
                         wall = time.monotonic() - start

@@ -18,7 +18,7 @@ from conftest import CONFIGS
 import npusched.solver.cpsat as cpsat
 from npusched.netgen import generate
 from npusched.netgen.oracle import run_vela
-from npusched.pipeline import load_network, run, run_options_from_vela_args
+from npusched.pipeline import load_network, run, run_options_from_vela_args, vela_hardware_args
 from npusched.solver.evaluator import evaluate, verify
 from npusched.solver.heuristic import heuristic_schedule
 
@@ -108,9 +108,7 @@ def test_heuristic_over_the_arena_reproduces_vela(tmp_path, arch):
     with (golden / "summary.csv").open() as f:
         vela_cycles = float(next(csv.DictReader(f))["cycles_total"])
     out = subprocess.run([sys.executable, "-m", "npusched.cli", str(path), "--solver", "heuristic", "--quiet",
-                          "--accelerator-config", config["accelerator_config"], "--config", "Arm/vela.ini",
-                          "--system-config", config["system_config"], "--memory-mode", config["memory_mode"],
-                          *config["extra_args"], "--json", str(tmp_path / "s.json")],
+                          *vela_hardware_args(config), "--json", str(tmp_path / "s.json")],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     warnings = [line for line in out.stderr.splitlines() if line.startswith("warning:")]

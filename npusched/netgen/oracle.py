@@ -12,13 +12,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from npusched.pipeline import vela_hardware_args
+
 
 def vela_command(model: Path, config: dict[str, Any], output_dir: Path) -> list[str]:
     """The golden command line (as in golden/*/command.txt) for ``model`` under a configs.json entry."""
     return [shutil.which("vela") or str(Path(sys.executable).with_name("vela")), str(model),
-            "--accelerator-config", config["accelerator_config"], "--config", "Arm/vela.ini",
-            "--system-config", config["system_config"], "--memory-mode", config["memory_mode"],
-            *config.get("extra_args", ()), "--debug-force-legacy-core", "--verbose-schedule",
+            *vela_hardware_args(config), "--debug-force-legacy-core", "--verbose-schedule",
             "--verbose-performance", "--output-dir", str(output_dir)]
 
 

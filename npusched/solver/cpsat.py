@@ -301,33 +301,18 @@ def build_model(net: NetworkFacts, regions: Sequence[Region], references: tuple[
     return CpSatModel(model, built, limit, placements, net, stats, limit_var)
 
 
-def _incumbent_runs(net: NetworkFacts, incumbent: Schedule, region: Region) -> list[Candidate]:
-    """The incumbent's runs in ``ext_lo..lo-1`` and ``hi+1..ext_hi``, as fixed candidates."""
-    facts = net.facts(region.sg_index)
-    return [make_candidate(facts, start, ops, "hint") for start, ops in segments_of(incumbent, facts.sg)
-            if region.ext_lo <= start < region.lo or region.hi < start <= region.ext_hi]
-
-
-def _incumbent_slack(net: NetworkFacts, incumbent: Schedule | None, sgi: int, pos: int) -> float:
-    """The slack the incumbent's run ending at ``pos - 1`` leaves (0 at the start of a subgraph)."""
-    if incumbent is None or pos == 0:
-        return 0.0
-    facts = net.facts(sgi)
-    for start, ops in segments_of(incumbent, facts.sg):
-        if start + len(ops) == pos:
-            return net.pricer.price(facts.sg.ops, make_candidate(facts, start, ops, "hint"), {}, 0.0)[1]
-    return 0.0
-
-
-def _incumbent_prebuffer(net: NetworkFacts, incumbent: Schedule | None, sgi: int, pos: int) -> int:
-    """Bytes the incumbent's run starting at ``pos`` pre-buffers at the odd step before it."""
+def _incumbent_runs(net: NetworkFacts, incumbent: Schedule | None, sgi: int) -> list[Candidate]:
+    """The incumbent's runs (cascades and lone passes) of subgraph ``sgi`` as candidates, in order."""
     if incumbent is None:
-        return 0
+        return []
     facts = net.facts(sgi)
-    for start, ops in segments_of(incumbent, facts.sg):
-        if start == pos:
-            return make_candidate(facts, start, ops, "hint").mem_before
-    return 0
+    return [make_candidate(facts, start, ops, "hint") for start, ops in segments_of(incumbent, facts.sg)]
+
+
+def _slack_before(net: NetworkFacts, runs: list[Candidate], sgi: int, pos: int) -> float:
+    """The slack the run ending at ``pos - 1`` leaves (0 at the start of a subgraph or without an incumbent)."""
+    before = next((run for run in runs if run.end == pos - 1), None)
+    return net.pricer.price(net.subgraphs[sgi].ops, before, {}, 0.0)[1] if before is not None else 0.0
 
 
 def _add_region(model: cp_model.CpModel, net: NetworkFacts, region: Region, references: tuple[Schedule, ...],
@@ -342,7 +327,8 @@ def _add_region(model: cp_model.CpModel, net: NetworkFacts, region: Region, refe
     for pos in range(lo, hi + 1) if not light else ():  # pricing every pass's options takes most of the time
         _check(deadline)
         price_positions(net.arch, facts, (pos,))
-    fixed = _incumbent_runs(net, incumbent, region) if incumbent is not None else []
+    runs = _incumbent_runs(net, incumbent, sgi)
+    fixed = [run for run in runs if ext_lo <= run.start < lo or hi < run.start <= ext_hi]
     cands = fixed + all_candidates(net.arch, facts, references, hint_first, lo, hi, light)
     _check(deadline)
     positions = range(ext_lo, ext_hi + 1)
@@ -392,10 +378,10 @@ def _add_region(model: cp_model.CpModel, net: NetworkFacts, region: Region, refe
         ends_at.setdefault(c.end, []).append(k)
         starts_at.setdefault(c.start, []).append(k)
     slack_out = [net.pricer.price(sg.ops, c, {}, 0.0)[1] for c in cands]  # placement-independent
-    incoming_slack = _incumbent_slack(net, incumbent, sgi, ext_lo)
+    incoming_slack = _slack_before(net, runs, sgi, ext_lo)
     slack_classes = {pos: sorted({slack_out[k] for k in ends_at.get(pos - 1, [])}) if pos > ext_lo
                      else [incoming_slack] for pos in positions}
-    prebuffer_after = _incumbent_prebuffer(net, incumbent, sgi, ext_hi + 1)
+    prebuffer_after = next((run.mem_before for run in runs if run.start == ext_hi + 1), 0)
     term = {key: memory_term(key) for key in live}
     live_at = {pos: [term[key] for key, (a, b) in live.items() if a <= pos <= b] for pos in positions}
 
@@ -771,13 +757,13 @@ def _aligned(net: NetworkFacts, incumbent: Schedule, sgi: int, lo: int, hi: int)
 
 def _incumbent_cost(net: NetworkFacts, incumbent: Schedule, region: Region) -> int:
     """The scaled price of the incumbent over ``ext_lo..ext_hi``, as the window model's tables price it."""
-    facts = net.facts(region.sg_index)
     places = {fm: incumbent.placement(fm) or p for fm, p in net.base.items()}
-    slack = _incumbent_slack(net, incumbent, region.sg_index, region.ext_lo)
+    runs = _incumbent_runs(net, incumbent, region.sg_index)
+    slack = _slack_before(net, runs, region.sg_index, region.ext_lo)
     total = 0
-    for start, ops in segments_of(incumbent, facts.sg):
-        if region.ext_lo <= start <= region.ext_hi:
-            totals, slack, _ = net.pricer.price(facts.sg.ops, make_candidate(facts, start, ops, "hint"), places, slack)
+    for run in runs:
+        if region.ext_lo <= run.start <= region.ext_hi:
+            totals, slack, _ = net.pricer.price(net.subgraphs[region.sg_index].ops, run, places, slack)
             total += sum(round(t * SCALE) for t in totals)
     return total
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from npusched import __version__
-from npusched.errors import NpuschedError
+from npusched.errors import NpuschedError, exit_status
 from npusched.sweep.grid import SOLVERS, GridError
 
 DEFAULTS: dict[str, Any] = {"accelerator_config": ["ethos-u55-256"], "config": [], "system_config": [None],
@@ -107,27 +107,14 @@ def _solver_list(text: str) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
+
+    def command() -> int:
         if argv[:1] == ["report"]:
             return _report(report_parser().parse_args(argv[1:]))
-        if argv[:1] == ["run"]:
-            argv = argv[1:]
-        return _sweep(run_parser().parse_args(argv), argv)
-    except NpuschedError as exc:
-        sys.stderr.write(f"error: {' '.join(str(exc).split())}\n")
-        return 2
-    except KeyboardInterrupt:
-        sys.stderr.write("error: interrupted\n")
-        return 130
-    except BrokenPipeError:  # `report ... | head`: the reader has seen enough
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    except Exception as exc:  # a bug, or input we failed to classify: still one line unless debugging
-        if os.environ.get("NPUSCHED_DEBUG"):
-            raise
-        sys.stderr.write(f"error: internal error: {type(exc).__name__}: {' '.join(str(exc).split())} "
-                         "(set NPUSCHED_DEBUG=1 for a traceback)\n")
-        return 2
+        sweep_argv = argv[1:] if argv[:1] == ["run"] else argv
+        return _sweep(run_parser().parse_args(sweep_argv), sweep_argv)
+
+    return exit_status(command)
 
 
 def _sweep(args: argparse.Namespace, argv: list[str]) -> int:
