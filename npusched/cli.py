@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from npusched import __version__
 from npusched.errors import exit_status
@@ -71,7 +71,23 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--json", type=_output_path, metavar="PATH",
                      help="write the schedule document (npusched.schedule/1)")
     out.add_argument("--quiet", action="store_true", help="print only the network totals, not the per-layer table")
+    out.add_argument("--plot-memory", type=_output_path, metavar="PATH",
+                     help="draw the schedule's fast-storage use per step, stacked by what holds it (.png or .svg)")
+    curve = parser.add_argument_group("cycles against fast storage (instead of one schedule)")
+    curve.add_argument("--pareto", type=_output_path, metavar="CSV",
+                       help="CP-SAT's fewest cycles at fast-storage limits from the smallest fit up to where more "
+                            "memory stops helping, each schedule verified; written to CSV and drawn beside it (same "
+                            "name, .png and .svg). --time-limit is split across the points; --arena-cache-size is "
+                            "ignored")
+    curve.add_argument("--pareto-points", type=_pareto_points, default=None, metavar="N",
+                       help="limits between the smallest fit and the top of the curve (default: 5)")
+    curve.add_argument("--with-vela", action="store_true",
+                       help="with --pareto: also run Vela's legacy core (the vela CLI) at each limit")
     return parser
+
+
+def _pareto_points(text: str) -> int:
+    return _int_in_range(text, 0, 50)
 
 
 def _non_negative_int(text: str) -> int:
@@ -131,6 +147,7 @@ def _progress(line: str) -> None:
 def _run(args: argparse.Namespace) -> int:
     from npusched.pipeline import RunOptions, run
 
+    _check_plot_options(args)
     if args.json is not None:  # refuse a bad output path before spending the time limit
         from npusched.io.report_json import check_output_path
 
@@ -150,6 +167,8 @@ def _run(args: argparse.Namespace) -> int:
         seed=args.seed,
         deterministic=args.deterministic,
     )
+    if args.pareto is not None:
+        return _pareto(args, options)
     result = run(options, log=_progress, started=STARTED)
     for warning in result.warnings:
         sys.stderr.write(f"warning: {warning}\n")
@@ -161,9 +180,52 @@ def _run(args: argparse.Namespace) -> int:
         from npusched.io.report_json import write_json
 
         write_json(result, args.json, inputs=args.config or ())
+    if args.plot_memory is not None:
+        from npusched.io.plots import plot_memory
+        from npusched.solver.memory_breakdown import memory_breakdown
+
+        plot_memory(memory_breakdown(result.network, result.schedule, result.evaluation),
+                    result.evaluation.staging_limit, f"{args.model.stem}: fast storage per step ({args.solver})",
+                    args.plot_memory)
     print(summary)
     if args.json is not None:
         print(f"schedule written to {args.json}")
+    if args.plot_memory is not None:
+        print(f"memory plot written to {args.plot_memory}")
+    return 0
+
+
+def _check_plot_options(args: argparse.Namespace) -> None:
+    """Refuse option combinations that make no sense before any work is done."""
+    from npusched.errors import OutputError
+
+    if args.pareto is None:
+        if args.pareto_points is not None or args.with_vela:
+            raise OutputError("--pareto-points and --with-vela apply only with --pareto")
+    else:
+        if args.pareto.suffix.lower() != ".csv":
+            raise OutputError(f"--pareto {args.pareto}: give a .csv path (the plots are written beside it)")
+        if args.json is not None or args.plot_memory is not None:
+            raise OutputError("--pareto makes many schedules: it cannot be combined with --json or --plot-memory")
+        if args.solver != "cpsat" or args.optimise != "Performance":
+            raise OutputError("--pareto is CP-SAT's fewest cycles at each limit: it takes neither --solver "
+                              f"{args.solver} nor --optimise {args.optimise}")
+    if args.plot_memory is not None and args.plot_memory.suffix.lower() not in (".png", ".svg"):
+        raise OutputError(f"--plot-memory {args.plot_memory}: the suffix must be .png or .svg")
+
+
+def _pareto(args: argparse.Namespace, options: Any) -> int:
+    from npusched.io.pareto_report import format_pareto, write_pareto_csv
+    from npusched.io.plots import plot_pareto
+    from npusched.solver.pareto import DEFAULT_INNER_POINTS, run_pareto
+
+    points = DEFAULT_INNER_POINTS if args.pareto_points is None else args.pareto_points
+    result = run_pareto(options, inner_points=points, with_vela=args.with_vela, log=_progress, started=STARTED)
+    figures = [args.pareto.with_suffix(".png"), args.pareto.with_suffix(".svg")]
+    write_pareto_csv(result, args.pareto)
+    plot_pareto(result, figures)
+    print(format_pareto(result))
+    print(f"frontier written to {args.pareto} ({', '.join(map(str, figures))})")
     return 0
 
 
