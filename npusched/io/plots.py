@@ -110,7 +110,9 @@ def plot_memory(breakdowns: Sequence[MemoryBreakdown], limit_bytes: int, title: 
             names = memory.op_at_step.get(peak_step) or memory.op_at_step.get(peak_step - 1, ())
             where = f" at {_shorten(names)}" if names else ""
             ax.annotate(f"peak {total[peak_step]} bytes{where}", (peak_step, total[peak_step] / 1024),
-                        xytext=(0, 6), textcoords="offset points", ha="center", fontsize=8)
+                        xytext=(0, 6), textcoords="offset points", fontsize=8,
+                        ha="left" if peak_step < len(total) / 3 else "right" if peak_step > 2 * len(total) / 3
+                        else "center")
         top = max(max(total, default=0), limit_bytes if math.isfinite(limit_bytes) else 0) / 1024
         ax.set_ylim(0, top * 1.15 or 1)
         ax.set_xlim(-0.5, len(total) - 0.5)

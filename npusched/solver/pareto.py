@@ -4,10 +4,12 @@ more memory stops helping).
 
 The limits are the smallest fit (``cpsat.smallest_fast_storage``), that peak, and ``inner_points`` limits spaced
 geometrically between them. They are solved smallest first and every schedule found is a candidate at every
-limit it fits (each solve is hinted with the best one so far), so cycles never increase with the limit. Each
-point's bound is the largest CP-SAT bound proven at that limit or any larger one (a larger limit only relaxes
-the problem), which gives its gap. ``run_pareto`` loads the model and, when asked, runs Vela's legacy core at the
-same arena sizes for comparison.
+limit it fits (each solve is hinted with the fastest one so far, or Vela's heuristic for that limit when it is
+faster), so cycles never increase with the limit. CP-SAT's candidate space depends on its hint, so a smaller
+limit's solve can beat the unconstrained one; the unconstrained solve is then repeated from the best schedule.
+A solve's bound holds over its own candidate space at its limit and every smaller one: a point's bound is the
+largest such bound at or above its limit that does not exceed its cycles, which gives its gap. ``run_pareto``
+loads the model and, when asked, runs Vela's legacy core at the same arena sizes for comparison.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 from npusched.errors import ScheduleError
 from npusched.solver.cpsat import NetworkFacts, smallest_fast_storage, solve_cpsat
-from npusched.solver.evaluator import ALLOCATION_QUANTUM, Evaluation, evaluate, verify
+from npusched.solver.evaluator import ALLOCATION_QUANTUM, Evaluation, evaluate, staging_limit, verify
 from npusched.solver.heuristic import heuristic_schedule
 from npusched.solver.max_schedule import max_schedule
 from npusched.solver.schedule import Schedule
@@ -41,8 +43,9 @@ class ParetoPoint:
     """The best verified schedule found within ``limit_bytes`` of fast storage.
 
     ``found_at_limit_bytes`` is the limit whose solve produced it (a smaller one when nothing better was found
-    here); ``bound_cycles`` is a lower bound over CP-SAT's candidate space at this limit (NaN when none was
-    proven); ``on_frontier`` says the point is faster than every smaller limit's.
+    here); ``bound_cycles`` is a lower bound on the cycles of every schedule within this limit in the candidate
+    space of one of the solves (NaN when none was proven); ``on_frontier`` says the point is faster than every
+    smaller limit's.
     """
 
     limit_bytes: int
@@ -142,8 +145,9 @@ def pareto_frontier(network: Any, arch_at: Callable[[int], Any], top_limit_bytes
     ``top_limit_bytes`` the largest the hardware allows (the unconstrained solve's). The whole search keeps to
     ``time_limit_seconds`` counted from ``started`` (a ``time.monotonic`` reading; default: now)."""
     started = time.monotonic() if started is None else started
-    # One share per solve; the smallest fit, which CP-SAT proves with one worker, two.
-    budget = _Budget(started, time_limit_seconds, inner_points + 4, deterministic)
+    # One share per solve (the unconstrained one may be repeated at the end); the smallest fit, which CP-SAT proves
+    # with one worker, two.
+    budget = _Budget(started, time_limit_seconds, inner_points + 5, deterministic)
     say = log or (lambda line: None)
     solve = _Solver(network, arch_at, workers, seed, deterministic)
 
@@ -172,11 +176,9 @@ def pareto_frontier(network: Any, arch_at: Callable[[int], Any], top_limit_bytes
         notes.append("the smallest fit is also the unconstrained optimum's peak: more fast storage buys nothing")
     found = [top]
     for number, limit in enumerate(limits[:-1], start=1):
-        fitting = [f for f in found if f.evaluation.peak_fast_storage <= limit]
-        hint = min(fitting, key=lambda f: f.evaluation.total_cycles).schedule if fitting else None
         seconds = budget.next()
         point_start = time.monotonic()
-        result = solve(limit, hint or _heuristic(network, arch_at(limit)), seconds)
+        result = solve(limit, _best_hint(network, arch_at(limit), found), seconds)
         if result is None:
             notes.append(f"no schedule within {limit} bytes was found in {seconds:.1f} s")
             say(f"pareto {number}/{len(limits)}: {limit} bytes: nothing found in {seconds:.1f} s")
@@ -185,8 +187,32 @@ def pareto_frontier(network: Any, arch_at: Callable[[int], Any], top_limit_bytes
         say(f"pareto {number}/{len(limits)}: {limit} bytes: {result.evaluation.total_cycles:.0f} cycles, peak "
             f"{result.evaluation.peak_fast_storage} bytes, bound {result.bound_cycles:.0f}, "
             f"{time.monotonic() - point_start:.1f} s")
+    best = min(found, key=lambda f: f.evaluation.total_cycles)
+    if best.evaluation.total_cycles < top.evaluation.total_cycles - CYCLES_TOLERANCE:
+        # A smaller limit's solve, hinted with other schedules, searched candidates the unconstrained one lacked:
+        # solve the top again from there so that its bound covers the best schedule.
+        again = solve(top_limit_bytes, best.schedule, budget.next())
+        if again is not None:
+            found.append(again)
+            top = again
+            say(f"pareto {len(limits)}/{len(limits)}: unconstrained again: {again.evaluation.total_cycles:.0f} "
+                f"cycles, peak {again.evaluation.peak_fast_storage} bytes, bound {again.bound_cycles:.0f}")
+            limits = tuple(sorted({*limits, again.evaluation.peak_fast_storage}))
     points = _assemble(network, arch_at, limits, found)
-    return Frontier(points, smallest, proven, unconstrained_peak, top.evaluation.total_cycles, tuple(notes))
+    return Frontier(points, smallest, proven, limits[-1], top.evaluation.total_cycles, tuple(notes))
+
+
+def _best_hint(network: Any, arch: Any, found: Sequence[_Found]) -> Schedule | None:
+    """The fastest schedule that fits ``arch``'s limit among those found so far and Vela's heuristic for that limit
+    (whose choices also widen CP-SAT's candidates); the heuristic's when nothing fits (still a reference)."""
+    heuristic = _heuristic(network, arch)
+    options = [(f.evaluation.total_cycles, f.schedule) for f in found
+               if f.evaluation.peak_fast_storage <= staging_limit(arch)]
+    if heuristic is not None:
+        evaluation = evaluate(network, arch, heuristic)
+        if not verify(network, arch, heuristic, evaluation):
+            options.append((evaluation.total_cycles, heuristic))
+    return min(options, key=lambda option: option[0])[1] if options else heuristic
 
 
 class _Solver:
@@ -240,9 +266,11 @@ def _assemble(network: Any, arch_at: Callable[[int], Any], limits: Sequence[int]
         problems = verify(network, arch_at(limit), best.schedule, best.evaluation)
         if problems:  # cannot happen (fitting was judged on the same evaluation); the judge has the last word
             raise ScheduleError(f"the frontier's schedule at {limit} bytes fails verification: {problems[0]}")
-        bounds = [f.bound_cycles for f in found if f.limit_bytes >= limit and not math.isnan(f.bound_cycles)]
-        bound = max(bounds, default=math.nan)
         cycles = best.evaluation.total_cycles
+        # A solve's bound holds over its own candidate space (which depends on its hint) at its limit and every
+        # smaller one; a bound above the schedule's cycles is about a space that does not contain it.
+        bounds = [f.bound_cycles for f in found if f.limit_bytes >= limit and f.bound_cycles <= cycles + 1]
+        bound = max(bounds, default=math.nan)
         gap = max(0.0, (cycles - bound) / cycles) if cycles and not math.isnan(bound) else math.nan
         points.append(ParetoPoint(limit, cycles, best.evaluation.peak_fast_storage, bound, gap, best.limit_bytes,
                                   cycles < best_so_far - CYCLES_TOLERANCE, best.schedule, best.evaluation))
