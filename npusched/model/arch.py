@@ -44,6 +44,17 @@ DEFAULT_CONFIG = "internal-default"
 """Vela's name for "pick the accelerator's default system config / memory mode"."""
 
 
+class Estimator(str, enum.Enum):
+    """How passes are priced (``--estimator``): as Vela estimates them, or with prefetches competing for memory
+    bandwidth (see ``npusched.model.contention``)."""
+
+    VELA = "vela"
+    CONTENTION = "contention"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class BandwidthDirection(enum.IntEnum):
     """Index into a ``memory_latency[area]`` pair."""
 
@@ -390,6 +401,9 @@ class ArchitectureFeatures:
     bandwidth_weights: dict[MemArea, float]
     cycles_weight: float
     max_sram_used_weight: float
+
+    # how passes are priced (not Vela's: npusched's --estimator)
+    estimator: Estimator = Estimator.VELA
 
     _key: tuple = field(init=False, repr=False, compare=False)
     _hash: int = field(init=False, repr=False, compare=False)

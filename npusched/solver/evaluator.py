@@ -27,7 +27,9 @@ from typing import Any
 
 from npusched.model import performance as perf
 from npusched.model import weights as wts
+from npusched.model.arch import Estimator
 from npusched.model.block_config import get_ifm_area_required
+from npusched.model.contention import contention_slack
 from npusched.model.ir import FeatureMap, MemArea, NpuBlockType, NpuOp, Shape4D, TensorFormat, round_up
 from npusched.model.performance import Direction, Purpose
 from npusched.solver.cascades import rolling_buffer_shape
@@ -713,6 +715,9 @@ def price_op(arch: Any, op: NpuOp, op_sched: OpSchedule, schedule: Schedule, pre
         lut=_lut_transfer(arch, op),
         memcpy=_memcpy_transfer(arch, op, schedule),
     )
+    if arch.estimator is Estimator.CONTENTION:
+        buffered_bytes = encoded.total_bytes if encoded is not None and buffering.is_buffered else 0
+        slack = contention_slack(arch, result, slack, buffered_bytes)
     return result, slack, full_transfer
 
 
