@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 
 from npusched import __version__
 from npusched.errors import exit_status
+from npusched.model.arch import Estimator
 
 # The time limit counts from here: the user waits for the heavy imports (done lazily, in _run) too.
 STARTED = time.monotonic()
@@ -65,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"CP-SAT search workers, 1-{WORKERS_MAX} (default: the number of CPUs)")
     sched.add_argument("--seed", type=_seed, default=0,
                        help="CP-SAT random seed, a 32-bit signed integer (default: %(default)s)")
+    sched.add_argument("--estimator", choices=[e.value for e in Estimator], default=Estimator.VELA.value,
+                       help="how passes are priced: 'vela' as Vela's estimate (its figures, its backend's), "
+                            "'contention' with prefetched weights sharing the memory bandwidth of the pass they "
+                            "hide under; the summary shows both (default: vela)")
     sched.add_argument("--deterministic", action="store_true",
                        help="reproducible CP-SAT search: same inputs, seed and workers give the same schedule")
     out = parser.add_argument_group("output")
@@ -166,6 +171,7 @@ def _run(args: argparse.Namespace) -> int:
         workers=args.workers,
         seed=args.seed,
         deterministic=args.deterministic,
+        estimator=args.estimator,
     )
     if args.pareto is not None:
         return _pareto(args, options)

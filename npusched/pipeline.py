@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from npusched.errors import ScheduleError, StagingLimitError
+from npusched.errors import ConfigError, ScheduleError, StagingLimitError
 from npusched.io.tflite_reader import read_tflite
-from npusched.model.arch import load_architecture
+from npusched.model.arch import Estimator, load_architecture
 from npusched.model.graph import Network, lower_model
 from npusched.model.validate import validate_model
 from npusched.solver.evaluator import Evaluation, evaluate, staging_limit, verify
@@ -40,6 +40,7 @@ class RunOptions:
     workers: int | None = None
     seed: int = 0
     deterministic: bool = False
+    estimator: str = "vela"
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,8 @@ class RunResult:
     timings_seconds: dict[str, float] = field(default_factory=dict)
     solver_report: SolverReport | None = None
     warnings: tuple[str, ...] = ()
+    # The schedule's total under each estimator (the chosen one is ``evaluation.total_cycles``).
+    cycles_by_estimator: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -99,8 +102,8 @@ def run_options_from_vela_args(model_path: Path, config: dict[str, Any], **overr
 
 
 def architecture(options: RunOptions) -> Any:
-    """The hardware description the options name."""
-    return load_architecture(
+    """The hardware description the options name, pricing passes with the options' estimator."""
+    arch = load_architecture(
         accelerator_config=options.accelerator_config,
         config_files=list(options.config_files) or None,
         system_config=options.system_config,
@@ -108,6 +111,12 @@ def architecture(options: RunOptions) -> Any:
         arena_cache_size=options.arena_cache_size,
         optimise=options.optimise,
     )
+    try:
+        estimator = Estimator(options.estimator)
+    except ValueError:
+        raise ConfigError(f"unknown estimator '{options.estimator}' (known: "
+                          f"{', '.join(e.value for e in Estimator)})") from None
+    return arch if estimator is arch.estimator else replace(arch, estimator=estimator)
 
 
 def load_network(options: RunOptions) -> tuple[Any, Network, dict[str, float]]:
@@ -155,8 +164,13 @@ def run(options: RunOptions, log: Callable[[str], None] | None = None, started: 
     if problems:
         raise ScheduleError(f"the {options.solver} schedule fails verification: {problems[0]}"
                             + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+    cycles = {arch.estimator.value: evaluation.total_cycles}
+    for other in Estimator:
+        if other is not arch.estimator:
+            cycles[other.value] = evaluate(network, replace(arch, estimator=other), schedule).total_cycles
     return RunResult(options=options, arch=arch, network=network, status=status, schedule=schedule,
-                     evaluation=evaluation, timings_seconds=timings, solver_report=report, warnings=warnings)
+                     evaluation=evaluation, timings_seconds=timings, solver_report=report, warnings=warnings,
+                     cycles_by_estimator=cycles)
 
 
 def _solve(network: Network, arch: Any, options: RunOptions, started: float, log: Callable[[str], None] | None,

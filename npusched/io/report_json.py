@@ -117,6 +117,8 @@ def _totals(result: Any) -> dict[str, Any]:
     if evaluation is not None:
         totals.update({
             "cycles": evaluation.total_cycles,
+            "estimator": result.arch.estimator.value,
+            "cycles_by_estimator": dict(result.cycles_by_estimator),
             "npu_cycles": evaluation.npu_cycles,
             "access_cycles": {area.value: evaluation.access_cycles.get(area, 0.0) for area in ACCESS_AREAS},
             "bytes_read": {area.value: evaluation.bytes_moved(area, direction=Direction.Read) for area in ACCESS_AREAS},

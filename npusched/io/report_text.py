@@ -114,7 +114,9 @@ def format_summary(result: Any, per_layer: bool = True) -> str:
         _kv("Neural network macs", f"{evaluation.macs} MACs/batch"),
         "",
         f"Schedule ({result.options.solver}, {result.schedule.label or 'unnamed'}): {result.status}",
-        _kv("Total cycles", f"{evaluation.total_cycles:.0f}"),
+        _kv("Total cycles", f"{evaluation.total_cycles:.0f} ({arch.estimator.value} estimate)"),
+        *(_kv(f"Total cycles, {name} estimate", f"{cycles:.0f}")
+          for name, cycles in result.cycles_by_estimator.items() if name != arch.estimator.value),
         _kv("NPU cycles", f"{evaluation.npu_cycles:.0f}"),
         *(_kv(f"{area.display_name()} access cycles", f"{evaluation.access_cycles.get(area, 0.0):.0f}")
           for area in ACCESS_AREAS if evaluation.access_cycles.get(area, 0.0)),
