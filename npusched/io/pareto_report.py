@@ -64,11 +64,11 @@ def write_pareto_csv(run: ParetoRun, path: Path) -> None:
 def format_pareto(run: ParetoRun) -> str:
     """The frontier as a text table, with how its ends were found and Vela's points when there are any."""
     frontier = run.frontier
+    last = frontier.frontier[-1]
     lines = [f"Cycles against fast storage: {run.model_name} on {run.hardware} (CP-SAT, every point verified)",
              f"  smallest fit: {frontier.smallest_fit_bytes} bytes"
              + ("" if frontier.smallest_fit_proven else " (not proven the least)"),
-             f"  more memory stops helping at: {frontier.unconstrained_peak_bytes} bytes "
-             f"({frontier.unconstrained_cycles:.0f} cycles)", ""]
+             f"  more memory stops helping at: {last.peak_fast_storage_bytes} bytes ({last.cycles:.0f} cycles)", ""]
     header = f"{'limit (bytes)':>14} {'cycles':>12} {'peak (bytes)':>13} {'bound':>12} {'gap':>7} {'frontier':>8}"
     if run.vela:
         header += f" {'Vela legacy cycles':>19} {'Vela SRAM used':>15}"

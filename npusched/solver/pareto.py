@@ -61,7 +61,8 @@ class ParetoPoint:
 
 @dataclass(frozen=True)
 class Frontier:
-    """Every limit tried, ascending (cycles non-increasing), and how the ends were found."""
+    """Every limit tried, ascending (cycles non-increasing), and how the ends were found: the smallest fit and
+    the peak and cycles of the (last) unconstrained solve, the largest limit tried."""
 
     points: tuple[ParetoPoint, ...]
     smallest_fit_bytes: int
