@@ -107,6 +107,7 @@ def test_limits_are_geometric_between_the_ends() -> None:
     ratios = [b / a for a, b in pairwise(limits)]
     assert max(ratios) / min(ratios) < 1.05  # 64x in six equal steps of 2x
     assert limits_between(1000, 1040, 10) == (1000, 1008, 1024, 1040)  # quantised, no repeats
+    assert limits_between(0, 65536, 3) == (0, 8192, 16384, 32768, 65536)  # from nothing, halvings
 
 
 def test_csv_has_the_documented_columns_and_the_points(pareto, tmp_path: Path) -> None:

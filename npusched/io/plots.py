@@ -42,36 +42,37 @@ def _save(figure: Any, paths: Sequence[Path], option: str) -> None:
 
 
 def plot_pareto(run: ParetoRun, paths: Sequence[Path]) -> None:
-    """Cycles against the fast-storage limit: npusched's frontier as a staircase (a point where more memory
-    buys fewer cycles is marked) and, when run, Vela legacy's cycles at the same arena sizes (hollow where
-    Vela used more SRAM than the arena it was given)."""
+    """Cycles against the fast storage a schedule needs: npusched's frontier as a staircase (each point at the
+    peak of its schedule, which then holds at every larger limit up to the last tried) and, when run, Vela legacy
+    at the SRAM it used with each arena size (hollow where that is more than the arena it was given)."""
     plt = _pyplot()
     frontier = run.frontier
     figure, ax = plt.subplots(figsize=(7, 4.2))
-    kib = [p.limit_bytes / 1024 for p in frontier.points]
-    ax.plot(kib, [p.cycles for p in frontier.points], drawstyle="steps-post", color="tab:blue", alpha=0.6)
-    marked = [p for p in frontier.frontier]
-    ax.plot([p.limit_bytes / 1024 for p in marked], [p.cycles for p in marked], "o", color="tab:blue",
-            label="npusched CP-SAT (verified, within the limit)")
+    kept = frontier.frontier
+    kib = [p.peak_fast_storage_bytes / 1024 for p in kept]
+    cycles = [p.cycles for p in kept]
+    top_kib = frontier.points[-1].limit_bytes / 1024
+    ax.plot([*kib, top_kib], [*cycles, cycles[-1]], drawstyle="steps-post", color="tab:blue", alpha=0.6)
+    ax.plot(kib, cycles, "o", color="tab:blue", label="npusched CP-SAT (verified)")
     within = [v for v in run.vela if not v.error and v.sram_used_bytes <= v.limit_bytes]
     over = [v for v in run.vela if not v.error and v.sram_used_bytes > v.limit_bytes]
     if within:
-        ax.plot([v.limit_bytes / 1024 for v in within], [v.cycles for v in within], "s", color="tab:red",
-                label="Vela legacy")
+        ax.plot([v.sram_used_bytes / 1024 for v in within], [v.cycles for v in within], "s", color="tab:red",
+                label="Vela legacy, arena = each limit")
     if over:
-        ax.plot([v.limit_bytes / 1024 for v in over], [v.cycles for v in over], "s", mfc="none", color="tab:red",
-                label="Vela legacy, over its arena")
+        ax.plot([v.sram_used_bytes / 1024 for v in over], [v.cycles for v in over], "s", mfc="none",
+                color="tab:red", label="Vela legacy, over its arena")
     failed = [v for v in run.vela if v.error]
     if failed:
         sizes = ", ".join(f"{v.limit_bytes / 1024:.4g}" for v in failed)
-        ax.text(0.99, 0.98, f"Vela legacy failed at {sizes} KiB", transform=ax.transAxes, ha="right", va="top",
-                fontsize=8, color="tab:red")
-    if len(kib) > 1 and kib[-1] / kib[0] > 4:
+        ax.text(0.99, 0.98, f"Vela legacy failed with arenas of {sizes} KiB", transform=ax.transAxes, ha="right",
+                va="top", fontsize=8, color="tab:red")
+    if kib[0] > 0 and top_kib / kib[0] > 4:
         ax.set_xscale("log", base=2)
         ax.minorticks_off()
-        ticks = _spread(kib)
+        ticks = _spread([*kib, top_kib])
         ax.set_xticks(ticks, [f"{t:.4g}" for t in ticks])
-    ax.set_xlabel("fast-storage limit (KiB)")
+    ax.set_xlabel("fast storage used (KiB)")
     ax.set_ylabel("cycles")
     # The differences are a few percent of the total: the axis does not start at zero, the right one says how far
     # above the fastest point a cycle count is.
@@ -86,7 +87,8 @@ def plot_pareto(run: ParetoRun, paths: Sequence[Path]) -> None:
 
 
 def _spread(values: Sequence[float]) -> list[float]:
-    """The tick values among ``values`` at least ~15% apart on a log axis (close limits would overprint)."""
+    """The tick values among ``values`` (ascending) at least ~15% apart on a log axis (close ones would
+    overprint)."""
     ticks: list[float] = []
     for value in values:
         if not ticks or value / ticks[-1] >= 1.15:

@@ -111,12 +111,13 @@ class _Found:
 def limits_between(smallest_bytes: int, largest_bytes: int, inner_points: int) -> tuple[int, ...]:
     """``smallest_bytes``, ``largest_bytes`` and ``inner_points`` limits spaced geometrically between them
     (memory needs span orders of magnitude; the curve bends near the small end), each rounded down to the
-    allocation quantum, without repeats."""
+    allocation quantum, without repeats. From a smallest fit of 0 bytes (dedicated SRAM: everything can stay in
+    DRAM) they halve down from the largest."""
     if largest_bytes <= smallest_bytes:
         return (smallest_bytes,)
-    ratio = largest_bytes / max(smallest_bytes, 1)
-    inner = (int(smallest_bytes * ratio ** (i / (inner_points + 1))) // ALLOCATION_QUANTUM * ALLOCATION_QUANTUM
-             for i in range(1, inner_points + 1))
+    base = smallest_bytes or largest_bytes / 2 ** (inner_points + 1)
+    inner = (int(base * (largest_bytes / base) ** (i / (inner_points + 1))) // ALLOCATION_QUANTUM
+             * ALLOCATION_QUANTUM for i in range(1, inner_points + 1))
     return tuple(sorted({smallest_bytes, largest_bytes, *(v for v in inner if smallest_bytes < v < largest_bytes)}))
 
 
