@@ -99,6 +99,14 @@ def test_the_last_point_is_where_more_memory_stops_helping(pareto, network) -> N
     assert unlimited.objective_cycles == pytest.approx(last.cycles)
 
 
+def test_where_memory_buys_nothing_the_curve_is_one_point_and_says_so() -> None:
+    # Sram_Only: the constants sit in memory as fast as the SRAM, so no use of fast storage saves cycles.
+    run = run_pareto(replace(_options(), memory_mode="Sram_Only"), inner_points=3)
+    (point,) = run.frontier.points
+    assert point.limit_bytes == run.frontier.smallest_fit_bytes == run.frontier.unconstrained_peak_bytes
+    assert any("buys nothing" in note for note in run.frontier.notes)
+
+
 def test_limits_are_geometric_between_the_ends() -> None:
     assert limits_between(1024, 1024, 5) == (1024,)
     limits = limits_between(1024, 65536, 5)

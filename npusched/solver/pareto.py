@@ -160,21 +160,22 @@ def pareto_frontier(network: Any, arch_at: Callable[[int], Any], top_limit_bytes
         raise ScheduleError(f"no schedule found within {time_limit_seconds:g} s even with unlimited fast storage; "
                             "a longer --time-limit gives CP-SAT the time to find one")
     unconstrained_peak = top.evaluation.peak_fast_storage
-    say(f"pareto: unconstrained optimum {top.evaluation.total_cycles:.0f} cycles (bound {top.bound_cycles:.0f}) "
-        f"at a peak of {unconstrained_peak} bytes of fast storage")
+    say(f"pareto: unconstrained: {top.evaluation.total_cycles:.0f} cycles (bound {top.bound_cycles:.0f}) at a "
+        f"peak of {unconstrained_peak} bytes of fast storage")
 
     references = tuple(s for s in (top_hint, _max_schedule(network, top_arch)) if s is not None)
     seconds = budget.next(shares=2)
     smallest, proven = smallest_fast_storage(NetworkFacts(network, top_arch), references, time.monotonic() + seconds)
     notes = []
-    if smallest < 0 or smallest > unconstrained_peak:
-        notes.append(f"the smallest fit was not found within {seconds:.1f} s; the curve starts at the unconstrained "
-                     "optimum's peak")
+    if smallest < 0:
+        notes.append(f"the smallest fit was not found within {seconds:.1f} s, so the curve has one point; a longer "
+                     "--time-limit gives CP-SAT the time to build and solve its models")
+    if smallest < 0 or smallest > unconstrained_peak:  # (the latter: CP-SAT stopped above a size known to fit)
         smallest, proven = unconstrained_peak, False
     say(f"pareto: the smallest fit is {smallest} bytes" + ("" if proven else " or fewer (not proven)"))
 
     limits = limits_between(smallest, unconstrained_peak, inner_points)
-    if len(limits) == 1:
+    if len(limits) == 1 and proven:
         notes.append("the smallest fit is also the unconstrained optimum's peak: more fast storage buys nothing")
     found = [top]
     for number, limit in enumerate(limits[:-1], start=1):
