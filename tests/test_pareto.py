@@ -107,6 +107,19 @@ def test_where_memory_buys_nothing_the_curve_is_one_point_and_says_so() -> None:
     assert any("buys nothing" in note for note in run.frontier.notes)
 
 
+def test_bisection_places_a_limit_where_the_cycles_drop(pareto) -> None:
+    # inner_points=3: two limits spaced geometrically, one by bisection inside a step of the curve.
+    frontier = pareto.frontier
+    geometric = limits_between(frontier.smallest_fit_bytes, frontier.unconstrained_peak_bytes, 2)
+    (bisected,) = [p for p in frontier.points if p.limit_bytes not in geometric]
+    below = max((p for p in frontier.points if p.limit_bytes < bisected.limit_bytes and p.limit_bytes in geometric),
+                key=lambda p: p.limit_bytes)
+    above = min((p for p in frontier.points if p.limit_bytes > bisected.limit_bytes and p.limit_bytes in geometric),
+                key=lambda p: p.limit_bytes)
+    assert below.cycles > above.cycles  # it was placed in a step, not on a flat stretch
+    assert below.limit_bytes < bisected.limit_bytes < above.peak_fast_storage_bytes
+
+
 def test_limits_are_geometric_between_the_ends() -> None:
     assert limits_between(1024, 1024, 5) == (1024,)
     limits = limits_between(1024, 65536, 5)

@@ -2,18 +2,20 @@
 limits, from the smallest limit any candidate schedule fits in up to the peak of the unconstrained optimum (where
 more memory stops helping).
 
-The limits are the smallest fit (``cpsat.smallest_fast_storage``), that peak, and ``inner_points`` limits spaced
-geometrically between them. They are solved smallest first and every schedule found is a candidate at every
-limit it fits (each solve is hinted with the fastest one so far, or Vela's heuristic for that limit when it is
-faster), so cycles never increase with the limit. CP-SAT's candidate space depends on its hint, so a smaller
-limit's solve can beat the unconstrained one; the unconstrained solve is then repeated from the best schedule.
-A solve's bound holds over its own candidate space at its limit and every smaller one: a point's bound is the
-largest such bound at or above its limit that does not exceed its cycles, which gives its gap. ``run_pareto``
-loads the model and, when asked, runs Vela's legacy core at the same arena sizes for comparison.
+The limits are the smallest fit (``cpsat.smallest_fast_storage``), that peak, and ``inner_points`` limits between:
+half of them (rounded up) spaced geometrically, the others placed one at a time by bisection in the step of the
+curve where cycles drop most (where it bends). Every schedule found is a candidate at every limit it fits (each
+solve is hinted with the fastest one so far, or Vela's heuristic for that limit when it is faster), so cycles
+never increase with the limit. CP-SAT's candidate space depends on its hint, so a smaller limit's solve can beat
+the unconstrained one; the unconstrained solve is then repeated from the best schedule. A solve's bound holds
+over its own candidate space at its limit and every smaller one: a point's bound is the largest such bound at or
+above its limit that does not exceed its cycles, which gives its gap. ``run_pareto`` loads the model and, when
+asked, runs Vela's legacy core at the same arena sizes for comparison.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -174,20 +176,31 @@ def pareto_frontier(network: Any, arch_at: Callable[[int], Any], top_limit_bytes
         smallest, proven = unconstrained_peak, False
     say(f"pareto: the smallest fit is {smallest} bytes" + ("" if proven else " or fewer (not proven)"))
 
-    limits = limits_between(smallest, unconstrained_peak, inner_points)
+    # Half the inner limits (rounded up) spaced geometrically, the others placed by bisection where cycles drop.
+    geometric = (inner_points + 1) // 2
+    limits = limits_between(smallest, unconstrained_peak, geometric)
     if len(limits) == 1 and proven:
         notes.append("the smallest fit is also the unconstrained optimum's peak: more fast storage buys nothing")
     found = [top]
-    for number, limit in enumerate(limits[:-1], start=1):
+    planned = len(limits) + inner_points - geometric
+    queue = list(limits[:-1])
+    for number in range(1, planned):
+        if not queue:
+            bend = _bisection(limits, found)
+            if bend is None:
+                break
+            limits = tuple(sorted({*limits, bend}))
+            queue.append(bend)
+        limit = queue.pop(0)
         seconds = budget.next()
         point_start = time.monotonic()
         result = solve(limit, _best_hint(network, arch_at(limit), found), seconds)
         if result is None:
             notes.append(f"no schedule within {limit} bytes was found in {seconds:.1f} s")
-            say(f"pareto {number}/{len(limits)}: {limit} bytes: nothing found in {seconds:.1f} s")
+            say(f"pareto {number}/{planned}: {limit} bytes: nothing found in {seconds:.1f} s")
             continue
         found.append(result)
-        say(f"pareto {number}/{len(limits)}: {limit} bytes: {result.evaluation.total_cycles:.0f} cycles, peak "
+        say(f"pareto {number}/{planned}: {limit} bytes: {result.evaluation.total_cycles:.0f} cycles, peak "
             f"{result.evaluation.peak_fast_storage} bytes, bound {result.bound_cycles:.0f}, "
             f"{time.monotonic() - point_start:.1f} s")
     best = min(found, key=lambda f: f.evaluation.total_cycles)
@@ -198,19 +211,40 @@ def pareto_frontier(network: Any, arch_at: Callable[[int], Any], top_limit_bytes
         if again is not None:
             found.append(again)
             top = again
-            say(f"pareto {len(limits)}/{len(limits)}: unconstrained again: {again.evaluation.total_cycles:.0f} "
+            say(f"pareto: unconstrained again: {again.evaluation.total_cycles:.0f} "
                 f"cycles, peak {again.evaluation.peak_fast_storage} bytes, bound {again.bound_cycles:.0f}")
             limits = tuple(sorted({*limits, again.evaluation.peak_fast_storage}))
     points = _assemble(network, arch_at, limits, found)
     return Frontier(points, smallest, proven, limits[-1], top.evaluation.total_cycles, tuple(notes))
 
 
+def _fastest_within(limit: int, found: Sequence[_Found]) -> _Found | None:
+    fitting = [f for f in found if f.evaluation.peak_fast_storage <= limit]
+    return min(fitting, key=lambda f: (f.evaluation.total_cycles, f.evaluation.peak_fast_storage), default=None)
+
+
+def _bisection(limits: Sequence[int], found: Sequence[_Found]) -> int | None:
+    """The middle of the widest-dropping step of the curve so far: between two neighbouring limits ``a < b``
+    whose fastest schedules differ, the bend lies above ``a`` and at most at the peak of ``b``'s schedule. None
+    when every drop is located to within an allocation quantum."""
+    steps = []
+    for low, high in itertools.pairwise(limits):
+        below, above = _fastest_within(low, found), _fastest_within(high, found)
+        if below is None or above is None:
+            continue
+        drop = below.evaluation.total_cycles - above.evaluation.total_cycles
+        middle = (low + above.evaluation.peak_fast_storage) // 2 // ALLOCATION_QUANTUM * ALLOCATION_QUANTUM
+        if drop > CYCLES_TOLERANCE and low < middle < above.evaluation.peak_fast_storage:
+            steps.append((drop, middle))
+    return max(steps)[1] if steps else None
+
+
 def _best_hint(network: Any, arch: Any, found: Sequence[_Found]) -> Schedule | None:
     """The fastest schedule that fits ``arch``'s limit among those found so far and Vela's heuristic for that limit
     (whose choices also widen CP-SAT's candidates); the heuristic's when nothing fits (still a reference)."""
     heuristic = _heuristic(network, arch)
-    options = [(f.evaluation.total_cycles, f.schedule) for f in found
-               if f.evaluation.peak_fast_storage <= staging_limit(arch)]
+    fastest = _fastest_within(staging_limit(arch), found)
+    options = [(fastest.evaluation.total_cycles, fastest.schedule)] if fastest is not None else []
     if heuristic is not None:
         evaluation = evaluate(network, arch, heuristic)
         if not verify(network, arch, heuristic, evaluation):
@@ -262,10 +296,9 @@ def _assemble(network: Any, arch_at: Callable[[int], Any], limits: Sequence[int]
     points: list[ParetoPoint] = []
     best_so_far = math.inf
     for limit in limits:
-        fitting = [f for f in found if f.evaluation.peak_fast_storage <= limit]
-        if not fitting:
+        best = _fastest_within(limit, found)
+        if best is None:
             continue
-        best = min(fitting, key=lambda f: (f.evaluation.total_cycles, f.evaluation.peak_fast_storage))
         problems = verify(network, arch_at(limit), best.schedule, best.evaluation)
         if problems:  # cannot happen (fitting was judged on the same evaluation); the judge has the last word
             raise ScheduleError(f"the frontier's schedule at {limit} bytes fails verification: {problems[0]}")
