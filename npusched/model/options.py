@@ -37,10 +37,19 @@ from npusched.model.block_config import (
     BlockConfig,
     enumerate_block_configs,
     find_block_config,
-    get_ifm_area_required,
     op_block_inputs,
 )
 from npusched.model.ir import FeatureMap, MemArea, NpuBlockType, NpuOp, Shape4D, TensorFormat, ceil_div, round_up
+from npusched.model.rules import (
+    ALLOCATION_QUANTUM,
+    allocation_bytes,
+    brick_padded_bytes,
+    ifm_stripes,
+    pareto_front,
+    pricing_weight_stream,
+    storage_size,
+    weights_need_dma,
+)
 
 __all__ = [
     "ACCESS_AREAS",
@@ -60,10 +69,6 @@ __all__ = [
 
 # Order of the per-memory access cycles in ``OptionPrice.access_cycles``.
 ACCESS_AREAS: tuple[MemArea, ...] = perf.ACCESS_AREAS
-# Every allocation is a multiple of this many bytes (Vela's Tensor.AllocationQuantum).
-_ALLOCATION_QUANTUM = 16
-# Rolling buffers and cascade stripes are sized in whole 16-channel bricks.
-_BRICK_DEPTH = 16
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -220,10 +225,7 @@ def option_key(option: OpOption) -> tuple[int, int, int, int]:
 def weights_buffered_by_default(arch: Any, op: NpuOp) -> bool:
     """Vela buffers an op's weights in fast storage when they sit in a slower, separate permanent memory, except
     for fully connected ops (their weights are read once, in place)."""
-    if op.weights is None or op.op_type == "FullyConnected":
-        return False
-    return (arch.permanent_storage_mem_area in (MemArea.Dram, MemArea.OffChipFlash)
-            and arch.permanent_storage_mem_area != arch.fast_storage_mem_area)
+    return op.op_type != "FullyConnected" and weights_need_dma(arch, op)
 
 
 def _placement(arch: Any, fm: FeatureMap, placements: Mapping[FeatureMap, Any] | None) -> tuple[MemArea, TensorFormat]:
@@ -237,40 +239,8 @@ def _placement(arch: Any, fm: FeatureMap, placements: Mapping[FeatureMap, Any] |
     return place.mem_area, place.format
 
 
-def _storage_size(fm: FeatureMap, fmt: TensorFormat) -> int:
-    """Bytes a feature map occupies (bricks pad the depth to 16), rounded to the allocation quantum."""
-    shape = fm.shape
-    rank = len(fm.orig_shape) if fm.orig_shape is not None else 4
-    if fmt == TensorFormat.NHCWB16 and 0 < rank <= 4:
-        shape = shape.with_depth(round_up(shape.depth, _BRICK_DEPTH))
-    return round_up(max(shape.elements() * fm.dtype.size_in_bytes, 1), _ALLOCATION_QUANTUM)
-
-
 # --------------------------------------------------------------------------------------------------------------
 # Stripes
-
-
-def _brick_bytes(shape: Shape4D | None, element_bytes: int) -> int:
-    if shape is None:
-        return 0
-    return shape.batch * shape.height * shape.width * round_up(shape.depth, _BRICK_DEPTH) * element_bytes
-
-
-def _stripe_inputs(op: NpuOp, ofm_stripe: Shape4D) -> tuple[Shape4D, Shape4D | None]:
-    """IFM/IFM2 stripes for an OFM stripe: the full inputs at full height, otherwise the rows and columns the
-    kernel reads, clamped to the inputs (Vela's create_scheduler_info)."""
-    ifm = op.ifm.shape
-    ifm2 = op.ifm2.shape if op.ifm2 is not None else None
-    if ofm_stripe == op.ofm.shape:
-        return ifm, ifm2
-    width, height = get_ifm_area_required(ofm_stripe, op.kernel, op.resampling_mode)
-    height = min(height, ifm.height)
-    width = min(width, ifm.width)
-    stripe_ifm = ifm.with_hw(height, width)
-    stripe_ifm2 = None
-    if ifm2 is not None:
-        stripe_ifm2 = ifm2.with_hw(min(height, ifm2.height), min(width, ifm2.width))
-    return stripe_ifm, stripe_ifm2
 
 
 def stripe_choice(arch: Any, op: NpuOp, height: int) -> StripeChoice:
@@ -278,7 +248,7 @@ def stripe_choice(arch: Any, op: NpuOp, height: int) -> StripeChoice:
     full = op.ofm.shape
     height = max(1, min(int(height), full.height))
     ofm = full.with_height(height)
-    ifm, ifm2 = _stripe_inputs(op, ofm)
+    ifm, ifm2 = ifm_stripes(op, ofm)
     config = find_block_config(arch, ofm_shape=ofm, ifm_shape=ifm, ifm2_shape=ifm2, **op_block_inputs(op))
     vela_block = None
     if config is not None:
@@ -286,9 +256,10 @@ def stripe_choice(arch: Any, op: NpuOp, height: int) -> StripeChoice:
         vela_block = (blk.height, blk.width, blk.depth)
     return StripeChoice(
         op_index=op.index, ofm=ofm, ifm=ifm, ifm2=ifm2, count=ceil_div(full.height, height),
-        ofm_bytes=_brick_bytes(ofm, op.ofm.tensor.dtype.size_in_bytes),
-        ifm_bytes=_brick_bytes(ifm, op.ifm.tensor.dtype.size_in_bytes),
-        ifm2_bytes=_brick_bytes(ifm2, op.ifm2.tensor.dtype.size_in_bytes) if op.ifm2 is not None else 0,
+        ofm_bytes=brick_padded_bytes(ofm, op.ofm.tensor.dtype.size_in_bytes),
+        ifm_bytes=brick_padded_bytes(ifm, op.ifm.tensor.dtype.size_in_bytes),
+        ifm2_bytes=(brick_padded_bytes(ifm2, op.ifm2.tensor.dtype.size_in_bytes)
+                    if op.ifm2 is not None and ifm2 is not None else 0),
         vela_block=vela_block,
     )
 
@@ -322,11 +293,11 @@ def _op_context(arch: Any, op: NpuOp, placements: Mapping[FeatureMap, Any] | Non
                               ifm_area=ifm_area, ofm_area=ofm_area, ifm2_area=ifm2_area, const_area=const_area)
     lut = None
     if op.activation_lut is not None:
-        size = round_up(max(op.activation_lut.size_in_bytes, 1), _ALLOCATION_QUANTUM)
-        lut = perf.DmaTransfer(arch.permanent_storage_mem_area, MemArea.Shram, size)
+        lut = perf.DmaTransfer(arch.permanent_storage_mem_area, MemArea.Shram,
+                               allocation_bytes(op.activation_lut.size_in_bytes))
     memcpy = None
     if op.npu_block_type == NpuBlockType.Dma:
-        memcpy = perf.DmaTransfer(ifm_area, ofm_area, _storage_size(op.ifm.tensor, ifm_fmt))
+        memcpy = perf.DmaTransfer(ifm_area, ofm_area, storage_size(op.ifm.tensor, ifm_fmt))
     return _OpContext(op, query, buffered, lut, memcpy)
 
 
@@ -335,20 +306,11 @@ def _weight_stream(arch: Any, ctx: _OpContext, block_depth: int) -> tuple[perf.W
     if op.weights is None:
         return None, 0
     encoded = wts.encode_op_weights(arch, op, block_depth, (0, op.ofm.shape.depth))
-    elements = int(op.weights.values.size)
     if not ctx.buffered:
-        return perf.WeightStream(encoded_bytes=encoded.total_bytes, original_elements=elements,
-                                 source_area=arch.permanent_storage_mem_area,
-                                 scale_element_bytes=wts.SCALE_ENTRY_BYTES), encoded.total_bytes
-    first = tuple(r.total_bytes for r in encoded.ranges if r.slice_index == 0)
+        return pricing_weight_stream(arch, op, encoded, perf.WeightBuffering.NONE), encoded.total_bytes
     transfer = perf.measure_mem2mem_cycles(arch, arch.permanent_storage_mem_area, arch.fast_storage_mem_area,
                                            encoded.total_bytes)
-    stream = perf.WeightStream(
-        encoded_bytes=encoded.total_bytes, original_elements=elements, source_area=arch.permanent_storage_mem_area,
-        buffering=perf.WeightBuffering.SINGLE, buffer_area=arch.fast_storage_mem_area,
-        first_slice_bytes_per_core=first, full_transfer_cycles=transfer, scale_element_bytes=wts.SCALE_ENTRY_BYTES,
-    )
-    return stream, encoded.total_bytes
+    return pricing_weight_stream(arch, op, encoded, perf.WeightBuffering.SINGLE, transfer), encoded.total_bytes
 
 
 def _price(arch: Any, ctx: _OpContext, config: BlockConfig,
@@ -366,7 +328,7 @@ def _price(arch: Any, ctx: _OpContext, config: BlockConfig,
     return OptionPrice(
         op_cycles=int(result.op_cycles), npu_cycles=result.npu_cycles, access_cycles=access,
         total_cycles=result.total_cycles, macs=result.macs, encoded_weight_bytes=encoded_bytes,
-        weight_buffer_bytes=round_up(encoded_bytes, _ALLOCATION_QUANTUM) if ctx.buffered else 0,
+        weight_buffer_bytes=round_up(encoded_bytes, ALLOCATION_QUANTUM) if ctx.buffered else 0,
     )
 
 
@@ -519,21 +481,9 @@ def _group_by_stripe(option: OpOption) -> object:
 
 
 def _front_mask(table: np.ndarray) -> list[bool]:
-    """Keep-mask over the rows of ``table``: a row goes when a kept row is no larger in every column (lower is
-    better), so of equal rows only the first stays."""
-    n = len(table)
-    if n <= 1:
-        return [True] * n
-    order = np.lexsort(table.T[::-1])  # by the first column, ties by the next ...; stable
-    front = np.empty_like(table)
-    size = 0
-    keep = [False] * n
-    for idx in order.tolist():
-        row = table[idx]
-        if size and bool((front[:size] <= row).all(axis=1).any()):
-            continue
-        front[size] = row
-        size += 1
+    """Keep-mask over the rows of ``table`` (``pareto_front``)."""
+    keep = [False] * len(table)
+    for idx in pareto_front(table):
         keep[idx] = True
     return keep
 

@@ -17,24 +17,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from npusched.model.ir import FeatureMap, NpuBlockType, NpuOp, Shape4D, TensorFormat, round_up
-
-ALLOCATION_QUANTUM = 16
+from npusched.model.rules import BRICK_DEPTH, allocation_bytes, brick_padded_bytes, may_cascade, operand_bytes
 
 # Block types whose passes never take part in a cascade.
 _NEVER_CASCADED = (NpuBlockType.Default, NpuBlockType.VectorProduct, NpuBlockType.ReduceSum)
-
-
-def fm_bytes(shape: Shape4D, fmt: TensorFormat, element_bytes: int) -> int:
-    """Bytes Vela's scheduler reserves for a whole operand: depth padded to 16 in brick format, then rounded up
-    to the allocation quantum."""
-    if fmt == TensorFormat.NHCWB16:
-        shape = shape.with_depth(round_up(shape.depth, 16))
-    return round_up(shape.elements() * element_bytes, ALLOCATION_QUANTUM)
-
-
-def buffer_storage_bytes(size: int) -> int:
-    """Storage of a weight buffer tensor of ``size`` bytes (an empty one still takes one quantum)."""
-    return round_up(max(size, 1), ALLOCATION_QUANTUM)
 
 
 @dataclass(frozen=True)
@@ -79,17 +65,17 @@ class SchedOp:
 
     @property
     def ifm_bytes(self) -> int:
-        return fm_bytes(self.op.ifm.shape, self.ifm_format, self.ifm.dtype.size_in_bytes)
+        return operand_bytes(self.op.ifm.shape, self.ifm_format, self.ifm.dtype.size_in_bytes)
 
     @property
     def ifm2_bytes(self) -> int:
         if self.op.ifm2 is None or self.ifm2_format is None:
             return 0
-        return fm_bytes(self.op.ifm2.shape, self.ifm2_format, self.op.ifm2.tensor.dtype.size_in_bytes)
+        return operand_bytes(self.op.ifm2.shape, self.ifm2_format, self.op.ifm2.tensor.dtype.size_in_bytes)
 
     @property
     def ofm_bytes(self) -> int:
-        return fm_bytes(self.op.ofm.shape, self.ofm_format, self.ofm.dtype.size_in_bytes)
+        return operand_bytes(self.op.ofm.shape, self.ofm_format, self.ofm.dtype.size_in_bytes)
 
 
 @dataclass(frozen=True)
@@ -101,7 +87,7 @@ class WeightBufferSpec:
 
     @property
     def storage(self) -> int:
-        return buffer_storage_bytes(self.size)
+        return allocation_bytes(self.size)
 
 
 @dataclass(frozen=True)
@@ -155,7 +141,7 @@ def rolling_buffer_shape(producer_stripe: Shape4D, consumer_ifm_stripe: Shape4D)
     """
     height = round_up(producer_stripe.height + consumer_ifm_stripe.height, consumer_ifm_stripe.height)
     width = max(producer_stripe.width, consumer_ifm_stripe.width)
-    return Shape4D(1, height, width, round_up(producer_stripe.depth, 16))
+    return Shape4D(1, height, width, round_up(producer_stripe.depth, BRICK_DEPTH))
 
 
 def is_cascadable(sop: SchedOp, cost: StripeCost) -> bool:
@@ -174,13 +160,13 @@ def estimate_sram_usage(sop: SchedOp, cost: StripeCost, non_local: int) -> int:
     if sop.requires_full_ifm:
         ifm = sop.ifm_bytes
     else:
-        ifm = cost.stripe_input.with_depth(round_up(cost.stripe_input.depth, 16)).elements() * element
+        ifm = brick_padded_bytes(cost.stripe_input, element)
     if sop.ofm_reuses_ifm:
         ofm = 0
     elif sop.requires_full_ofm:
         ofm = sop.ofm_bytes
     else:
-        ofm = cost.stripe.with_depth(round_up(cost.stripe.depth, 16)).elements() * sop.ofm.dtype.size_in_bytes
+        ofm = brick_padded_bytes(cost.stripe, sop.ofm.dtype.size_in_bytes)
     return ifm + ifm2 + ofm + non_local
 
 
@@ -248,10 +234,8 @@ def build_cascades(
         while len(producer.dependants) == 1:
             nxt = all_ops[producer.dependants[0]]
             if (nxt.pos in chosen or nxt.pos not in ref_costs or not is_cascadable(nxt, ref_costs[nxt.pos])
-                    or producer.ofm_shape != nxt.ifm_shape or nxt.requires_full_ifm or producer.requires_full_ofm):
-                break
-            if producer.pos + 1 != nxt.pos:
-                break  # joining would need the passes reordered
+                    or not may_cascade(producer, nxt)):
+                break  # taken, not striped, or not joinable without reordering the passes
             _, ifm_buffer = buffer_between(producer, nxt)
             alone = estimate_sram_usage(nxt, fallback_costs[nxt.pos], non_local.get(nxt.pos, 0))
             members.append(nxt)

@@ -18,11 +18,17 @@ Where candidates come from (and how many, per subgraph of n passes):
   heights (1..``SMALL_STRIPES`` and the ``STRIPE_HEIGHTS`` largest powers of two above, below the OFM height),
   each pass with Vela's block config for its stripe or the fastest one that fits it, weights all buffered or all
   in place: <= n x (MAX_CASCADE_LENGTH - 1) x (SMALL_STRIPES + STRIPE_HEIGHTS) x 4;
-* and every such run once more with Vela's minimal stripes (each pass as many rows as the next pass's vertical
-  stride, even for a nearest-neighbour upscaling pass: the stripes of Vela's ``--optimise Size`` schedule), the same
-  four ways: <= n x (MAX_CASCADE_LENGTH - 1) x 4. Stripes derived backwards from a final height double at every
-  stride-2 pass and are even throughout a cascade with an upscaling pass, so their rolling buffers can be larger:
-  with them alone the smallest fit of mobilenet_v2_224_int8 was 376,320 bytes, with these it is Vela's 361,984.
+* and every such run twice more, the same four ways (<= n x (MAX_CASCADE_LENGTH - 1) x 8): with Vela's minimal
+  stripes (each pass as many rows as the next pass's vertical stride, even for a nearest-neighbour upscaling pass:
+  the stripes of Vela's ``--optimise Size`` schedule) and with one-row stripes (two for an upscaling pass), whose
+  rolling buffers are the smallest a cascade can have: a rolling buffer holds round_up(producer rows + consumer
+  IFM rows, consumer IFM rows) rows, so a producer writing one row before a stride-2 consumer needs half the rows
+  of one writing two. Vela never proposes those, but its backend compiles them: Vela 5.2.0 legacy with its minimal
+  schedule patched to one-row stripes compiles mobilenet_v2_224_int8 in 358,400 bytes of SRAM
+  (tests/test_small_memory.py runs it). Stripes derived backwards from a final height double at every stride-2
+  pass and are even throughout a cascade with an upscaling pass, so their rolling buffers are larger: with them
+  alone the smallest fit of mobilenet_v2_224_int8 was 376,320 bytes; Vela's minimal stripes give its 361,984,
+  one-row stripes 358,400. Duplicate stripe sets (a run without strides or upscaling) are made once.
 
 Longer cascades were measured and left out: allowing 32 passes lowered the smallest fit of none of
 kws_dscnn_int8, person_detect, str_ww_int8, vww_96_int8, mobilenet_v2_224_int8 and resnet_large_ic_int8 (nor 24 of
@@ -51,11 +57,19 @@ from functools import cached_property
 from typing import Any
 
 from npusched.model import weights as wts
-from npusched.model.block_config import find_block_config_for_op, get_ifm_area_required
-from npusched.model.ir import FeatureMap, NpuOp, ResamplingMode, Shape4D, round_up
+from npusched.model.block_config import find_block_config_for_op
+from npusched.model.ir import FeatureMap, NpuOp, Shape4D, round_up
 from npusched.model.options import OpOption, drop_dominated, price_options
+from npusched.model.rules import (
+    ALLOCATION_QUANTUM,
+    cascade_stripes,
+    ifm_stripes,
+    may_cascade,
+    minimal_stripe_height,
+    weights_need_dma,
+)
 from npusched.solver.cascades import SchedOp, rolling_buffer_shape
-from npusched.solver.evaluator import ALLOCATION_QUANTUM, TensorUse, price_op, weights_need_dma
+from npusched.solver.evaluator import TensorUse, price_op
 from npusched.solver.schedule import EncodedWeightsRef, OpSchedule, Schedule, TensorPlacement, WeightBuffering
 
 BLOCK_CONFIGS_PER_OP = 3
@@ -143,7 +157,7 @@ class SubgraphFacts:
             end = start
             while end + 1 < n and end - start + 1 < MAX_CASCADE_LENGTH and links[end]:
                 end += 1
-                options = [_minimal_stripes(self, start, end)] + [
+                options = [_minimal_stripes(self, start, end, True), _minimal_stripes(self, start, end, False)] + [
                     _cascade_stripes(self, start, end, h) for h in stripe_heights(self.sched_ops[end].ofm_shape.height)]
                 runs.update(((start, end, tuple(stripes)), None) for stripes in options if stripes is not None)
         return tuple(runs)
@@ -204,19 +218,6 @@ def make_candidate(facts: SubgraphFacts, start: int, ops: Sequence[OpSchedule], 
                      before, at, after, reuse, key)
 
 
-def _ifm_stripes(op: NpuOp, stripe: Shape4D) -> tuple[Shape4D, Shape4D | None]:
-    ifm = op.ifm.shape
-    ifm2 = op.ifm2.shape if op.ifm2 is not None else None
-    if stripe == op.ofm.shape:
-        return ifm, ifm2
-    width, height = get_ifm_area_required(stripe, op.kernel, op.resampling_mode)
-    ifm_stripe = ifm.with_hw(min(height, ifm.height), min(width, ifm.width))
-    ifm2_stripe = None
-    if ifm2 is not None:
-        ifm2_stripe = ifm2.with_hw(min(height, ifm2.height), min(width, ifm2.width))
-    return ifm_stripe, ifm2_stripe
-
-
 def single_candidates(arch: Any, facts: SubgraphFacts, pos: int,
                       options: Mapping[bool, Sequence[OpOption]]) -> list[Candidate]:
     """A pass alone: its best few block configs (``options``: its full-height options per weight buffering),
@@ -254,45 +255,23 @@ def vela_single_candidates(arch: Any, facts: SubgraphFacts, pos: int) -> list[Ca
 def cascade_links(facts: SubgraphFacts) -> list[bool]:
     """links[k]: may pass k+1 join a cascade with pass k (Vela's rules that do not depend on the stripe)."""
     sops = facts.sched_ops
-    links = []
-    for k in range(len(sops) - 1):
-        producer, consumer = sops[k], sops[k + 1]
-        ok = (producer.cascadable_kind and consumer.cascadable_kind and producer.dependants == (k + 1,)
-              and consumer.op.ifm.tensor == producer.op.ofm.tensor)
-        ok = ok and producer.ofm_shape == consumer.ifm_shape
-        ok = ok and not consumer.requires_full_ifm and not producer.requires_full_ofm
-        links.append(bool(ok))
-    return links
+    return [may_cascade(sops[k], sops[k + 1]) for k in range(len(sops) - 1)]
 
 
 def _cascade_stripes(facts: SubgraphFacts, start: int, end: int, final_height: int) -> list[Shape4D] | None:
     """OFM stripes of passes start..end derived backwards from the last pass's stripe height (Vela's rule:
     each producer's stripe is its consumer's stripe times the consumer's vertical stride)."""
-    sops = facts.sched_ops
-    force_even = any(sops[p].op.resampling_mode == ResamplingMode.NEAREST for p in range(start, end + 1))
-    stripes: list[Shape4D] = []
-    stripe = sops[end].ofm_shape.with_height(final_height)
-    for pos in range(end, start - 1, -1):
-        sop = sops[pos]
-        if stripe.height >= sop.ofm_shape.height:
-            return None  # that pass would not be striped
-        stripes.append(stripe)
-        upscale = 1 if sop.op.resampling_mode == ResamplingMode.NONE else 2
-        height = stripe.height + (stripe.height % 2 if force_even else stripe.height % upscale)
-        stripe = sop.ifm_shape.with_height(height * sop.op.kernel.stride_y)
-    return list(reversed(stripes))
+    return cascade_stripes([sop.op for sop in facts.sched_ops[start:end + 1]], final_height)
 
 
-def _minimal_stripes(facts: SubgraphFacts, start: int, end: int) -> list[Shape4D] | None:
-    """OFM stripes of passes start..end as Vela's minimal (``--optimise Size``) schedule sets them: each pass
-    writes as many rows as the next pass in execution order steps over (its vertical stride; 1 for the last),
-    an even number for a nearest-neighbour upscaling pass."""
+def _minimal_stripes(facts: SubgraphFacts, start: int, end: int, follow_stride: bool) -> list[Shape4D] | None:
+    """Smallest OFM stripes of passes start..end: with ``follow_stride`` as Vela's minimal (``--optimise Size``)
+    schedule sets them (as many rows as the next pass steps over), else one row; even for an upscaling pass."""
     sops = facts.sched_ops
     stripes = []
     for pos in range(start, end + 1):
-        height = sops[pos + 1].op.kernel.stride_y if pos + 1 < len(sops) else 1
-        if sops[pos].op.resampling_mode == ResamplingMode.NEAREST:
-            height += height % 2
+        after = sops[pos + 1].op if follow_stride and pos + 1 < len(sops) else None
+        height = minimal_stripe_height(sops[pos].op, after)  # without a next pass: one row
         if height >= sops[pos].ofm_shape.height:
             return None  # that pass would not be striped
         stripes.append(sops[pos].ofm_shape.with_height(height))
@@ -308,7 +287,7 @@ def cascade_candidate(arch: Any, facts: SubgraphFacts, start: int, stripes: Sequ
     for k, stripe in enumerate(stripes):
         op = facts.sg.ops[start + k]
         buf = buffered and weights_need_dma(arch, op)
-        ifm_stripe, ifm2_stripe = _ifm_stripes(op, stripe)
+        ifm_stripe, ifm2_stripe = ifm_stripes(op, stripe)
         if fastest is not None:
             config = fastest.get((start + k, buf, stripe.height))
         else:
@@ -379,11 +358,13 @@ def segments_of(schedule: Schedule, sg: Any) -> list[tuple[int, tuple[OpSchedule
 
 
 def all_candidates(arch: Any, facts: SubgraphFacts, references: Sequence[Schedule], hint_first: bool = False,
-                   lo: int = 0, hi: int | None = None, light: bool = False) -> list[Candidate]:
+                   lo: int = 0, hi: int | None = None, light: bool = False,
+                   priced: tuple[dict[int, Any], dict[tuple[int, bool, int], Any]] | None = None) -> list[Candidate]:
     """Every candidate of one subgraph (see the module docstring) that lies within positions ``lo..hi`` (default:
     the whole subgraph), without duplicates; with ``hint_first`` the first reference is the hint and its
     candidates are marked "hint". ``light`` keeps to Vela's block configs (no option is priced to find faster
-    ones), for a first quick pass over a large network."""
+    ones), for a first quick pass over a large network. ``priced`` is ``price_positions`` over ``lo..hi`` when the
+    caller has it already."""
     hi = len(facts.sg.ops) - 1 if hi is None else hi
     cands: list[Candidate] = []
     for number, ref in enumerate(references):
@@ -396,7 +377,7 @@ def all_candidates(arch: Any, facts: SubgraphFacts, references: Sequence[Schedul
         for pos in range(lo, hi + 1):
             cands.extend(vela_single_candidates(arch, facts, pos))
     else:
-        full, fastest = price_positions(arch, facts, range(lo, hi + 1))
+        full, fastest = priced if priced is not None else price_positions(arch, facts, range(lo, hi + 1))
         for pos in range(lo, hi + 1):
             cands.extend(single_candidates(arch, facts, pos, full[pos]))
     for start, stripes in runs:

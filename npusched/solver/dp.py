@@ -37,11 +37,19 @@ import numpy as np
 from npusched.errors import ScheduleError
 from npusched.model import performance as perf
 from npusched.model import weights as wts
-from npusched.model.ir import FeatureMap, NpuOp, ResamplingMode, Shape4D, ceil_div, round_up
+from npusched.model.ir import FeatureMap, NpuOp, Shape4D, ceil_div, round_up
 from npusched.model.options import drop_dominated, price_options
+from npusched.model.rules import (
+    ALLOCATION_QUANTUM,
+    cascade_stripes,
+    ifm_stripes,
+    may_cascade,
+    pareto_front,
+    storage_size,
+    weights_need_dma,
+)
 from npusched.solver.cascades import SchedOp, rolling_buffer_shape
 from npusched.solver.evaluator import (
-    ALLOCATION_QUANTUM,
     TensorUse,
     elementwise_reuse_source,
     evaluate,
@@ -49,11 +57,9 @@ from npusched.solver.evaluator import (
     price_op,
     scheduler_op_cycles,
     staging_limit,
-    storage_size,
     subgraphs_of,
     tensor_use,
     verify,
-    weights_need_dma,
 )
 from npusched.solver.heuristic import sched_ops_of
 from npusched.solver.max_schedule import vela_tensor_placements
@@ -177,18 +183,7 @@ def _pareto(items: Sequence[Any], metrics: Any) -> list[Any]:
     if len(items) <= 1:
         return list(items)
     table = np.asarray([metrics(item) for item in items], dtype=np.float64)
-    order = np.lexsort(table.T[::-1])
-    kept = np.empty_like(table)
-    size = 0
-    out: list[Any] = []
-    for idx in order.tolist():
-        row = table[idx]
-        if size and bool((kept[:size] <= row).all(axis=1).any()):
-            continue
-        kept[size] = row
-        size += 1
-        out.append(items[idx])
-    return out
+    return [items[idx] for idx in pareto_front(table)]
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -290,25 +285,7 @@ class _SubgraphSearch:
 
     def _can_follow(self, pos: int) -> bool:
         """Whether pass ``pos`` may join the cascade of pass ``pos - 1`` (Vela's cascade rules)."""
-        if pos <= 0:
-            return False
-        prev, cur = self.sops[pos - 1], self.sops[pos]
-        return (prev.cascadable_kind and cur.cascadable_kind and tuple(prev.dependants) == (pos,)
-                and cur.op.ifm.tensor == prev.op.ofm.tensor and prev.ofm_shape == cur.ifm_shape
-                and not cur.requires_full_ifm and not prev.requires_full_ofm)
-
-    def _stripe_inputs(self, op: NpuOp, stripe: Shape4D) -> tuple[Shape4D, Shape4D | None]:
-        from npusched.model.block_config import get_ifm_area_required
-
-        ifm = op.ifm.shape
-        ifm2 = op.ifm2.shape if op.ifm2 is not None else None
-        if stripe == op.ofm.shape:
-            return ifm, ifm2
-        width, height = get_ifm_area_required(stripe, op.kernel, op.resampling_mode)
-        height, width = min(height, ifm.height), min(width, ifm.width)
-        ifm_stripe = ifm.with_hw(height, width)
-        ifm2_stripe = ifm2.with_hw(min(height, ifm2.height), min(width, ifm2.width)) if ifm2 is not None else None
-        return ifm_stripe, ifm2_stripe
+        return pos > 0 and may_cascade(self.sops[pos - 1], self.sops[pos])
 
     def _single(self, pos: int) -> _Group:
         op = self.ops[pos]
@@ -318,26 +295,13 @@ class _SubgraphSearch:
     def _cascade(self, start: int, end: int, height: int) -> _Group | None:
         """Passes ``start``..``end`` striped backwards from ``height`` rows of the last pass's OFM, as Vela's
         legacy scheduler stripes a cascade; None when some pass would not be striped."""
-        positions = range(start, end + 1)
-        force_even = any(self.ops[p].resampling_mode == ResamplingMode.NEAREST for p in positions)
-        stripes: list[Shape4D] = []
-        ifms: list[Shape4D] = []
-        ifm2s: list[Shape4D | None] = []
-        h = height
-        for pos in reversed(positions):
-            op = self.ops[pos]
-            if h < 1 or h >= op.ofm.shape.height:
-                return None
-            stripe = op.ofm.shape.with_height(h)
-            ifm_stripe, ifm2_stripe = self._stripe_inputs(op, stripe)
-            stripes.append(stripe)
-            ifms.append(ifm_stripe)
-            ifm2s.append(ifm2_stripe)
-            upscale = 1 if op.resampling_mode == ResamplingMode.NONE else 2
-            h = (h + (h % 2 if force_even else h % upscale)) * op.kernel.stride_y
-        stripes.reverse()
-        ifms.reverse()
-        ifm2s.reverse()
+        ops = self.ops[start:end + 1]
+        stripes = cascade_stripes(ops, height)
+        if stripes is None:
+            return None
+        inputs = [ifm_stripes(op, stripe) for op, stripe in zip(ops, stripes, strict=True)]
+        ifms = [ifm for ifm, _ in inputs]
+        ifm2s = [ifm2 for _, ifm2 in inputs]
         rolling: list[Shape4D | None] = [None]
         for k in range(1, len(stripes)):
             rolling.append(rolling_buffer_shape(stripes[k - 1], ifms[k]))

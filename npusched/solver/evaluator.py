@@ -28,17 +28,19 @@ from typing import Any
 from npusched.model import performance as perf
 from npusched.model import weights as wts
 from npusched.model.arch import Estimator
-from npusched.model.block_config import get_ifm_area_required
 from npusched.model.contention import contention_slack
-from npusched.model.ir import FeatureMap, MemArea, NpuBlockType, NpuOp, Shape4D, TensorFormat, round_up
+from npusched.model.ir import FeatureMap, MemArea, NpuBlockType, NpuOp, Shape4D, TensorFormat
 from npusched.model.performance import Direction, Purpose
+from npusched.model.rules import (
+    ALLOCATION_QUANTUM,  # noqa: F401  (re-exported)
+    allocation_bytes,
+    ifm_stripes,
+    pricing_weight_stream,
+    storage_size,
+    weights_need_dma,
+)
 from npusched.solver.cascades import rolling_buffer_shape
 from npusched.solver.schedule import OpSchedule, Schedule, TensorPlacement
-
-# Every tensor allocation is a multiple of this many bytes (Vela's Tensor.AllocationQuantum).
-ALLOCATION_QUANTUM = 16
-# Encoded size of one output channel's scale and bias in the weight stream.
-SCALE_ENTRY_BYTES = 10
 
 BandwidthKey = tuple[MemArea, Purpose, Direction]
 
@@ -224,16 +226,6 @@ def tensor_use(network_or_subgraph: Any) -> TensorUse:
 # Storage
 
 
-def storage_size(fm: FeatureMap, fmt: TensorFormat) -> int:
-    """Bytes a feature map occupies: depth padded to 16 in brick format, rounded up to the allocation quantum."""
-    shape = fm.shape
-    rank = len(fm.orig_shape) if fm.orig_shape is not None else 4
-    if fmt == TensorFormat.NHCWB16 and 0 < rank <= 4:
-        shape = shape.with_depth(round_up(shape.depth, 16))
-    raw = shape.elements() * fm.dtype.size_in_bytes
-    return round_up(max(raw, 1), ALLOCATION_QUANTUM)
-
-
 def default_placement(arch: Any, fm: FeatureMap) -> TensorPlacement:
     """Where a feature map lives before any schedule moves it: constants in permanent storage, the rest in
     feature-map storage, both NHWC."""
@@ -250,14 +242,6 @@ def placement_of(arch: Any, schedule: Schedule, fm: FeatureMap) -> TensorPlaceme
 
 def _in_fast_storage(arch: Any, placement: TensorPlacement) -> bool:
     return placement.mem_area == arch.fast_storage_mem_area
-
-
-def weights_need_dma(arch: Any, op: NpuOp) -> bool:
-    """Weights are copied to fast storage only when they sit in a slow permanent memory distinct from it."""
-    if op.weights is None:
-        return False
-    return (arch.permanent_storage_mem_area in (MemArea.Dram, MemArea.OffChipFlash)
-            and arch.permanent_storage_mem_area != arch.fast_storage_mem_area)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -419,7 +403,7 @@ class _FastStorage:
             several = len(p.weight_buffers) > 1
             for idx, size in enumerate(p.weight_buffers):
                 rng = _Range([("weights", op.index, idx)], [f"{op.name}_weight_buffer{idx + 1}"], [],
-                             round_up(max(size, 1), ALLOCATION_QUANTUM), "weight_buffer", op.index)
+                             allocation_bytes(size), "weight_buffer", op.index)
                 self.ranges.append(rng)
                 start, length = t, 1
                 if idx == 0 and p.pre_buffered:
@@ -659,8 +643,8 @@ def slack_buffering_cycles(arch: Any, op: NpuOp, op_sched: OpSchedule, schedule:
 def _lut_transfer(arch: Any, op: NpuOp) -> perf.DmaTransfer | None:
     if op.activation_lut is None:
         return None
-    size = round_up(max(op.activation_lut.size_in_bytes, 1), ALLOCATION_QUANTUM)
-    return perf.DmaTransfer(arch.permanent_storage_mem_area, MemArea.Shram, size)
+    return perf.DmaTransfer(arch.permanent_storage_mem_area, MemArea.Shram,
+                            allocation_bytes(op.activation_lut.size_in_bytes))
 
 
 def _memcpy_transfer(arch: Any, op: NpuOp, schedule: Schedule) -> perf.DmaTransfer | None:
@@ -684,27 +668,12 @@ def price_op(arch: Any, op: NpuOp, op_sched: OpSchedule, schedule: Schedule, pre
             # Vela prices the whole-stream DMA only for ops outside cascades (a cascaded op keeps 0).
             if op_sched.cascade is None:
                 full_transfer = full_weight_transfer_cycles(arch, op, op_sched)
-            first = tuple(r.total_bytes for r in encoded.ranges if r.slice_index == 0)
             kind = perf.WeightBuffering.DOUBLE if buffering.kind == "double" else perf.WeightBuffering.SINGLE
             const_area = arch.fast_storage_mem_area
-            stream = perf.WeightStream(
-                encoded_bytes=encoded.total_bytes,
-                original_elements=int(op.weights.values.size),
-                source_area=arch.permanent_storage_mem_area,
-                buffering=kind,
-                buffer_area=arch.fast_storage_mem_area,
-                first_slice_bytes_per_core=first,
-                full_transfer_cycles=full_transfer,
-                scale_element_bytes=SCALE_ENTRY_BYTES,
-            )
+            stream = pricing_weight_stream(arch, op, encoded, kind, full_transfer)
         else:
             const_area = arch.permanent_storage_mem_area
-            stream = perf.WeightStream(
-                encoded_bytes=encoded.total_bytes,
-                original_elements=int(op.weights.values.size),
-                source_area=arch.permanent_storage_mem_area,
-                scale_element_bytes=SCALE_ENTRY_BYTES,
-            )
+            stream = pricing_weight_stream(arch, op, encoded, perf.WeightBuffering.NONE)
     query = op_query(arch, op, op_sched, schedule, const_area=const_area)
     slack = slack_buffering_cycles(arch, op, op_sched, schedule)
     result = perf.estimate_full_op_performance(
@@ -835,13 +804,11 @@ def _cascade_problems(sg: Any, schedule: Schedule) -> Iterable[str]:
                 yield f"{label}: cascade {cascade} is not a run of consecutive passes"
             seen.add(cascade)
         if cascade is not None:
-            width, height = get_ifm_area_required(op_sched.ofm_stripe, op.kernel, op.resampling_mode)
-            need_h = min(height, op.ifm.shape.height)
-            need_w = min(width, op.ifm.shape.width)
+            need = ifm_stripes(op, op_sched.ofm_stripe)[0]
             stripe = op_sched.ifm_stripe
-            if stripe.height < need_h or stripe.width < need_w:
-                yield (f"{label}: IFM stripe {stripe} is smaller than the {need_h} rows x {need_w} columns its "
-                       f"OFM stripe {op_sched.ofm_stripe} reads")
+            if stripe.height < need.height or stripe.width < need.width:
+                yield (f"{label}: IFM stripe {stripe} is smaller than the {need.height} rows x {need.width} columns "
+                       f"its OFM stripe {op_sched.ofm_stripe} reads")
         if continues and prev is not None and prev_sched is not None:
             if op.ifm.tensor != prev.ofm.tensor:
                 yield f"{label}: cascaded after op {prev.index} but does not read its OFM as IFM"

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from npusched.model.ir import FeatureMap, MemArea, NpuOp, TensorFormat
+from npusched.model.rules import storage_size
 from npusched.solver.cascades import CascadeInfo, SchedOp, StripeCost
-from npusched.solver.evaluator import PassMemory, TensorUse, pass_memory_walk, reusable_ifm, storage_size
+from npusched.solver.evaluator import PassMemory, TensorUse, pass_memory_walk, reusable_ifm
 
 # Components of competing live ranges are searched exhaustively; bigger groups are cut at this many ranges, and
 # a range this much longer than its neighbours is dropped from the competition (Vela's limits).

@@ -27,8 +27,18 @@ from typing import Any
 from npusched.errors import ScheduleError, StagingLimitError
 from npusched.model import performance as perf
 from npusched.model import weights as wts
-from npusched.model.block_config import find_block_config_for_op, get_ifm_area_required
-from npusched.model.ir import FeatureMap, MemArea, NpuBlockType, ResamplingMode, Shape4D, TensorFormat, round_up
+from npusched.model.block_config import find_block_config_for_op
+from npusched.model.ir import FeatureMap, MemArea, NpuBlockType, Shape4D, TensorFormat
+from npusched.model.rules import (
+    allocation_bytes,
+    cascade_forces_even,
+    ifm_stripes,
+    minimal_stripe_height,
+    pricing_weight_stream,
+    producer_stripe_height,
+    storage_size,
+    weights_need_dma,
+)
 from npusched.solver.cascades import (
     CascadeInfo,
     SchedOp,
@@ -41,11 +51,9 @@ from npusched.solver.cascades import (
 from npusched.solver.evaluator import (
     TensorUse,
     staging_limit,
-    storage_size,
     subgraph_memory,
     subgraphs_of,
     tensor_use,
-    weights_need_dma,
 )
 from npusched.solver.fast_storage import (
     FastStorageResult,
@@ -217,15 +225,7 @@ def _stripe_cost(ctx: _Context, sop: SchedOp, stripe: Shape4D, cache: dict) -> S
     if key in cache:
         return cache[key]
     op = sop.op
-    ifm_stripe = sop.ifm_shape
-    ifm2_stripe = op.ifm2.shape if op.ifm2 is not None else None
-    if stripe != sop.ofm_shape:
-        width, height = get_ifm_area_required(stripe, op.kernel, op.resampling_mode)
-        height = min(height, sop.ifm_shape.height)
-        width = min(width, sop.ifm_shape.width)
-        ifm_stripe = ifm_stripe.with_hw(height, width)
-        if ifm2_stripe is not None:
-            ifm2_stripe = ifm2_stripe.with_hw(min(height, ifm2_stripe.height), min(width, ifm2_stripe.width))
+    ifm_stripe, ifm2_stripe = ifm_stripes(op, stripe)
     config = find_block_config_for_op(ctx.arch, op, stripe, ifm_stripe, ifm2_stripe)
     if config is None:
         raise ScheduleError(f"no block config fits op {op.index} ({op.name}) with OFM stripe {stripe}")
@@ -248,9 +248,7 @@ def _min_schedule(ctx: _Context, cache: dict) -> dict[int, StripeCost]:
     costs: dict[int, StripeCost] = {}
     after = None
     for sop in reversed(ctx.ops):
-        height = after.op.kernel.stride_y if after is not None else 1
-        if sop.op.resampling_mode == ResamplingMode.NEAREST:
-            height += height % 2
+        height = minimal_stripe_height(sop.op, after.op if after is not None else None)
         costs[sop.pos] = _stripe_cost(ctx, sop, sop.ofm_shape.with_height(height), cache)
         after = sop
     return costs
@@ -274,11 +272,9 @@ def _striped(ctx: _Context, final_stripe: Shape4D, ref: Mapping[int, StripeCost]
                                                for i, b in enumerate(ref[sop.pos].buffers)))
         costs[sop.pos] = cost
         cascade = ref[sop.pos].cascade
-        force_even = any(other.pos in ref and ref[other.pos].cascade == cascade
-                         and other.op.resampling_mode == ResamplingMode.NEAREST for other in ctx.ops)
-        upscale = 1 if sop.op.resampling_mode == ResamplingMode.NONE else 2
-        height = stripe.height + (stripe.height % 2 if force_even else stripe.height % upscale)
-        stripe = sop.ifm_shape.with_height(height * sop.op.kernel.stride_y)
+        force_even = cascade_forces_even([other.op for other in ctx.ops
+                                          if other.pos in ref and ref[other.pos].cascade == cascade])
+        stripe = sop.ifm_shape.with_height(producer_stripe_height(sop.op, stripe.height, force_even))
     return costs
 
 
@@ -435,24 +431,15 @@ def _price(ctx: _Context, costs: Mapping[int, StripeCost], where: Mapping[Featur
         stream = None
         const_area = arch.permanent_storage_mem_area
         if cost.encoded is not None:
-            buffered = bool(cost.buffers)
             kind = perf.WeightBuffering.NONE
-            if buffered:
+            if cost.buffers:
                 kind = perf.WeightBuffering.DOUBLE if cost.buffers[0].double else perf.WeightBuffering.SINGLE
                 const_area = arch.fast_storage_mem_area
-            stream = perf.WeightStream(
-                encoded_bytes=cost.encoded.total_bytes,
-                original_elements=int(op.weights.values.size),
-                source_area=arch.permanent_storage_mem_area,
-                buffering=kind,
-                buffer_area=arch.fast_storage_mem_area if buffered else None,
-                first_slice_bytes_per_core=tuple(r.total_bytes for r in cost.encoded.ranges if r.slice_index == 0),
-                full_transfer_cycles=cost.full_transfer_cycles,
-            )
+            stream = pricing_weight_stream(arch, op, cost.encoded, kind, cost.full_transfer_cycles)
         lut = None
         if op.activation_lut is not None:
-            size = round_up(max(op.activation_lut.size_in_bytes, 1), 16)
-            lut = perf.DmaTransfer(arch.permanent_storage_mem_area, MemArea.Shram, size)
+            lut = perf.DmaTransfer(arch.permanent_storage_mem_area, MemArea.Shram,
+                                   allocation_bytes(op.activation_lut.size_in_bytes))
         memcpy = None
         if op.npu_block_type == NpuBlockType.Dma:
             memcpy = perf.DmaTransfer(_area(ctx, where, op.ifm.tensor), _area(ctx, where, op.ofm.tensor),
