@@ -446,17 +446,6 @@ class ArchitectureFeatures:
             return self.arena_cache_size
         return self.max_address_offset
 
-    def available_shram_banks(self, uses_activation_lut: bool) -> int:
-        # Without reserved end banks, a LUT takes the last two usable banks.
-        lut_takes = 2 if (uses_activation_lut and not self.shram_reserved_unused_banks) else 0
-        return self.shram_total_banks - lut_takes
-
-    def calc_ifm_block_depth(self, ifm_depth: int, ifm_bits: int) -> int:
-        if ifm_bits not in (8, 16, 32) or ifm_depth <= 0:
-            raise ValueError(f"bad ifm depth/bits {ifm_depth}/{ifm_bits}")
-        rounded = -(-ifm_depth // self.ifm_ublock.depth) * self.ifm_ublock.depth
-        return min(256 // ifm_bits, rounded)
-
     def memory_summary(self) -> dict[str, object]:
         """The configuration figures Vela's summary.csv reports (bandwidths in GiB/s, cache size in KiB)."""
         gib = 1024.0 ** 3

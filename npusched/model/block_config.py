@@ -82,10 +82,6 @@ class BlockConfig:
         ofm = self.ofm_block
         return [ofm.height, ofm.width, self.ifm_block.depth, ofm.depth]
 
-    def shram_access_end(self) -> int:
-        """Bytes of SHRAM this config touches, the LUT excluded."""
-        return self.layout.lut_start * self.bank_size
-
     def __str__(self) -> str:
         return str(self.old_style())
 

@@ -27,6 +27,8 @@ from npusched.model.ir import (
 from npusched.model.lowering.context import LoweringContext
 from npusched.model.lowering.formats import assign_formats, brick_allowed
 from npusched.model.lowering.importer import import_subgraph
+from npusched.model.lowering.lstm import lower_lstm
+from npusched.model.lowering.mean import lower_mean
 from npusched.model.lowering.netgraph import (
     BINARY_ELEMENTWISE,
     CONV_TYPES,
@@ -38,6 +40,7 @@ from npusched.model.lowering.netgraph import (
 )
 from npusched.model.lowering.packing import Pass, npu_runs, pack_into_passes
 from npusched.model.lowering.rewrites import Optimiser
+from npusched.model.lowering.softmax import lower_softmax
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -96,20 +99,15 @@ def _support_reason(top: TfliteOperator | None, tsg: TfliteSubgraph) -> str | No
     return npu_support(top, tsg)
 
 
-_DECOMPOSERS = {"Softmax": ("softmax", "lower_softmax"), "Mean": ("mean", "lower_mean"),
-                "UnidirectionalSequenceLstm": ("lstm", "lower_lstm")}
+# Operators the NPU runs as a sequence of simpler passes, and the function that builds those passes.
+_DECOMPOSERS = {"Softmax": lower_softmax, "Mean": lower_mean, "UnidirectionalSequenceLstm": lower_lstm}
 
 
 def _decompose(op: VOp, top: TfliteOperator | None, model: TfliteModel, tsg: TfliteSubgraph,
                arch: Any) -> list[NpuOp] | None:
     """Ask the decomposition module for ``op``'s NPU ops; None (op stays on the CPU) if it has none."""
-    if top is None or op.type not in _DECOMPOSERS:
-        return None
-    module_name, fn_name = _DECOMPOSERS[op.type]
-    try:
-        module = __import__(f"npusched.model.lowering.{module_name}", fromlist=[fn_name])
-        fn = getattr(module, fn_name)
-    except (ImportError, AttributeError):
+    fn = _DECOMPOSERS.get(op.type)
+    if top is None or fn is None:
         return None
     aliases: dict[int, FeatureMap] = {}
     for pos, index in enumerate(top.inputs):
@@ -329,9 +327,6 @@ def _npu_subgraph(name: str, run: list[Pass], built: dict[int, NpuOp], sg_output
     edges: dict[tuple[int, int], FeatureMap] = {}
     producer: dict[int, int] = {}
     in_run = {id(ps) for ps in run}
-    for ps in run:
-        if id(ps) not in built:
-            continue
     inputs: list[FeatureMap] = []
     outputs: list[FeatureMap] = []
     for ps in run:

@@ -8,7 +8,6 @@ NPU block types, memory areas), so that reports read the same.
 from __future__ import annotations
 
 import enum
-import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -326,6 +325,3 @@ def round_up(a: int, quantum: int) -> int:
 def round_down(a: int, quantum: int) -> int:
     return (a // quantum) * quantum
 
-
-def round_up_to_int(value: float) -> int:
-    return int(math.ceil(value))

@@ -160,11 +160,6 @@ def query_for_op(
     )
 
 
-def op_activation(op: NpuOp) -> str | None:
-    """The fused activation as the output-unit model sees it: table lookups (a LUT in SHRAM) price alike."""
-    return "LUT" if op.activation_lut is not None else op.activation
-
-
 # --------------------------------------------------------------------------------------------------------------
 # Reading the architecture (``ArchitectureFeatures`` mirrors Vela's attribute names, keyed by ir enums).
 

@@ -103,15 +103,6 @@ class EncodedWeights:
         """SRAM needed to double-buffer the slices."""
         return sum(self.double_buffer_sizes)
 
-    def range_for(self, core: int, depth_offset: int) -> EncodedRange | None:
-        for rng in self.ranges:
-            if rng.core == core and rng.depth_offset == depth_offset:
-                return rng
-        return None
-
-    @property
-    def num_slices(self) -> int:
-        return len(self.depth_slices) - 1
 
 
 def choose_traversal(npu_block_type: NpuBlockType, weight_shape_hwio: tuple[int, ...], ifm_bits: int) -> BlockTraversal:

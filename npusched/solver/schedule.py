@@ -8,7 +8,7 @@ nothing else judges one, so two solvers can always be compared on the same terms
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Literal
@@ -49,10 +49,6 @@ class EncodedWeightsRef:
     @property
     def max_range_bytes(self) -> int:
         return max(self.double_buffer_sizes)
-
-    @property
-    def double_buffer_bytes(self) -> int:
-        return sum(self.double_buffer_sizes)
 
 
 @dataclass(frozen=True)
@@ -164,10 +160,6 @@ class Schedule:
 
     def placement(self, fm: FeatureMap, default: TensorPlacement | None = None) -> TensorPlacement | None:
         return self._tensor_map.get(fm, default)
-
-    @property
-    def op_map(self) -> Mapping[int, OpSchedule]:
-        return dict(self._op_map)
 
     def name_for(self, subgraph_name: str) -> str:
         """Vela's schedule name for one subgraph, e.g. ``main_split_1_MAX_BUFFERED``."""
