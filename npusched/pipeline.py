@@ -75,6 +75,11 @@ class SolverReport:
     heuristic_peak_fast_storage_bytes: int | None
     # ``bound_cycles`` holds over the candidate space CP-SAT searched; this one for any schedule at all.
     any_schedule_bound_cycles: float = float("nan")
+    # "Performance" or "Size" (least peak fast storage, then fewest cycles); for Size a proven lower bound on the
+    # peak over the candidate space (None where none was proven) and whether the schedule's peak meets it.
+    strategy: str = "Performance"
+    peak_bound_bytes: int | None = None
+    peak_proven_minimal: bool = False
 
 
 def vela_hardware_args(config: dict[str, Any]) -> list[str]:
@@ -215,6 +220,7 @@ def _solve(network: Network, arch: Any, options: RunOptions, started: float, log
         reason=result.reason, model_stats=dict(result.model_stats),
         heuristic_cycles=hint_eval.total_cycles if hint_eval is not None else None,
         heuristic_peak_fast_storage_bytes=hint_eval.peak_fast_storage if hint_eval is not None else None,
-        any_schedule_bound_cycles=result.any_schedule_bound_cycles,
+        any_schedule_bound_cycles=result.any_schedule_bound_cycles, strategy=result.strategy,
+        peak_bound_bytes=result.peak_bound_bytes, peak_proven_minimal=result.peak_proven_minimal,
     )
     return result.schedule, report

@@ -144,6 +144,11 @@ def solver_lines(result: Any) -> list[str]:
     gap = f"{100.0 * report.gap:.2f}%" if _finite(report.gap) else "none"
     any_bound = (f"{report.any_schedule_bound_cycles:.0f}" if _finite(report.any_schedule_bound_cycles)
                  else "none")
+    if report.strategy == "Size":
+        # Lexicographic: the peak first, then the cycles among schedules with no larger peak.
+        peak_bound = f"{report.peak_bound_bytes} bytes" if report.peak_bound_bytes is not None else "none"
+        lines += [_kv("Objective", "least peak, then cycles"), _kv("Peak lower bound, candidate space", peak_bound),
+                  _kv("Peak proven least", "yes" if report.peak_proven_minimal else "no")]
     lines += [_kv("Lower bound, candidate space (proven)", bound), _kv("Gap to that bound", gap),
               _kv("Lower bound, any schedule", any_bound), _kv("Solve time", f"{report.solve_seconds:.2f} s")]
     if report.reason:

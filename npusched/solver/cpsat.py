@@ -85,6 +85,8 @@ WINDOW_PASSES = 16
 WINDOW_SOLVE_SECONDS = 2.0
 # With --deterministic the window search makes this many moves per second of the limit, whatever the clock says.
 DETERMINISTIC_MOVES_PER_SECOND = 1.0
+# Optimising for size, the window search spends this share of its time and moves lowering the peak.
+PEAK_SHARE = 0.4
 
 Log = Callable[[str], None]
 
@@ -106,6 +108,12 @@ class CpSatResult:
     scaled_objective: int | None = None
     # A bound for any schedule at all (``any_schedule_bound``); ``bound_cycles`` holds over the candidate space.
     any_schedule_bound_cycles: float = math.nan
+    # "Performance" (fewest cycles within the limit) or "Size" (least peak, then fewest cycles at that peak).
+    strategy: str = "Performance"
+    # Size: a proven lower bound on the peak fast storage of any schedule of the candidate space, and whether the
+    # schedule's peak meets it (None where no bound was proven: window search, fallback before solving).
+    peak_bound_bytes: int | None = None
+    peak_proven_minimal: bool = False
 
 
 @dataclass(frozen=True)
@@ -131,16 +139,19 @@ class _Table:
     artefact: bool
 
 
-@dataclass
+@dataclass(frozen=True)
 class _RegionModel:
-    """The variables of one region, keyed as in the module docstring, and what extraction needs."""
+    """One region's data and its variables, in dicts keyed as in the module docstring: ``use[c]``,
+    ``resident[F]``, ``price[c, placement, slack group]`` (c indexes ``data.candidates``)."""
 
-    candidates: list[Candidate]
-    use: list[Any]
-    tables: list[_Table]
-    price: list[dict[tuple[tuple[int, ...], int], Any]]
+    data: _RegionData
+    use: dict[int, Any]
     resident: dict[FeatureMap, Any]
-    decided: frozenset[FeatureMap]  # maps whose placement follows from use/resident (movable or ever internal)
+    price: dict[tuple[int, tuple[int, ...], int], Any]
+
+    def scaled_cycles(self) -> Any:
+        """The region's total cycles (scaled by SCALE): each chosen price row's cost."""
+        return sum(self.data.tables[k].rows[combo, group][0] * row for (k, combo, group), row in self.price.items())
 
 
 @dataclass
@@ -153,7 +164,8 @@ class CpSatModel:
     placements: dict[FeatureMap, TensorPlacement]  # what every feature map keeps unless the model moves it
     net: NetworkFacts
     stats: dict[str, Any]
-    limit_var: Any = None
+    cycles: Any  # the regions' total cycles, scaled by SCALE (a linear expression)
+    peak: Any  # with ``minimise_memory``, the variable every memory constraint is held to; else the fixed limit
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -279,26 +291,22 @@ def build_model(net: NetworkFacts, regions: Sequence[Region], references: tuple[
     start_time = time.monotonic()
     limit = staging_limit(net.arch) if limit is None else int(limit)
     model = cp_model.CpModel()
-    limit_var = model.new_int_var(0, limit, "fast_storage_limit") if minimise_memory else None
-    cap = limit_var if minimise_memory else limit
+    peak = model.new_int_var(0, limit, "peak_fast_storage") if minimise_memory else limit
     placements = dict(net.base)
     if incumbent is not None:
         placements.update((fm, incumbent.placement(fm) or place) for fm, place in net.base.items())
-    objective: list[Any] = []
-    built = [_add_region(model, net, region, references, placements, incumbent, hint_first, limit, cap,
-                         not minimise_memory, objective, deadline, light) for region in regions]
-    if minimise_memory:
-        model.minimize(limit_var)
-    else:
-        model.minimize(sum(objective))
+    built = [_add_region(model, net, region, references, placements, incumbent, hint_first, limit, peak,
+                         not minimise_memory, deadline, light) for region in regions]
+    cycles = sum(region.scaled_cycles() for region in built)
+    model.minimize(peak if minimise_memory else cycles)
     proto = model.proto
-    stats = {"candidates": sum(len(r.candidates) for r in built), "variables": len(proto.variables),
+    stats = {"candidates": sum(len(r.data.candidates) for r in built), "variables": len(proto.variables),
              "constraints": len(proto.constraints), "build_seconds": round(time.monotonic() - start_time, 3),
              "priced_passes": len(net.pricer.memo)}
     if log is not None and incumbent is None:
         log(f"cp-sat model: {stats['candidates']} candidates, {stats['variables']} variables, "
             f"{stats['constraints']} constraints, built in {stats['build_seconds']:.2f} s")
-    return CpSatModel(model, built, limit, placements, net, stats, limit_var)
+    return CpSatModel(model, built, limit, placements, net, stats, cycles, peak)
 
 
 def _incumbent_runs(net: NetworkFacts, incumbent: Schedule | None, sgi: int) -> list[Candidate]:
@@ -315,156 +323,280 @@ def _slack_before(net: NetworkFacts, runs: list[Candidate], sgi: int, pos: int) 
     return net.pricer.price(net.subgraphs[sgi].ops, before, {}, 0.0)[1] if before is not None else 0.0
 
 
-def _add_region(model: cp_model.CpModel, net: NetworkFacts, region: Region, references: tuple[Schedule, ...],
-                placements: dict[FeatureMap, TensorPlacement], incumbent: Schedule | None, hint_first: bool,
-                limit: int, cap: Any, cuts: bool, objective: list[Any], deadline: float | None,
-                light: bool) -> _RegionModel:
-    """Variables and constraints of one region (see the module docstring); its prices go to ``objective``."""
+@dataclass(frozen=True)
+class _RegionData:
+    """The data of one region's model, computed before any variable exists (module docstring, per region).
+
+    ``candidates`` start with the incumbent's ``fixed`` runs around the window; ``positions`` are ext_lo..ext_hi;
+    ``live`` the live ranges (feature maps and shared buffers) that reach them; ``movable`` the maps whose
+    residency the model decides; ``decided`` those and every map some candidate holds only in rolling buffers;
+    ``kept`` the placements of undecided maps that differ from Vela's; ``tables`` each candidate's prices;
+    ``excluded`` the candidates kept out (they profit from the estimate's DMA-credit artefact, or would hold a
+    member of a shared buffer only in a rolling buffer);
+    ``slack_out`` the slack each candidate leaves; ``slack_classes`` per position the slacks the candidates
+    ending just before it can leave; ``prebuffer_after`` the weights the run after the region pre-buffers."""
+
+    region: Region
+    candidates: tuple[Candidate, ...]
+    fixed: int
+    positions: range
+    live: dict[Any, tuple[int, int]]
+    movable: frozenset[FeatureMap]
+    decided: frozenset[FeatureMap]
+    kept: dict[FeatureMap, TensorPlacement]
+    tables: tuple[_Table, ...]
+    excluded: frozenset[int]
+    slack_out: tuple[float, ...]
+    slack_classes: dict[int, list[float]]
+    prebuffer_after: int
+    starting_at: dict[int, list[int]]  # position -> the candidates starting there
+    ending_at: dict[int, list[int]]
+    rolling: dict[FeatureMap, list[int]]  # map -> the candidates holding it only in rolling buffers
+
+
+def _price_passes(net: NetworkFacts, facts: SubgraphFacts, lo: int, hi: int, deadline: float | None
+                  ) -> tuple[dict[int, Any], dict[tuple[int, bool, int], Any]]:
+    """Every pass's options and fastest block configs (``price_positions``), pass by pass: pricing takes most of
+    the build time, so the deadline is checked in between."""
+    full: dict[int, Any] = {}
+    fastest: dict[tuple[int, bool, int], Any] = {}
+    for pos in range(lo, hi + 1):
+        _check(deadline)
+        pass_full, pass_fastest = price_positions(net.arch, facts, (pos,))
+        full.update(pass_full)
+        fastest.update(pass_fastest)
+    return full, fastest
+
+
+def _region_data(net: NetworkFacts, region: Region, references: tuple[Schedule, ...],
+                 placements: dict[FeatureMap, TensorPlacement], incumbent: Schedule | None, hint_first: bool,
+                 limit: int, deadline: float | None, light: bool) -> _RegionData:
     sgi, lo, hi, ext_lo, ext_hi = region.sg_index, region.lo, region.hi, region.ext_lo, region.ext_hi
     facts = net.facts(sgi)
     sg = facts.sg
     layout = net.layout(sgi)
-    for pos in range(lo, hi + 1) if not light else ():  # pricing every pass's options takes most of the time
-        _check(deadline)
-        price_positions(net.arch, facts, (pos,))
+    priced = None if light else _price_passes(net, facts, lo, hi, deadline)
     runs = _incumbent_runs(net, incumbent, sgi)
     fixed = [run for run in runs if ext_lo <= run.start < lo or hi < run.start <= ext_hi]
-    cands = fixed + all_candidates(net.arch, facts, references, hint_first, lo, hi, light)
+    candidates = fixed + all_candidates(net.arch, facts, references, hint_first, lo, hi, light, priced)
     _check(deadline)
     positions = range(ext_lo, ext_hi + 1)
     live = {key: (a, c) for key, (a, c) in layout.live.items() if a <= ext_hi and c >= ext_lo}
     inputs = set(getattr(sg, "inputs", ()) or ())
     # A map larger than the whole fast storage can never be resident: leaving it out keeps the price tables
     # small and the LP relaxation from holding a fraction of it.
-    movable = {fm for fm, (a, c) in layout.fm_ranges.items()
-               if ext_lo <= a and c <= ext_hi and fm not in layout.grouped and not net.shared and fm not in inputs
-               and fm not in net.use.subgraph_outputs and fm in net.base and net.size(fm) <= limit}
-    internal_anywhere = {fm for c in cands for fm in c.internal}
-    decided = movable | internal_anywhere
+    movable = frozenset(fm for fm, (a, c) in layout.fm_ranges.items()
+                        if ext_lo <= a and c <= ext_hi and fm not in layout.grouped and not net.shared
+                        and fm not in inputs and fm not in net.use.subgraph_outputs and fm in net.base
+                        and net.size(fm) <= limit)
+    decided = movable | {fm for c in candidates for fm in c.internal}
     kept = {fm: placements[fm] for fm in live if isinstance(fm, FeatureMap) and fm not in decided
             and fm in placements and placements[fm] != net.base[fm]}
-
-    use = [model.new_bool_var(f"use_sg{sgi}_p{c.start}_{c.end}_{c.source}_{k}") for k, c in enumerate(cands)]
-    for k in range(len(fixed)):
-        model.add(use[k] == 1)
-    for pos in positions:
-        model.add_exactly_one(x for x, c in zip(use, cands, strict=True) if c.start <= pos <= c.end)
-    internal_of: dict[FeatureMap, list[Any]] = {}
-    for x, c in zip(use, cands, strict=True):
+    starting_at: dict[int, list[int]] = {}
+    ending_at: dict[int, list[int]] = {}
+    rolling: dict[FeatureMap, list[int]] = {}
+    for k, c in enumerate(candidates):
+        starting_at.setdefault(c.start, []).append(k)
+        ending_at.setdefault(c.end, []).append(k)
         for fm in c.internal:
-            internal_of.setdefault(fm, []).append(x)
-    resident: dict[FeatureMap, Any] = {}
-    for fm in sorted(movable, key=lambda f: layout.fm_ranges[f]):
-        resident[fm] = model.new_bool_var(f"resident_{fm.name or fm.uid}")
-        if fm in internal_of:
-            model.add(resident[fm] + sum(internal_of[fm]) <= 1)
+            rolling.setdefault(fm, []).append(k)
+    slack_out = tuple(net.pricer.price(sg.ops, c, {}, 0.0)[1] for c in candidates)  # placement-independent
+    incoming_slack = _slack_before(net, runs, sgi, ext_lo)
+    slack_classes = {pos: sorted({slack_out[k] for k in ending_at.get(pos - 1, [])}) if pos > ext_lo
+                     else [incoming_slack] for pos in positions}
+    tables = []
+    for k, c in enumerate(candidates):
+        if k % 16 == 0:
+            _check(deadline)
+        tables.append(_price_table(net, sg, c, [fm for fm in c.boundary if fm in movable], slack_classes[c.start],
+                                   kept))
+    excluded = frozenset(k for k, (c, table) in enumerate(zip(candidates, tables, strict=True))
+                         if k >= len(fixed) and (table.artefact or c.internal & layout.grouped))
+    prebuffer_after = next((run.mem_before for run in runs if run.start == ext_hi + 1), 0)
+    return _RegionData(region, tuple(candidates), len(fixed), positions, live, movable, frozenset(decided), kept,
+                       tuple(tables), excluded, slack_out, slack_classes, prebuffer_after, starting_at, ending_at,
+                       rolling)
 
-    def memory_term(key: Any) -> Any:
-        """Fast-storage bytes of one live range (a feature map or a shared buffer)."""
+
+def _add_region(model: cp_model.CpModel, net: NetworkFacts, region: Region, references: tuple[Schedule, ...],
+                placements: dict[FeatureMap, TensorPlacement], incumbent: Schedule | None, hint_first: bool,
+                limit: int, peak: Any, cuts: bool, deadline: float | None, light: bool) -> _RegionModel:
+    """Data, variables and constraints of one region, family by family as the module docstring lists them."""
+    data = _region_data(net, region, references, placements, incumbent, hint_first, limit, deadline, light)
+    use = _add_exact_cover(model, data)
+    resident, in_rolling = _add_residency(model, data, use)
+    price, after_slack = _add_price_tables(model, data, use, resident)
+    _add_slack_chain(model, data, use, after_slack)
+    ofm_over_ifm = _add_ofm_over_ifm(model, net, data, use, resident)
+    _add_memory_at_each_step(model, net, data, use, resident, in_rolling, ofm_over_ifm, peak)
+    if cuts:
+        _add_clique_cuts(model, net, data, resident, limit)
+    return _RegionModel(data, use, resident, price)
+
+
+def _add_exact_cover(model: cp_model.CpModel, data: _RegionData) -> dict[int, Any]:
+    """``use[c]``: candidate c runs; every position is covered by exactly one chosen candidate. The incumbent's
+    runs around a window are chosen, the excluded candidates are not."""
+    sgi = data.region.sg_index
+    use = {k: model.new_bool_var(f"use_sg{sgi}_p{c.start}_{c.end}_{c.source}_{k}")
+           for k, c in enumerate(data.candidates)}
+    for k in range(data.fixed):
+        model.add(use[k] == 1)
+    for pos in data.positions:
+        model.add_exactly_one(use[k] for k, c in enumerate(data.candidates) if c.start <= pos <= c.end)
+    for k in sorted(data.excluded):
+        model.add(use[k] == 0)
+    return use
+
+
+def _add_residency(model: cp_model.CpModel, data: _RegionData, use: dict[int, Any]
+                   ) -> tuple[dict[FeatureMap, Any], dict[FeatureMap, Any]]:
+    """``resident[F]``: movable map F is held whole in fast storage; ``in_rolling[F]``: a chosen cascade holds F
+    only in its rolling buffers (one variable, so the memory constraints name it once instead of every such
+    cascade); rolling consistency: never both."""
+    resident = {fm: model.new_bool_var(f"resident_{fm.name or fm.uid}")
+                for fm in sorted(data.movable, key=lambda fm: data.live[fm])}
+    in_rolling = {}
+    for fm, holders in data.rolling.items():
+        in_rolling[fm] = model.new_bool_var(f"in_rolling_{fm.name or fm.uid}")
+        model.add(in_rolling[fm] == sum(use[k] for k in holders))
+        if fm in resident:
+            model.add(resident[fm] + in_rolling[fm] <= 1)
+    return resident, in_rolling
+
+
+def _add_price_tables(model: cp_model.CpModel, data: _RegionData, use: dict[int, Any],
+                      resident: dict[FeatureMap, Any]
+                      ) -> tuple[dict[tuple[int, tuple[int, ...], int], Any], dict[tuple[int, float], Any]]:
+    """``price[c, placement, slack group]``: the row of c's price table that applies, one exactly when c runs,
+    its placement bits agreeing with ``resident``; ``after_slack[c, s]``: c runs after a candidate that leaves
+    slack s, one exactly when c runs, agreeing with the row's slack group (only where c's price depends on the
+    slack). A single-row table is priced by ``use[c]`` itself."""
+    sgi = data.region.sg_index
+    price: dict[tuple[int, tuple[int, ...], int], Any] = {}
+    after_slack: dict[tuple[int, float], Any] = {}
+    for k, (c, table) in enumerate(zip(data.candidates, data.tables, strict=True)):
+        if len(table.rows) == 1:
+            ((combo, group),) = table.rows
+            price[k, combo, group] = use[k]
+            continue
+        rows = {(combo, group): model.new_bool_var(f"price_sg{sgi}_p{c.start}_{k}_{(combo, group)}")
+                for combo, group in table.rows}
+        price.update(((k, combo, group), row) for (combo, group), row in rows.items())
+        model.add(sum(rows.values()) == use[k])
+        for bit, fm in enumerate(table.movable):
+            model.add(sum(row for (combo, _), row in rows.items() if combo[bit]) <= resident[fm])
+            model.add(sum(row for (combo, _), row in rows.items() if not combo[bit]) <= 1 - resident[fm])
+        if len(table.groups) > 1:
+            slacks = data.slack_classes[c.start]
+            for i, s in enumerate(slacks):
+                after_slack[k, s] = model.new_bool_var(f"after_slack_sg{sgi}_p{c.start}_{k}_{i}")
+            model.add(sum(after_slack[k, s] for s in slacks) == use[k])
+            for group, members in enumerate(table.groups):
+                model.add(sum(row for (_, g), row in rows.items() if g == group)
+                          == sum(after_slack[k, s] for s in members))
+    return price, after_slack
+
+
+def _add_slack_chain(model: cp_model.CpModel, data: _RegionData, use: dict[int, Any],
+                     after_slack: dict[tuple[int, float], Any]) -> None:
+    """Slack chain: at each boundary, the candidates that start there after slack s are no more than the chosen
+    candidates ending just before it that leave s (a transportation problem: tight in the LP relaxation)."""
+    incoming: dict[tuple[int, float], list[Any]] = {}
+    for (k, s), var in after_slack.items():
+        incoming.setdefault((data.candidates[k].start, s), []).append(var)
+    for (pos, s), terms in incoming.items():
+        model.add(sum(terms) <= sum(use[m] for m in data.ending_at.get(pos - 1, []) if data.slack_out[m] == s))
+
+
+def _add_ofm_over_ifm(model: cp_model.CpModel, net: NetworkFacts, data: _RegionData, use: dict[int, Any],
+                      resident: dict[FeatureMap, Any]) -> dict[int, Any]:
+    """Bytes a lone elementwise candidate saves by writing its OFM over its IFM, per candidate: whenever it runs
+    with shared fast storage; with dedicated, only when ``ofm_over_ifm[c]`` (both maps resident) is chosen."""
+    saving: dict[int, Any] = {}
+    for k, c in enumerate(data.candidates):
+        if c.reuse is None:
+            continue
+        src, dst, size = c.reuse
+        if net.shared:
+            saving[k] = size * use[k]
+        elif src in resident and dst in resident:
+            ofm_over_ifm = model.new_bool_var(f"ofm_over_ifm_sg{data.region.sg_index}_p{c.start}_{k}")
+            model.add_implication(ofm_over_ifm, use[k])
+            model.add_implication(ofm_over_ifm, resident[src])
+            model.add_implication(ofm_over_ifm, resident[dst])
+            saving[k] = size * ofm_over_ifm
+    return saving
+
+
+def _live_bytes(net: NetworkFacts, data: _RegionData, resident: dict[FeatureMap, Any],
+                in_rolling: dict[FeatureMap, Any]) -> dict[Any, Any]:
+    """Fast-storage bytes of each live range (a feature map or a shared buffer), as an expression."""
+    layout = net.layout(data.region.sg_index)
+
+    def live_bytes(key: Any) -> Any:
         if key in layout.unit_bytes:
             return layout.unit_bytes[key] if net.shared else 0
         size = net.size(key)
         if key in resident:
             return size * resident[key]
         if net.shared:
-            return size * (1 - sum(internal_of.get(key, [])))
+            return size * (1 - in_rolling[key]) if key in in_rolling else size
         # Dedicated fast storage: a map the model does not move keeps its placement; one that only ever lives in
         # rolling buffers is never whole in fast storage (its buffer is the candidate's own memory).
-        return size if key not in decided and key in placements and placements[key].mem_area == net.fast else 0
+        place = data.kept.get(key) or net.base.get(key)
+        return size if key not in data.decided and place is not None and place.mem_area == net.fast else 0
 
-    ends_at: dict[int, list[int]] = {}
-    starts_at: dict[int, list[int]] = {}
-    for k, c in enumerate(cands):
-        ends_at.setdefault(c.end, []).append(k)
-        starts_at.setdefault(c.start, []).append(k)
-    slack_out = [net.pricer.price(sg.ops, c, {}, 0.0)[1] for c in cands]  # placement-independent
-    incoming_slack = _slack_before(net, runs, sgi, ext_lo)
-    slack_classes = {pos: sorted({slack_out[k] for k in ends_at.get(pos - 1, [])}) if pos > ext_lo
-                     else [incoming_slack] for pos in positions}
-    prebuffer_after = next((run.mem_before for run in runs if run.start == ext_hi + 1), 0)
-    term = {key: memory_term(key) for key in live}
-    live_at = {pos: [term[key] for key, (a, b) in live.items() if a <= pos <= b] for pos in positions}
+    return {key: live_bytes(key) for key in data.live}
 
-    tables: list[_Table] = []
-    price: list[dict[tuple[tuple[int, ...], int], Any]] = []
-    incoming: dict[tuple[int, float], list[Any]] = {}
-    own_at: dict[int, list[Any]] = {pos: [] for pos in positions}
-    own_after: dict[int, list[Any]] = {pos: [] for pos in positions}
+
+def _add_memory_at_each_step(model: cp_model.CpModel, net: NetworkFacts, data: _RegionData, use: dict[int, Any],
+                             resident: dict[FeatureMap, Any], in_rolling: dict[FeatureMap, Any],
+                             saving: dict[int, Any], peak: Any) -> None:
+    """Memory at each step <= ``peak`` (the limit, or the variable minimised for Size): for every chosen
+    candidate at its own step and at the odd step after it (where the next candidate's pre-buffered weights
+    appear), the feature maps live there + its rolling and weight buffers - the OFM written over its IFM; and the
+    same per position summed over whichever candidate covers it, free of enforcement literals (implied for
+    integer choices, but they also hold in the LP relaxation)."""
+    live_bytes = _live_bytes(net, data, resident, in_rolling)
+    live_at = {pos: [live_bytes[key] for key, (a, b) in data.live.items() if a <= pos <= b] for pos in data.positions}
+    own_at: dict[int, list[Any]] = {pos: [] for pos in data.positions}
+    own_after: dict[int, list[Any]] = {pos: [] for pos in data.positions}
     in_reach_of: dict[tuple[int, int], Any] = {}
-    for k, c in enumerate(cands):
-        if k % 16 == 0:
-            _check(deadline)
-        x = use[k]
-        # Memory at the candidate's step and at the odd step after it (the same maps for every candidate over
-        # the same passes).
+    ext_lo, ext_hi = data.region.ext_lo, data.region.ext_hi
+    for k, c in enumerate(data.candidates):
+        # The same maps are in reach of every candidate over the same passes.
         if (c.start, c.end) not in in_reach_of:
-            in_reach_of[c.start, c.end] = sum(term[key] for key, (a, b) in live.items() if a <= c.end and b >= c.start)
+            in_reach_of[c.start, c.end] = sum(live_bytes[key] for key, (a, b) in data.live.items()
+                                              if a <= c.end and b >= c.start)
         in_reach = in_reach_of[c.start, c.end]
-        saving: Any = 0
-        if c.reuse is not None:
-            src, dst, size = c.reuse
-            if net.shared:
-                saving = size * x
-            elif src in resident and dst in resident:
-                over = model.new_bool_var(f"ofm_over_ifm_sg{sgi}_p{c.start}_{k}")
-                model.add_implication(over, x)
-                model.add_implication(over, resident[src])
-                model.add_implication(over, resident[dst])
-                saving = size * over
-        own_at[c.start].append(c.mem_at * x - saving)
-        own_after[c.end].append(c.mem_after * x - saving)
+        saved = saving.get(k, 0)
+        own_at[c.start].append(c.mem_at * use[k] - saved)
+        own_after[c.end].append(c.mem_after * use[k] - saved)
         if c.mem_before and c.start > ext_lo:
-            own_after[c.start - 1].append(c.mem_before * x)
-        model.add(in_reach + c.mem_at - saving <= cap).only_enforce_if(x)
-        following = [cands[m].mem_before * use[m] for m in starts_at.get(c.end + 1, []) if cands[m].mem_before]
+            own_after[c.start - 1].append(c.mem_before * use[k])
+        model.add(in_reach + c.mem_at - saved <= peak).only_enforce_if(use[k])
+        following = [data.candidates[m].mem_before * use[m] for m in data.starting_at.get(c.end + 1, [])
+                     if data.candidates[m].mem_before]
         if c.end == ext_hi:
-            following.append(prebuffer_after)
-        model.add(in_reach + c.mem_after - saving + sum(following) <= cap).only_enforce_if(x)
-        # Price table.
-        table = _price_table(net, sg, c, [fm for fm in c.boundary if fm in movable], slack_classes[c.start], kept)
-        tables.append(table)
-        if k >= len(fixed) and (table.artefact or c.internal & layout.grouped):
-            model.add(x == 0)
-        rows: dict[tuple[tuple[int, ...], int], Any] = {}
-        if len(table.rows) == 1:
-            ((key, (cost, _)),) = table.rows.items()
-            rows[key] = x
-            objective.append(cost * x)
-        else:
-            for key, (cost, _) in table.rows.items():
-                rows[key] = model.new_bool_var(f"price_sg{sgi}_p{c.start}_{k}_{key}")
-                objective.append(cost * rows[key])
-            model.add(sum(rows.values()) == x)
-            for bit, fm in enumerate(table.movable):
-                model.add(sum(y for (combo, _), y in rows.items() if combo[bit]) <= resident[fm])
-                model.add(sum(y for (combo, _), y in rows.items() if not combo[bit]) <= 1 - resident[fm])
-            if len(table.groups) > 1:
-                after_slack = {v: model.new_bool_var(f"after_slack_sg{sgi}_p{c.start}_{k}_{i}")
-                               for i, v in enumerate(slack_classes[c.start])}
-                model.add(sum(after_slack.values()) == x)
-                for g, members in enumerate(table.groups):
-                    model.add(sum(y for (_, gg), y in rows.items() if gg == g)
-                              == sum(after_slack[v] for v in members))
-                for v, w in after_slack.items():
-                    incoming.setdefault((c.start, v), []).append(w)
-        price.append(rows)
-    # The same memory limits summed over whichever candidate covers each pass (implied by the ones above for
-    # integer choices, but free of the enforcement literals, so they also hold in the LP relaxation).
-    for pos in positions:
-        covering = [cands[m].mem_at * use[m] for m in range(len(cands))
-                    if cands[m].start < pos <= cands[m].end and cands[m].mem_at]
-        model.add(sum(live_at[pos]) + sum(own_at[pos]) + sum(covering) <= cap)
-        model.add(sum(live_at[pos]) + sum(own_after[pos]) + (prebuffer_after if pos == ext_hi else 0) <= cap)
-        if cuts:
-            # Cuts the LP misses: of the maps live here, at most k-1 of those larger than limit/k fit at once.
-            sizes = {fm: net.size(fm) for fm in resident if layout.fm_ranges[fm][0] <= pos <= layout.fm_ranges[fm][1]}
-            for parts in (2, 3, 4):
-                big = [resident[fm] for fm, size in sizes.items() if size * parts > limit]
-                if len(big) >= parts:
-                    model.add(sum(big) <= parts - 1)
-    for (pos, v), terms in incoming.items():
-        model.add(sum(terms) <= sum(use[m] for m in ends_at.get(pos - 1, []) if slack_out[m] == v))
-    return _RegionModel(cands, use, tables, price, resident, frozenset(decided))
+            following.append(data.prebuffer_after)
+        model.add(in_reach + c.mem_after - saved + sum(following) <= peak).only_enforce_if(use[k])
+    for pos in data.positions:
+        covering = [c.mem_at * use[k] for k, c in enumerate(data.candidates) if c.start < pos <= c.end and c.mem_at]
+        model.add(sum(live_at[pos]) + sum(own_at[pos]) + sum(covering) <= peak)
+        model.add(sum(live_at[pos]) + sum(own_after[pos]) + (data.prebuffer_after if pos == ext_hi else 0) <= peak)
+
+
+def _add_clique_cuts(model: cp_model.CpModel, net: NetworkFacts, data: _RegionData, resident: dict[FeatureMap, Any],
+                     limit: int) -> None:
+    """Cuts the LP misses: of the movable maps live at a position, at most k-1 of those larger than limit/k fit
+    at once (k = 2, 3, 4)."""
+    for pos in data.positions:
+        sizes = {fm: net.size(fm) for fm in resident if data.live[fm][0] <= pos <= data.live[fm][1]}
+        for parts in (2, 3, 4):
+            big = [resident[fm] for fm, size in sizes.items() if size * parts > limit]
+            if len(big) >= parts:
+                model.add(sum(big) <= parts - 1)
 
 
 def _price_table(net: NetworkFacts, sg: Any, cand: Candidate, movable: list[FeatureMap], slacks: list[float],
@@ -529,14 +661,15 @@ def _extract(built: CpSatModel, value: Callable[[Any], int], incumbent: Schedule
     scaled = 0
     fast, base = built.net.fast, built.net.base
     for region in built.regions:
-        in_fast = {fm for fm, r in region.resident.items() if value(r)}
-        for cand, x, table, rows in zip(region.candidates, region.use, region.tables, region.price, strict=True):
-            if not value(x):
-                continue
-            ops.extend(cand.ops)
-            in_fast.update(cand.internal)
-            scaled += sum(table.rows[key][0] for key, y in rows.items() if value(y))
-        for fm in region.decided:
+        data = region.data
+        in_fast = {fm for fm, var in region.resident.items() if value(var)}
+        for k, use in region.use.items():
+            if value(use):
+                ops.extend(data.candidates[k].ops)
+                in_fast.update(data.candidates[k].internal)
+        scaled += sum(data.tables[k].rows[combo, group][0] for (k, combo, group), row in region.price.items()
+                      if value(row))
+        for fm in data.decided:
             if fm in base:
                 places[fm] = TensorPlacement(fast if fm in in_fast else base[fm].mem_area, base[fm].format)
     tensors = tuple(places.items())
@@ -548,25 +681,35 @@ def _extract(built: CpSatModel, value: Callable[[Any], int], incumbent: Schedule
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):
-    def __init__(self, log: Log | None, start: float) -> None:
+    """Logs every solution: the objective in ``unit`` (the model counts 1/``scale`` of one)."""
+
+    def __init__(self, log: Log | None, start: float, unit: str = "cycles", scale: int = SCALE) -> None:
         super().__init__()
         self.log = log
         self.start = start
+        self.unit = unit
+        self.scale = scale
 
     def on_solution_callback(self) -> None:
         if self.log is not None:
-            self.log(f"cp-sat {time.monotonic() - self.start:6.1f} s: objective {self.objective_value / SCALE:.0f} "
-                     f"cycles, bound {self.best_objective_bound / SCALE:.0f}")
+            elapsed = time.monotonic() - self.start
+            self.log(f"cp-sat {elapsed:6.1f} s: objective {self.objective_value / self.scale:.0f} {self.unit}, "
+                     f"bound {self.best_objective_bound / self.scale:.0f}")
 
 
-def _hint(built: CpSatModel, hint: Schedule | None) -> None:
-    """Hint the candidates the hint schedule is made of (verbatim candidates carry its exact choices)."""
+def _hint(built: CpSatModel, hint: Schedule | None, peak_bytes: int | None = None) -> None:
+    """Hint the candidates the hint schedule is made of (verbatim candidates carry its exact choices) and, when
+    the model minimises the peak, that schedule's ``peak_bytes`` (without it CP-SAT often finds no first solution
+    within a deterministic budget)."""
     if hint is None:
         return
+    if peak_bytes is not None and not isinstance(built.peak, int):
+        built.model.add_hint(built.peak, min(peak_bytes, built.limit))
     for region in built.regions:
         internal = set()
-        for cand, x in zip(region.candidates, region.use, strict=True):
-            built.model.add_hint(x, 1 if cand.source == "hint" else 0)
+        for k, use in region.use.items():
+            cand = region.data.candidates[k]
+            built.model.add_hint(use, 1 if cand.source == "hint" else 0)
             if cand.source == "hint":
                 internal.update(cand.internal)
         for fm, r in region.resident.items():
@@ -604,32 +747,41 @@ def solve_cpsat(network: Any, arch: Any, *, time_limit_seconds: float = 30.0, wo
     """Schedule ``network`` with CP-SAT within ``time_limit_seconds`` of wall clock (building included; the
     answer's evaluation and verification too). ``hint_evaluation`` saves evaluating the hint again.
 
-    Never worse than ``hint`` when the hint verifies: the better of the two by the evaluator is returned. Small
-    networks are solved in one model (bound and gap over the whole candidate space); large ones, or when the one
-    model cannot be built in time, are improved window by window from the hint. Raises ScheduleError when no
-    candidate schedule fits the fast storage.
+    ``arch.optimise`` picks the objective: "Performance", the fewest cycles within the fast-storage limit;
+    "Size", the least peak fast storage first and then the fewest cycles at that peak (lexicographic).
+    Never worse than ``hint`` when the hint verifies: the better of the two by the evaluator (by that objective)
+    is returned. Small networks are solved in one model (bounds and gap over the whole candidate space); large
+    ones, or when the one model cannot be built in time, are improved window by window from the hint. Raises
+    ScheduleError when no candidate schedule fits the fast storage.
     """
     start = time.monotonic()
     net = NetworkFacts(network, arch)
     result = _search(net, start, time_limit_seconds, workers or os.cpu_count() or 1, seed, deterministic, hint,
                      hint_evaluation, log)
-    return replace(result, any_schedule_bound_cycles=any_schedule_bound(net))
+    return replace(result, any_schedule_bound_cycles=any_schedule_bound(net),
+                   strategy="Size" if _size_first(arch) else "Performance")
+
+
+def _size_first(arch: Any) -> bool:
+    return getattr(arch, "optimise", "Performance") == "Size"
+
+
+def _rank(evaluation: Evaluation, size_first: bool) -> tuple[float, ...]:
+    """What the objective compares: cycles, or (peak fast storage, cycles) when optimising for size."""
+    return (evaluation.peak_fast_storage, evaluation.total_cycles) if size_first else (evaluation.total_cycles,)
 
 
 def _search(net: NetworkFacts, start: float, time_limit_seconds: float, workers: int, seed: int,
             deterministic: bool, hint: Schedule | None, hint_evaluation: Evaluation | None,
             log: Log | None) -> CpSatResult:
     network, arch = net.network, net.arch
+    size_first = _size_first(arch)
     references = tuple(s for s in (hint, _max_schedule_or_none(network, arch)) if s is not None)
     limit = staging_limit(arch)
     hint_eval = hint_evaluation if hint_evaluation is not None or hint is None else evaluate(network, arch, hint)
     hint_fits = hint_eval is not None and not verify(network, arch, hint, hint_eval)
     # Keep back what the last evaluation and verification of the answer take (no more than setting up took).
     deadline = start + time_limit_seconds - 1.2 * (time.monotonic() - start)
-    if getattr(arch, "optimise", "Performance") == "Size" and hint_fits:
-        # Optimising for size, the hint's (Vela's size-optimised) peak is the budget: CP-SAT looks for fewer cycles
-        # in no more fast storage than that.
-        limit = min(limit, hint_eval.peak_fast_storage)
     stats: dict[str, Any] = {"passes": net.passes}
     if net.passes > FULL_MODEL_MAX_PASSES and hint_fits:
         return _windows_result(net, references, hint, hint_eval, limit, start, deadline, workers, seed,
@@ -640,16 +792,39 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, workers:
         # Deterministic runs choose by size alone, never by the clock (the limit stays a safety net).
         share = 1.0 if deterministic else 0.75 if hint_fits else 0.9
         built = build_model(net, whole_subgraph_regions(net), references, limit=limit, log=log,
-                            hint_first=hint is not None, deadline=start + share * (deadline - start))
+                            minimise_memory=size_first, hint_first=hint is not None,
+                            deadline=start + share * (deadline - start))
     except OutOfTime:
         if not hint_fits:
             raise ScheduleError(_nothing_found(hint_eval, limit, time_limit_seconds)) from None
         return _windows_result(net, references, hint, hint_eval, limit, start, deadline, workers, seed,
                                deterministic, log, stats, "the one model could not be built in time")
     stats.update(built.stats, mode="full")
-    _hint(built, hint)
-    solver = _solver(deadline - time.monotonic(), workers, seed, deterministic, time_limit_seconds / 2)
-    status = solver.solve(built.model, _Progress(log, start))
+    _hint(built, hint, hint_eval.peak_fast_storage if hint_eval is not None else None)
+    peak = _PeakBound()
+    if size_first:
+        # First the least peak, in half the time left; then the fewest cycles within it.
+        solver = _solver((deadline - time.monotonic()) / 2, workers, seed, deterministic, time_limit_seconds / 4)
+        status = solver.solve(built.model, _Progress(log, start, "bytes of fast storage", 1))
+        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            peak = _PeakBound(round(solver.objective_value), math.ceil(solver.best_objective_bound - 1e-6),
+                              status == cp_model.OPTIMAL)
+            smallest = _extract(built, solver.boolean_value)
+            if log is not None:
+                log(f"cp-sat: peak {peak.found_bytes} bytes, bound {peak.bound_bytes} bytes; now the fewest cycles "
+                    "within that peak")
+            _hold_peak_and_minimise_cycles(built, solver, peak.found_bytes)
+            solver = _solver(deadline - time.monotonic(), workers, seed, deterministic, time_limit_seconds / 4)
+            cycles_status = solver.solve(built.model, _Progress(log, start))
+            if cycles_status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                # The smallest schedule is a solution of the second model too; without time to find it, keep it.
+                return _verified_result(net, smallest, hint, hint_eval if hint_fits else None, cp_model.FEASIBLE,
+                                        math.nan, peak,
+                                        time.monotonic() - start, stats, log)
+            status = cycles_status if status == cp_model.OPTIMAL else cp_model.FEASIBLE
+    else:
+        solver = _solver(deadline - time.monotonic(), workers, seed, deterministic, time_limit_seconds / 2)
+        status = solver.solve(built.model, _Progress(log, start))
     solve_seconds = time.monotonic() - start
     if status == cp_model.INFEASIBLE:
         if hint_fits:
@@ -665,25 +840,66 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, workers:
             raise ScheduleError(_nothing_found(hint_eval, limit, time_limit_seconds))
         return _fallback(hint, hint_eval.total_cycles, f"no CP-SAT solution within {time_limit_seconds:g} s",
                          solve_seconds, stats)
-    schedule, scaled = _extract(built, solver.boolean_value)
-    evaluation = evaluate(network, arch, schedule)
-    problems = verify(network, arch, schedule, evaluation)
-    bound = solver.best_objective_bound / SCALE
-    if hint_fits and (problems or hint_eval.total_cycles < evaluation.total_cycles):
+    return _verified_result(net, _extract(built, solver.boolean_value), hint, hint_eval if hint_fits else None,
+                            status, solver.best_objective_bound / SCALE, peak, solve_seconds, stats, log)
+
+
+@dataclass(frozen=True)
+class _PeakBound:
+    """The least peak fast storage the first (Size) solve found and the lower bound it proved, in bytes."""
+
+    found_bytes: int | None = None
+    bound_bytes: int | None = None
+    proven: bool = False
+
+
+def _hold_peak_and_minimise_cycles(built: CpSatModel, solver: cp_model.CpSolver, peak_bytes: int) -> None:
+    """Turn the solved Size model into its second stage: the peak held to ``peak_bytes``, the cycles minimised,
+    every variable hinted with the first stage's solution (a schedule of that peak is known at once)."""
+    model = built.model
+    model.add(built.peak <= peak_bytes)
+    model.minimize(built.cycles)
+    model.clear_hints()
+    for index in range(len(model.proto.variables)):
+        variable = model.get_int_var_from_proto_index(index)
+        model.add_hint(variable, solver.value(variable))
+
+
+def _verified_result(net: NetworkFacts, found: tuple[Schedule, int], hint: Schedule | None,
+                     hint_eval: Evaluation | None, status: int, bound: float, peak: _PeakBound,
+                     solve_seconds: float, stats: dict[str, Any], log: Log | None) -> CpSatResult:
+    """The solver's schedule once the evaluator has priced and verified it, or the hint (``hint_eval`` is given
+    when the hint fits) when it is better by the objective or the solver's schedule fails verification."""
+    schedule, scaled = found
+    size_first = _size_first(net.arch)
+    evaluation = evaluate(net.network, net.arch, schedule)
+    problems = verify(net.network, net.arch, schedule, evaluation)
+    if hint is not None and hint_eval is not None and (problems or _rank(hint_eval, size_first)
+                                                       < _rank(evaluation, size_first)):
         # A failed verification should not happen (the model counts memory as the evaluator does); the judge has
         # the last word either way.
         reason = (f"the CP-SAT schedule fails verification: {problems[0]}" if problems
-                  else "the hint is faster than the CP-SAT schedule")
-        return _fallback(hint, hint_eval.total_cycles, reason, solve_seconds, stats, bound)
+                  else "the hint is better than the CP-SAT schedule")
+        return replace(_fallback(hint, hint_eval.total_cycles, reason, solve_seconds, stats, bound),
+                       peak_bound_bytes=peak.bound_bytes, peak_proven_minimal=peak.proven)
     if problems:
         raise ScheduleError(f"the CP-SAT schedule fails verification: {problems[0]}")
     label = "optimal" if status == cp_model.OPTIMAL else "feasible"
-    gap = 0.0 if status == cp_model.OPTIMAL else _gap(evaluation.total_cycles, bound)
-    schedule = schedule.with_status(label, f"cp-sat {label}: bound {bound:.0f} cycles, gap {gap:.2%}")
+    gap = 0.0 if status == cp_model.OPTIMAL else _gap(evaluation.total_cycles, bound) if not math.isnan(bound) \
+        else math.nan
+    within = ""
+    if size_first and peak.found_bytes is not None:
+        within = (f"peak {evaluation.peak_fast_storage} bytes, "
+                  + ("the least in the candidate space" if peak.proven else f"bound {peak.bound_bytes} bytes")
+                  + "; cycles at that peak: ")
+    reason = (f"cp-sat {label}: {within}bound {bound:.0f} cycles, gap {gap:.2%}" if not math.isnan(bound)
+              else f"cp-sat {label}: {within}no bound")
+    schedule = schedule.with_status(label, reason)
     if log is not None:
-        log(f"cp-sat {label}: {evaluation.total_cycles:.0f} cycles, bound {bound:.0f}, gap {gap:.2%}, "
+        log(f"cp-sat {label}: {evaluation.total_cycles:.0f} cycles, {reason.split(': ', 1)[1]}, "
             f"{solve_seconds:.1f} s")
-    return CpSatResult(schedule, label, evaluation.total_cycles, bound, gap, solve_seconds, "", stats, scaled)
+    return CpSatResult(schedule, label, evaluation.total_cycles, bound, gap, solve_seconds, "", stats, scaled,
+                       peak_bound_bytes=peak.bound_bytes, peak_proven_minimal=peak.proven)
 
 
 def _nothing_found(hint_eval: Evaluation | None, limit: int, seconds: float) -> str:
@@ -769,9 +985,10 @@ def _incumbent_cost(net: NetworkFacts, incumbent: Schedule, region: Region) -> i
 
 
 def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], incumbent: Schedule,
-                        evaluation: Evaluation, limit: int, deadline: float, workers: int, seed: int,
+                        evaluation: Evaluation, limit: int, deadline: float, moves: float, workers: int, seed: int,
                         deterministic: bool, log: Log | None) -> tuple[Schedule, float, dict[str, Any]]:
-    """Improve ``incumbent`` (verified; ``evaluation`` is the evaluator's) move by move until ``deadline``. A move
+    """Improve ``incumbent`` (verified; ``evaluation`` is the evaluator's) move by move until ``deadline`` or
+    after ``moves`` moves (a deterministic search stops by count, never by the clock). A move
     decides some regions with everything else fixed, so an accepted move can only lower the total:
 
     * residency: every pass keeps the incumbent's choices, every feature map of every subgraph may move
@@ -783,10 +1000,7 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
     sweep's result fail, the previous one is kept."""
     verified, verified_cycles = incumbent, evaluation.total_cycles
     stats = {"windows": 0, "improved_windows": 0, "sweeps": 0, "largest_window": 0}
-    # A deterministic search stops after a number of moves, not at the clock (which stays a safety net).
-    moves_left = math.inf
-    if deterministic:
-        moves_left = max(1, round(DETERMINISTIC_MOVES_PER_SECOND * (deadline - time.monotonic())))
+    moves_left = moves
     longest = max(len(sg.ops) for sg in net.subgraphs)
     stages: list[tuple[str, int]] = [] if net.shared else [("residency", 0)]
     stages.append(("light", WINDOW_PASSES))
@@ -853,15 +1067,88 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
 def _windows_result(net: NetworkFacts, references: tuple[Schedule, ...], hint: Schedule, hint_eval: Evaluation,
                     limit: int, start: float, deadline: float, workers: int, seed: int, deterministic: bool,
                     log: Log | None, stats: dict[str, Any], why: str) -> CpSatResult:
+    """The window search from the hint: for Size, first windows that lower the peak (``PEAK_SHARE`` of the time
+    and moves), then windows that lower the cycles within the peak reached."""
     if log is not None:
         log(f"cp-sat: {why}; improving the heuristic's schedule window by window")
-    schedule, cycles, window_stats = _improve_by_windows(net, references, hint, hint_eval, limit, deadline,
+    # A deterministic search stops after a number of moves, not at the clock (which stays a safety net).
+    moves = max(1, round(DETERMINISTIC_MOVES_PER_SECOND * (deadline - time.monotonic()))) if deterministic else math.inf
+    reason = f"large-neighbourhood search over windows ({why}): no bound over the candidate space"
+    if _size_first(net.arch):
+        peak_moves = max(1, round(PEAK_SHARE * moves)) if deterministic else math.inf
+        hint, hint_eval, peak_stats = _shrink_peak_by_windows(
+            net, references, hint, hint_eval, limit, time.monotonic() + PEAK_SHARE * (deadline - time.monotonic()),
+            peak_moves, workers, seed, deterministic, log)
+        stats.update(peak_stats)
+        moves = max(1, moves - peak_moves)
+        limit = min(limit, hint_eval.peak_fast_storage)
+        reason += f"; peak lowered around its step only, cycles then lowered within {limit} bytes"
+    schedule, cycles, window_stats = _improve_by_windows(net, references, hint, hint_eval, limit, deadline, moves,
                                                          workers, seed, deterministic, log)
     stats.update(window_stats, mode="windows")
     status = "feasible"
-    reason = f"large-neighbourhood search over windows ({why}): no bound over the candidate space"
     return CpSatResult(schedule.with_status(status, reason), status, cycles, math.nan, math.nan,
                        time.monotonic() - start, reason, stats)
+
+
+def _peak_rank(evaluation: Evaluation) -> tuple[int, int]:
+    """(peak fast storage, steps at that peak): a move that lowers the use at one of several equal peaks counts
+    as progress."""
+    peak = evaluation.peak_fast_storage
+    return peak, sum(memory.usage.count(peak) for memory in evaluation.memory)
+
+
+def _peak_position(net: NetworkFacts, evaluation: Evaluation) -> tuple[int, int]:
+    """(subgraph, position) of the pass at or just before the first step where fast-storage use peaks."""
+    sgi, memory = max(enumerate(evaluation.memory), key=lambda item: item[1].peak)
+    step = memory.usage.index(memory.peak)
+    ops = net.subgraphs[sgi].ops
+    return sgi, max((pos for pos, op in enumerate(ops) if memory.op_steps.get(op.index, 0) <= step), default=0)
+
+
+def _shrink_peak_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], incumbent: Schedule,
+                            evaluation: Evaluation, limit: int, deadline: float, moves: float, workers: int,
+                            seed: int, deterministic: bool, log: Log | None
+                            ) -> tuple[Schedule, Evaluation, dict[str, Any]]:
+    """Lower the peak fast storage of ``incumbent`` (verified) window by window: a window around the step where
+    the use peaks is re-decided with its highest use minimised, twice as wide when that finds nothing lower,
+    back to ``WINDOW_PASSES`` after a success. What a window decides (its cascades, its rolling and weight
+    buffers, the residency of maps that live only inside it) lives only inside it, and the passes outside keep
+    their choices, so the use elsewhere stays as it was: an accepted move never raises the peak. Each accepted
+    move is verified by the evaluator. Stops at ``deadline``, after ``moves`` moves, or when a window as wide
+    as the subgraph finds nothing lower."""
+    stats = {"peak_windows": 0, "peak_improved_windows": 0}
+    width = WINDOW_PASSES
+    while moves > 0 and deadline - time.monotonic() > 0.2:
+        moves -= 1
+        sgi, pos = _peak_position(net, evaluation)
+        last = len(net.subgraphs[sgi].ops) - 1
+        if width > 2 * (last + 1):
+            break
+        region = _aligned(net, incumbent, sgi, max(0, pos - width // 2), min(last, pos + width // 2))
+        peak = evaluation.peak_fast_storage
+        try:
+            built = build_model(net, [region], (incumbent, *references), limit=peak, minimise_memory=True,
+                                incumbent=incumbent, hint_first=True, deadline=deadline - 0.1)
+        except OutOfTime:
+            break
+        _hint(built, incumbent, peak)
+        solver = _solver(min(deadline - time.monotonic(), WINDOW_SOLVE_SECONDS), workers, seed, deterministic,
+                         WINDOW_SOLVE_SECONDS / 2)
+        status = solver.solve(built.model)
+        stats["peak_windows"] += 1
+        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and solver.objective_value < peak:
+            candidate, _ = _extract(built, solver.boolean_value, incumbent)
+            candidate_eval = evaluate(net.network, net.arch, candidate)
+            if (not verify(net.network, net.arch, candidate, candidate_eval, limit)
+                    and _peak_rank(candidate_eval) < _peak_rank(evaluation)):
+                incumbent, evaluation, width = candidate, candidate_eval, WINDOW_PASSES
+                stats["peak_improved_windows"] += 1
+                if log is not None:
+                    log(f"cp-sat: peak {evaluation.peak_fast_storage} bytes ({evaluation.total_cycles:.0f} cycles)")
+                continue
+        width *= 2
+    return incumbent, evaluation, stats
 
 
 def any_schedule_bound(net: NetworkFacts) -> float:
