@@ -202,20 +202,22 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _check_plot_options(args: argparse.Namespace) -> None:
-    """Refuse option combinations that make no sense before any work is done."""
-    from npusched.errors import OutputError
+    """Refuse option combinations that make no sense, and plot paths that cannot be drawn, before any work."""
+    from npusched.errors import NpuschedError, OutputError
 
     if args.pareto is None:
         if args.pareto_points is not None or args.with_vela:
-            raise OutputError("--pareto-points and --with-vela apply only with --pareto")
+            raise NpuschedError("--pareto-points and --with-vela apply only with --pareto")
     else:
         if args.pareto.suffix.lower() != ".csv":
             raise OutputError(f"--pareto {args.pareto}: give a .csv path (the plots are written beside it)")
         if args.json is not None or args.plot_memory is not None:
-            raise OutputError("--pareto makes many schedules: it cannot be combined with --json or --plot-memory")
-        if args.solver != "cpsat" or args.optimise != "Performance":
-            raise OutputError("--pareto is CP-SAT's fewest cycles at each limit: it takes neither --solver "
-                              f"{args.solver} nor --optimise {args.optimise}")
+            raise NpuschedError("--pareto makes many schedules: it cannot be combined with --json or --plot-memory")
+        if args.solver != "cpsat":
+            raise NpuschedError(f"--pareto is CP-SAT's curve: --solver {args.solver} does not apply")
+        if args.optimise != "Performance":
+            raise NpuschedError(f"--pareto finds the fewest cycles at each size: --optimise {args.optimise} does "
+                                "not apply (the curve's first point is the smallest fit)")
     if args.plot_memory is not None and args.plot_memory.suffix.lower() not in (".png", ".svg"):
         raise OutputError(f"--plot-memory {args.plot_memory}: the suffix must be .png or .svg")
 

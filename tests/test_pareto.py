@@ -23,9 +23,10 @@ from npusched.errors import ScheduleError
 from npusched.io.pareto_report import COLUMNS, write_pareto_csv
 from npusched.io.plots import plot_pareto
 from npusched.io.vela_report import read_summary
+from npusched.model.rules import ALLOCATION_QUANTUM
 from npusched.pipeline import architecture, load_network, vela_hardware_args
 from npusched.solver.cpsat import solve_cpsat
-from npusched.solver.evaluator import ALLOCATION_QUANTUM, evaluate, verify
+from npusched.solver.evaluator import evaluate, verify
 from npusched.solver.heuristic import heuristic_schedule
 from npusched.solver.pareto import limits_between, run_pareto, vela_points
 

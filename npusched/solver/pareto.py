@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from npusched.errors import ScheduleError
+from npusched.model.rules import ALLOCATION_QUANTUM
 from npusched.solver.cpsat import NetworkFacts, smallest_fast_storage, solve_cpsat
-from npusched.solver.evaluator import ALLOCATION_QUANTUM, Evaluation, evaluate, staging_limit, verify
+from npusched.solver.evaluator import Evaluation, evaluate, staging_limit, verify
 from npusched.solver.heuristic import heuristic_schedule
 from npusched.solver.max_schedule import max_schedule
 from npusched.solver.schedule import Schedule
