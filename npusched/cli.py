@@ -57,7 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="override the memory mode's arena cache size (fast-storage limit)")
     sched = parser.add_argument_group("scheduling")
     sched.add_argument("--optimise", choices=("Performance", "Size"), default="Performance",
-                       help="Vela's optimisation strategy for the heuristic (default: %(default)s)")
+                       help="Performance: fewest cycles within the fast-storage limit; Size: least peak fast "
+                            "storage first, then fewest cycles at that peak (CP-SAT; the heuristic follows Vela's "
+                            "strategy of that name) (default: %(default)s)")
     sched.add_argument("--solver", choices=SOLVERS, default=DEFAULT_SOLVER,
                        help="scheduler to run (default: %(default)s)")
     sched.add_argument("--time-limit", type=_positive_float, default=30.0, metavar="SECONDS",
