@@ -3,29 +3,40 @@
 The model (``build_model``; solved and read back in ``solve_cpsat``) decides *regions*: runs ``lo..hi`` of one NPU
 subgraph's execution order. A region is a whole subgraph (the full model: every subgraph at once, so the bound is
 global) or a window of one, where the passes outside keep the incumbent schedule's choices (the large-neighbourhood
-search for networks too big for one model). Per region:
+search for networks too big for one model). The builder follows OR-Tools' own samples: the data of a region
+(``_region_data``), then each variable family with its constraints, in dicts keyed as below, then the objective;
+the same dicts read the solution back (``_extract``). Per region:
 
 * ``use[c]``: candidate ``c`` (``npusched.solver.cpsat_candidates``) runs its passes ``start..end``; every pass of
-  the region is covered by exactly one chosen candidate (an exact cover of the execution order). A window also
+  the region is covered by exactly one chosen candidate (exact cover, ``_add_exact_cover``). A window also
   holds the incumbent's runs just before and after it (``ext_lo..lo-1``, ``hi+1..ext_hi``), fixed, because their
   prices depend on what the window decides (boundary placements, slack).
 * ``resident[F]``: feature map F is held whole in fast storage. Only with dedicated fast storage (feature maps
   default to DRAM), only for maps produced and consumed inside the region (with shared fast storage every
   feature map is there anyway); the others keep their placement (Vela's default, or the incumbent's in a window).
-  A map inside a chosen cascade lives in its rolling buffer, never whole.
+  ``in_rolling[F]``: a chosen cascade holds F only in its rolling buffers, so never whole (residency and rolling
+  consistency, ``_add_residency``).
 * ``price[c, placement, slack]``: which row of candidate c's price table applies: the placements of its boundary
   feature maps (linked to ``resident``) and the slack the previous candidate leaves for prefetching weights
   (linked to which candidate ends just before c). Each row is the evaluator's own price, so the objective is the
-  evaluator's total cycles of the region, scaled by ``SCALE`` and rounded per pass.
+  evaluator's total cycles of the region, scaled by ``SCALE`` and rounded per pass (price tables,
+  ``_add_price_tables``).
 * ``after_slack[c, s]``: the candidate before c leaves slack s (only where c's price depends on it); per boundary
-  these form a transportation problem with the candidates ending there, which keeps the LP relaxation tight.
-* Memory: for every candidate, at its step and at the odd step after it (where the next candidate's
-  pre-buffered weights appear), feature maps live at that step + its rolling and weight buffers - the OFM written
-  over its IFM (elementwise) <= the fast-storage limit. Steps are laid out as the evaluator lays them (a feature
-  map is live from its producer's step to its last consumer's step + 1; maps sharing a buffer, such as LSTM
-  states, as one range). The same limits are also stated per pass, summed over the candidates that could cover
-  it, without enforcement literals (implied for integer choices, stronger in the LP), with clique cuts on maps
-  larger than half (a third, a quarter) of the limit.
+  these form a transportation problem with the candidates ending there, which keeps the LP relaxation tight
+  (slack chain, ``_add_slack_chain``).
+* ``ofm_over_ifm[c]``: a lone elementwise candidate writes its OFM over its IFM (``_add_ofm_over_ifm``).
+* Memory at each step (``_add_memory_at_each_step``, ``_add_clique_cuts``): for every candidate, at its step and
+  at the odd step after it (where the next candidate's pre-buffered weights appear), feature maps live at that
+  step + its rolling and weight buffers - the OFM written over its IFM (elementwise) <= ``peak``. Steps are laid
+  out as the evaluator lays them (a feature map is live from its producer's step to its last consumer's step + 1;
+  maps sharing a buffer, such as LSTM states, as one range). The same limits are also stated per pass, summed
+  over the candidates that could cover it, without enforcement literals (implied for integer choices, stronger in
+  the LP), with clique cuts on maps larger than half (a third, a quarter) of the limit.
+
+``peak`` is the fast-storage limit for ``--optimise Performance``, whose objective is the cycles. For ``Size`` it
+is a variable: the model is solved once minimising ``peak``, then again with ``peak`` held to the least found and
+the cycles minimised (lexicographic; the second solve starts from the first's solution). The peak's proven bound
+and the cycles' bound at that peak are both reported.
 
 Everything the evaluator prices is in the tables, so ``evaluate(schedule).total_cycles`` equals the objective:
 exactly as a float (the solver reports the evaluator's total of the schedule it extracts) and, scaled, term for
@@ -34,7 +45,8 @@ of different subgraphs share nothing but the limit.
 
 "Optimal" means optimal over the candidate space (a few block configs per pass, cascades of at most
 ``MAX_CASCADE_LENGTH`` passes, a few stripe heights, the weight slicings of Vela's schedules); the search for
-large networks (``_improve_by_windows``) proves no bound of its own, so its bound is the pass-wise one below.
+large networks (``_improve_by_windows``, after ``_shrink_peak_by_windows`` for Size) proves no bound of its own, so
+its bound is the pass-wise one below.
 """
 
 from __future__ import annotations
