@@ -78,6 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--json", type=_output_path, metavar="PATH",
                      help="write the schedule document (npusched.schedule/1)")
     out.add_argument("--quiet", action="store_true", help="print only the network totals, not the per-layer table")
+    out.add_argument("--output-dir", type=_output_path, metavar="DIR",
+                     help="compile the schedule with Vela 5.2.0's backend (legacy core) into DIR: <model>_vela.tflite, "
+                          "<model>_summary_<system config>.csv and <model>_per-layer.csv, and check Vela's estimate "
+                          "against npusched's (Vela's option; Vela writes to output/ by default)")
+    out.add_argument("--schedule", type=_output_path, metavar="JSON",
+                     help="take the schedule from a document --json wrote (same model and hardware options) "
+                          "instead of solving")
     out.add_argument("--plot-memory", type=_output_path, metavar="PATH",
                      help="draw the schedule's fast-storage use per step, stacked by what holds it (.png or .svg)")
     curve = parser.add_argument_group("cycles against fast storage (instead of one schedule)")
@@ -177,7 +184,23 @@ def _run(args: argparse.Namespace) -> int:
     )
     if args.pareto is not None:
         return _pareto(args, options)
-    result = run(options, log=_progress, started=STARTED)
+    if args.output_dir is not None:
+        from npusched.io.vela_backend import check_output_dir
+
+        check_output_dir(args.output_dir)
+    if args.schedule is not None:
+        from npusched.io.schedule_reader import replay
+
+        result = replay(options, args.schedule)
+    else:
+        result = run(options, log=_progress, started=STARTED)
+    backend = None
+    if args.output_dir is not None:
+        from npusched.io.vela_backend import compile_schedule
+
+        backend = compile_schedule(result, args.output_dir)
+        for warning in backend.warnings():
+            sys.stderr.write(f"warning: {warning}\n")
     for warning in result.warnings:
         sys.stderr.write(f"warning: {warning}\n")
 
@@ -187,7 +210,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.json is not None:  # written before the summary is printed, so a failed write prints only the error
         from npusched.io.report_json import write_json
 
-        write_json(result, args.json, inputs=args.config or ())
+        write_json(result, args.json, inputs=args.config or (),
+                   vela_backend=backend.as_json() if backend is not None else None)
     if args.plot_memory is not None:
         from npusched.io.plots import plot_memory
         from npusched.solver.memory_breakdown import memory_breakdown
@@ -196,6 +220,10 @@ def _run(args: argparse.Namespace) -> int:
                     result.evaluation.staging_limit, f"{args.model.stem}: fast storage per step ({args.solver})",
                     args.plot_memory)
     print(summary)
+    if backend is not None:
+        verdict = "agrees with npusched's" if backend.agreed else "DISAGREES with npusched's (see the warnings)"
+        print(f"Vela's backend wrote {backend.tflite_path}, {backend.summary_csv_path.name} and "
+              f"{backend.per_layer_csv_path.name}; Vela's estimate, {backend.vela_total_cycles:,.0f} cycles, {verdict}")
     if args.json is not None:
         print(f"schedule written to {args.json}")
     if args.plot_memory is not None:
@@ -213,8 +241,10 @@ def _check_plot_options(args: argparse.Namespace) -> None:
     else:
         if args.pareto.suffix.lower() != ".csv":
             raise OutputError(f"--pareto {args.pareto}: give a .csv path (the plots are written beside it)")
-        if args.json is not None or args.plot_memory is not None:
-            raise NpuschedError("--pareto makes many schedules: it cannot be combined with --json or --plot-memory")
+        if args.json is not None or args.plot_memory is not None or args.output_dir is not None \
+                or args.schedule is not None:
+            raise NpuschedError("--pareto makes many schedules: it cannot be combined with --json, --plot-memory, "
+                                "--output-dir or --schedule")
         if args.solver != "cpsat":
             raise NpuschedError(f"--pareto is CP-SAT's curve: --solver {args.solver} does not apply")
         if args.optimise != "Performance":

@@ -45,22 +45,37 @@ def op_record(op: NpuOp | CpuOp) -> dict[str, Any]:
     }
 
 
-def scheduled_op_record(op: NpuOp, result: Any) -> dict[str, Any]:
-    """What the schedule chose for one NPU pass and what the evaluator says it costs."""
+def scheduled_op_record(op: NpuOp, result: Any, rolling_buffer: Any = None) -> dict[str, Any]:
+    """What the schedule chose for one NPU pass and what the evaluator says it costs: every choice is here, so
+    ``npusched.io.schedule_reader`` rebuilds the same schedule from it. ``rolling_buffer`` is the shape of the
+    cascade buffer the pass reads its IFM from (the evaluator's, also where the schedule leaves it implicit)."""
+    from npusched.solver.evaluator import slack_buffering_cycles
+
     choice = result.schedule.op(op.index)
     cost = result.evaluation.op(op.index)
     buffering = choice.weight_buffering
+    operands = {"ifm": op.ifm, "ifm2": op.ifm2, "ofm": op.ofm}
     return {
         "block_config": choice.block_config.old_style(),
+        "block_config_part_kernel": choice.block_config.is_partkernel,
         "ofm_stripe": choice.ofm_stripe.as_list(),
         "ifm_stripe": choice.ifm_stripe.as_list(),
+        "ifm2_stripe": choice.ifm2_stripe.as_list() if choice.ifm2_stripe is not None else None,
         "cascade": choice.cascade,
+        "rolling_buffer": rolling_buffer.as_list() if rolling_buffer is not None else None,
         "weight_buffering": {
             "kind": buffering.kind,
             "depth_slices": list(choice.depth_slices),
             "buffer_bytes": list(buffering.buffer_sizes),
             "pre_buffered": buffering.pre_buffered,
         },
+        "prefetch_window": {
+            "slack_ofm_depth": choice.slack_ofm_depth,
+            "tail_slack_cycles": choice.tail_slack_cycles,
+            "cycles": slack_buffering_cycles(result.arch, op, choice, result.schedule),
+        },
+        "placements": {role: _placement_record(result, access.tensor)
+                       for role, access in operands.items() if access is not None},
         "ofm_mem_area": _placement(result, op.ofm.tensor).mem_area.value,
         "ofm_format": _placement(result, op.ofm.tensor).format.value,
         "cycles": cost.total_cycles,
@@ -70,16 +85,30 @@ def scheduled_op_record(op: NpuOp, result: Any) -> dict[str, Any]:
     }
 
 
+def _placement_record(result: Any, fm: Any) -> dict[str, str]:
+    place = _placement(result, fm)
+    return {"mem_area": place.mem_area.value, "format": place.format.value}
+
+
 def _placement(result: Any, fm: Any) -> Any:
     from npusched.solver.evaluator import placement_of
 
     return placement_of(result.arch, result.schedule, fm)
 
 
-def document(result: Any) -> dict[str, Any]:
-    """Build the whole document from a finished run (npusched.pipeline.RunResult)."""
+def document(result: Any, vela_backend: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Build the whole document from a finished run (npusched.pipeline.RunResult); ``vela_backend`` is what
+    compiling it with Vela's backend gave (``BackendResult.as_json``), when that was asked for."""
     arch = result.arch
     options = result.options
+    positions = {op.index: (index, sg.name, position)
+                 for index, sg in enumerate(result.network.subgraphs) for position, op in enumerate(sg.ops)}
+    rolling: dict[int, Any] = {}
+    if result.schedule is not None:
+        from npusched.solver.evaluator import cascade_rolling_buffers
+
+        for sg in result.network.subgraphs:
+            rolling.update(cascade_rolling_buffers(sg, result.schedule))
     return {
         "format": FORMAT,
         "model": str(options.model_path),
@@ -89,18 +118,23 @@ def document(result: Any) -> dict[str, Any]:
         "arena_cache_size": int(arch.arena_cache_size),
         "solver": options.solver if result.schedule is not None else None,
         "status": result.status,
+        "label": result.schedule.label if result.schedule is not None else None,
         "totals": _totals(result),
         **_solver_fields(result),
         "warnings": list(result.warnings),
+        "vela_backend": vela_backend,
         "timings_seconds": {phase: round(seconds, 3) for phase, seconds in result.timings_seconds.items()},
-        "ops": [_record(op, result) for op in result.network.ops],
+        "ops": [_record(op, result, positions.get(op.index), rolling.get(op.index)) for op in result.network.ops],
     }
 
 
-def _record(op: NpuOp | CpuOp, result: Any) -> dict[str, Any]:
-    record = op_record(op)
+def _record(op: NpuOp | CpuOp, result: Any, position: tuple[int, str, int] | None, rolling_buffer: Any
+            ) -> dict[str, Any]:
+    record = {"op_index": op.index, **op_record(op)}
+    if position is not None:
+        record.update(zip(("subgraph_index", "subgraph", "subgraph_op_index"), position, strict=True))
     if isinstance(op, NpuOp) and result.schedule is not None:
-        record.update(scheduled_op_record(op, result))
+        record.update(scheduled_op_record(op, result, rolling_buffer))
     return record
 
 
@@ -175,11 +209,12 @@ def check_output_path(path: Path, inputs: Iterable[Path | str] = ()) -> None:
         raise OutputError(f"{label}: the file is read-only")
 
 
-def write_json(result: Any, path: Path, inputs: Iterable[Path | str] = ()) -> None:
+def write_json(result: Any, path: Path, inputs: Iterable[Path | str] = (),
+               vela_backend: dict[str, Any] | None = None) -> None:
     """Write the document atomically: a temporary file beside ``path`` renamed over it, so a failed write (full
     disk, killed process) leaves no half-written document and never touches an input."""
     check_output_path(path, (result.options.model_path, *inputs))
-    text = json.dumps(document(result), indent=1, allow_nan=False) + "\n"
+    text = json.dumps(document(result, vela_backend), indent=1, allow_nan=False) + "\n"
     temporary: Path | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,126 @@
+"""Vela's backend compiling npusched's schedules (--output-dir), and the JSON document reproducing a schedule.
+
+The oracle is Vela itself: its own estimate of the compiled schedule must equal the evaluator's op by op, and for
+the heuristic (Vela's legacy scheduler reproduced) the ``_vela.tflite`` must be the one plain ``vela`` writes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from conftest import CONFIGS, model_path, run_options
+
+from npusched.cli import main
+from npusched.io.report_json import document
+from npusched.io.schedule_reader import read_schedule
+from npusched.io.vela_backend import VelaRefusal, compile_schedule, output_paths, tflite_contents
+from npusched.pipeline import run, vela_hardware_args
+from npusched.solver.evaluator import evaluate
+
+MODELS = ("keyword_scrambled_8bit", "kws_dscnn_int8", "ad01_int8")
+BACKEND_CONFIGS = ("u55-128_hee_shared_size", "u65-256_mid_dedicated256k")
+CASES = [(config, model) for config in BACKEND_CONFIGS for model in MODELS]
+
+
+def _plain_vela(model: str, config: str, output_dir: Path) -> Path:
+    subprocess.run(["vela", str(model_path(model)), *vela_hardware_args(CONFIGS[config]),
+                    "--debug-force-legacy-core", "--output-dir", str(output_dir)],
+                   check=True, capture_output=True, cwd=output_dir.parent)
+    return output_dir / f"{model}_vela.tflite"
+
+
+@pytest.mark.parametrize(("config", "model"), CASES)
+def test_heuristic_compiles_to_velas_own_file(config: str, model: str, tmp_path: Path) -> None:
+    """Forced into Vela's backend, the heuristic's schedule gives Vela's own .tflite and Vela's own estimate."""
+    result = run(run_options(config, model, solver="heuristic"))
+    compiled = compile_schedule(result, tmp_path / "ours")
+    assert all(path.is_file() for path in (compiled.tflite_path, compiled.summary_csv_path,
+                                           compiled.per_layer_csv_path))
+    assert compiled.agreed, compiled.warnings()
+    assert len(compiled.ops) == len(result.network.npu_ops)
+    assert tflite_contents(compiled.tflite_path) == tflite_contents(_plain_vela(model, config, tmp_path / "vela"))
+
+
+@pytest.mark.parametrize(("config", "model"), CASES)
+def test_cpsat_schedule_compiles_and_vela_agrees(config: str, model: str, tmp_path: Path) -> None:
+    result = run(run_options(config, model, solver="cpsat", time_limit_seconds=5, deterministic=True, workers=1))
+    compiled = compile_schedule(result, tmp_path)
+    assert compiled.agreed, compiled.warnings()
+    assert compiled.vela_total_cycles == pytest.approx(result.evaluation.total_cycles, rel=1e-4)
+    assert {op.op_index for op in compiled.ops} == {op.index for op in result.network.npu_ops}
+
+
+def test_a_refused_decision_names_the_op_and_writes_nothing(tmp_path: Path) -> None:
+    result = run(run_options("u65-256_mid_dedicated256k", "kws_dscnn_int8", solver="heuristic"))
+    buffered = next(op for op in result.schedule.ops if op.weight_buffering.is_buffered)
+    wrong = replace(buffered, weight_buffering=replace(
+        buffered.weight_buffering, buffer_sizes=tuple(size + 16 for size in buffered.weight_buffering.buffer_sizes)))
+    earlier = output_paths(result.options.model_path, result.arch.system_config, tmp_path)[0]
+    earlier.write_bytes(b"an earlier compilation")
+    with pytest.raises(VelaRefusal, match=f"op {buffered.op_index} "):
+        compile_schedule(replace(result, schedule=result.schedule.with_ops([wrong])), tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [earlier.name]
+    assert earlier.read_bytes() == b"an earlier compilation"
+
+
+@pytest.mark.parametrize(("config", "model", "solver"), [
+    ("u55-128_hee_shared_size", "str_ww_int8", "heuristic"),
+    ("u65-256_mid_dedicated256k", "kws_dscnn_int8", "cpsat"),
+    ("u55-128_hee_shared", "keyword_scrambled_8bit", "cpsat"),
+])
+def test_the_document_reproduces_the_schedule(config: str, model: str, solver: str) -> None:
+    result = run(run_options(config, model, solver=solver, time_limit_seconds=5, deterministic=True, workers=1))
+    doc = json.loads(json.dumps(document(result)))
+    schedule = read_schedule(doc, result.network, result.arch)
+    evaluation = evaluate(result.network, result.arch, schedule)
+    assert evaluation.total_cycles == result.evaluation.total_cycles
+    assert evaluation.peak_fast_storage == result.evaluation.peak_fast_storage
+    for op in result.network.npu_ops:
+        assert evaluation.op(op.index).total_cycles == result.evaluation.op(op.index).total_cycles
+    npu = [record for record in doc["ops"] if record["placement"] == "npu"]
+    assert all(record["subgraph"] and record["subgraph_index"] >= 0 for record in npu)
+
+
+def test_the_prefetch_window_is_needed_to_reproduce_a_schedule() -> None:
+    """str_ww_int8 under Size leaves smaller prefetch windows than its ops' last slices: without them the same
+    choices re-price differently, so the document must carry them."""
+    result = run(run_options("u55-128_hee_shared_size", "str_ww_int8", solver="heuristic"))
+    doc = json.loads(json.dumps(document(result)))
+    for record in doc["ops"]:
+        record.get("prefetch_window", {}).update(slack_ofm_depth=None, tail_slack_cycles=None)
+    schedule = read_schedule(doc, result.network, result.arch)
+    assert evaluate(result.network, result.arch, schedule).total_cycles != result.evaluation.total_cycles
+
+
+def test_cli_output_dir_and_saved_schedule(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--output-dir writes Vela's three files; --schedule compiles a saved schedule to the same .tflite."""
+    model = model_path("kws_dscnn_int8")
+    hardware = vela_hardware_args(CONFIGS["u55-128_hee_shared"])
+    saved = tmp_path / "kws.json"
+    assert main([str(model), *hardware, "--solver", "cpsat", "--time-limit", "5", "--deterministic", "--workers", "1",
+                 "--quiet", "--json", str(saved), "--output-dir", str(tmp_path / "a")]) == 0
+    assert "agrees with npusched's" in capsys.readouterr().out
+    doc = json.loads(saved.read_text())
+    assert doc["vela_backend"]["agreed"] is True
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == sorted(
+        p.name for p in output_paths(model, "Ethos_U55_High_End_Embedded", tmp_path / "a"))
+    assert main([str(model), *hardware, "--schedule", str(saved), "--quiet", "--output-dir", str(tmp_path / "b")]) == 0
+    capsys.readouterr()
+    name = f"{model.stem}_vela.tflite"
+    assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_cli_bad_output_dir_and_schedule_are_one_line_errors(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    model = str(model_path("kws_dscnn_int8"))
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    for argv, fragment in (([model, "--solver", "heuristic", "--output-dir", str(a_file)], "is not a directory"),
+                           ([model, "--schedule", str(a_file)], "cannot read the schedule document")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: ") and fragment in err[0]
