@@ -18,17 +18,16 @@ Where candidates come from (and how many, per subgraph of n passes):
   heights (1..``SMALL_STRIPES`` and the ``STRIPE_HEIGHTS`` largest powers of two above, below the OFM height),
   each pass with Vela's block config for its stripe or the fastest one that fits it, weights all buffered or all
   in place: <= n x (MAX_CASCADE_LENGTH - 1) x (SMALL_STRIPES + STRIPE_HEIGHTS) x 4;
-* and every such run twice more, the same four ways (<= n x (MAX_CASCADE_LENGTH - 1) x 8): with Vela's minimal
-  stripes (each pass as many rows as the next pass's vertical stride, even for a nearest-neighbour upscaling pass:
-  the stripes of Vela's ``--optimise Size`` schedule) and with one-row stripes (two for an upscaling pass), whose
-  rolling buffers are the smallest a cascade can have: a rolling buffer holds round_up(producer rows + consumer
-  IFM rows, consumer IFM rows) rows, so a producer writing one row before a stride-2 consumer needs half the rows
-  of one writing two. Vela never proposes those, but its backend compiles them: Vela 5.2.0 legacy with its minimal
-  schedule patched to one-row stripes compiles mobilenet_v2_224_int8 in 358,400 bytes of SRAM
-  (tests/test_small_memory.py runs it). Stripes derived backwards from a final height double at every stride-2
-  pass and are even throughout a cascade with an upscaling pass, so their rolling buffers are larger: with them
-  alone the smallest fit of mobilenet_v2_224_int8 was 376,320 bytes; Vela's minimal stripes give its 361,984,
-  one-row stripes 358,400. Duplicate stripe sets (a run without strides or upscaling) are made once.
+* and every such run with smallest stripes, for memory (Vela's block configs, weights buffered or in place:
+  <= n x (MAX_CASCADE_LENGTH - 1) x 4): Vela's minimal stripes (each pass as many rows as the next pass's vertical
+  stride, even for a nearest-neighbour upscaling pass: the stripes of its ``--optimise Size`` schedule) and
+  one-row stripes (two for an upscaling pass). A rolling buffer holds round_up(producer rows + consumer IFM rows,
+  consumer IFM rows) rows, so one-row stripes give the smallest buffers: a producer writing one row before a
+  stride-2 consumer needs half the rows of one writing two. Vela never proposes them, but its backend compiles
+  them (tests/test_small_memory.py runs Vela 5.2.0 legacy with one-row minimal stripes: it compiles
+  mobilenet_v2_224_int8 in 358,400 bytes of SRAM). Stripes derived backwards from a final height double at every
+  stride-2 pass and are even throughout a cascade with an upscaling pass: with them alone mobilenet_v2_224_int8's
+  smallest fit was 376,320 bytes; with Vela's minimal stripes it is 361,984, with one-row stripes 358,400.
 
 Longer cascades were measured and left out: allowing 32 passes lowered the smallest fit of none of
 kws_dscnn_int8, person_detect, str_ww_int8, vww_96_int8, mobilenet_v2_224_int8 and resnet_large_ic_int8 (nor 24 of
@@ -150,17 +149,31 @@ class SubgraphFacts:
     def cascade_runs(self) -> tuple[tuple[int, int, tuple[Shape4D, ...]], ...]:
         """Every cascade of the module docstring Vela's rules allow in the subgraph, as (start, end, OFM stripe
         of each pass), without duplicates."""
+        return tuple(self._run_kinds)
+
+    @cached_property
+    def minimal_only(self) -> frozenset[tuple[int, int, tuple[Shape4D, ...]]]:
+        """The runs with minimal or one-row stripes that no final stripe height gives: they are there for memory,
+        so they take Vela's block configs only (half as many candidates keeps the model's solve time)."""
+        return frozenset(run for run, derived in self._run_kinds.items() if not derived)
+
+    @cached_property
+    def _run_kinds(self) -> dict[tuple[int, int, tuple[Shape4D, ...]], bool]:
+        """Every run of ``cascade_runs`` -> whether a final stripe height gives its stripes."""
         n = len(self.sg.ops)
         links = cascade_links(self)
-        runs: dict[tuple[int, int, tuple[Shape4D, ...]], None] = {}
+        runs: dict[tuple[int, int, tuple[Shape4D, ...]], bool] = {}
         for start in range(n):
             end = start
             while end + 1 < n and end - start + 1 < MAX_CASCADE_LENGTH and links[end]:
                 end += 1
-                options = [_minimal_stripes(self, start, end, True), _minimal_stripes(self, start, end, False)] + [
-                    _cascade_stripes(self, start, end, h) for h in stripe_heights(self.sched_ops[end].ofm_shape.height)]
-                runs.update(((start, end, tuple(stripes)), None) for stripes in options if stripes is not None)
-        return tuple(runs)
+                for h in stripe_heights(self.sched_ops[end].ofm_shape.height):
+                    if (stripes := _cascade_stripes(self, start, end, h)) is not None:
+                        runs[start, end, tuple(stripes)] = True
+                for follow_stride in (True, False):
+                    if (stripes := _minimal_stripes(self, start, end, follow_stride)) is not None:
+                        runs.setdefault((start, end, tuple(stripes)), False)
+        return runs
 
     @cached_property
     def stripe_heights(self) -> dict[int, tuple[int, ...]]:
@@ -371,7 +384,8 @@ def all_candidates(arch: Any, facts: SubgraphFacts, references: Sequence[Schedul
         for start, ops in segments_of(ref, facts.sg):
             if lo <= start and start + len(ops) - 1 <= hi:
                 cands.append(make_candidate(facts, start, ops, "hint" if number == 0 and hint_first else "reference"))
-    runs = [(start, stripes) for start, end, stripes in facts.cascade_runs if lo <= start and end <= hi]
+    runs = [(start, stripes, (start, end, stripes) not in facts.minimal_only)
+            for start, end, stripes in facts.cascade_runs if lo <= start and end <= hi]
     fastest: dict[tuple[int, bool, int], Any] | None = None
     if light:
         for pos in range(lo, hi + 1):
@@ -380,8 +394,8 @@ def all_candidates(arch: Any, facts: SubgraphFacts, references: Sequence[Schedul
         full, fastest = priced if priced is not None else price_positions(arch, facts, range(lo, hi + 1))
         for pos in range(lo, hi + 1):
             cands.extend(single_candidates(arch, facts, pos, full[pos]))
-    for start, stripes in runs:
-        for buffered, best in itertools.product((True, False), (None, fastest) if fastest else (None,)):
+    for start, stripes, any_config in runs:
+        for buffered, best in itertools.product((True, False), (None, fastest) if fastest and any_config else (None,)):
             cand = cascade_candidate(arch, facts, start, stripes, buffered, best)
             if cand is not None:
                 cands.append(cand)
