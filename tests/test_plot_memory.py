@@ -71,3 +71,12 @@ def test_cli_refuses_an_unknown_image_suffix(tmp_path: Path, capsys: pytest.Capt
     err = capsys.readouterr().err
     assert err.startswith("error: --plot-memory") and err.count("\n") == 1
     assert not (tmp_path / "memory.jpg").exists()
+
+
+def test_a_limit_far_above_the_use_is_named_not_drawn(tmp_path: Path) -> None:
+    # Without --arena-cache-size the limit is the whole 4 GiB address space: drawing it would flatten the bars.
+    svg = tmp_path / "memory.svg"
+    assert main([str(model_path("micro_speech_int8")), *vela_hardware_args(CONFIGS[CONFIG]), "--solver",
+                 "heuristic", "--quiet", "--plot-memory", str(svg)]) == 0
+    text = svg.read_text()
+    assert "limit (4 GiB, off the chart)" in text

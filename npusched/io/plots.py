@@ -3,7 +3,6 @@ fast-storage use over the steps of a schedule."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -108,10 +107,16 @@ def plot_memory(breakdowns: Sequence[MemoryBreakdown], limit_bytes: int, title: 
             ax.bar(steps, [v / 1024 for v in values], width=1.0, bottom=bottom, label=name, color=colour,
                    linewidth=0)
             bottom = [b + v / 1024 for b, v in zip(bottom, values, strict=True)]
-        ax.axhline(limit_bytes / 1024, color="tab:red", linestyle="--", linewidth=1,
-                   label=f"limit ({limit_bytes / 1024:.4g} KiB)")
         total = memory.total
-        if total and max(total) > 0:
+        peak = max(total, default=0)
+        # A limit far above the use (Vela's default arena is the whole address space) would flatten the bars.
+        limit_shown = limit_bytes <= 2 * max(peak, 1)
+        label = f"limit ({_size(limit_bytes)}{'' if limit_shown else ', off the chart'})"
+        if limit_shown:
+            ax.axhline(limit_bytes / 1024, color="tab:red", linestyle="--", linewidth=1, label=label)
+        else:
+            ax.plot([], [], " ", label=label)
+        if peak > 0:
             peak_step = max(steps, key=lambda t: total[t])
             names = memory.op_at_step.get(peak_step) or memory.op_at_step.get(peak_step - 1, ())
             where = f" at {_shorten(names)}" if names else ""
@@ -119,8 +124,7 @@ def plot_memory(breakdowns: Sequence[MemoryBreakdown], limit_bytes: int, title: 
                         xytext=(0, 6), textcoords="offset points", fontsize=8,
                         ha="left" if peak_step < len(total) / 3 else "right" if peak_step > 2 * len(total) / 3
                         else "center")
-        top = max(max(total, default=0), limit_bytes if math.isfinite(limit_bytes) else 0) / 1024
-        ax.set_ylim(0, top * 1.15 or 1)
+        ax.set_ylim(0, max(peak, limit_bytes if limit_shown else 0) / 1024 * 1.15 or 1)
         ax.set_xlim(-0.5, len(total) - 0.5)
         ax.set_xlabel("step (each pass, or cascade of passes, takes two)")
         ax.set_ylabel("fast storage (KiB)")
@@ -129,6 +133,14 @@ def plot_memory(breakdowns: Sequence[MemoryBreakdown], limit_bytes: int, title: 
         ax.grid(True, axis="y", alpha=0.3)
     figure.tight_layout()
     _save(figure, [path], "--plot-memory")
+
+
+def _size(size_bytes: int) -> str:
+    """A byte count in the largest binary unit that keeps it at least 1 (KiB at least)."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20)):
+        if size_bytes >= scale:
+            return f"{size_bytes / scale:.4g} {unit}"
+    return f"{size_bytes / 1024:.4g} KiB"
 
 
 def _shorten(names: Sequence[str], width: int = 40) -> str:
