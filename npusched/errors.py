@@ -20,7 +20,12 @@ class ConfigError(NpuschedError):
 
 
 class ScheduleError(NpuschedError):
-    """No schedule meets the constraints (for example the fast-storage limit)."""
+    """No schedule meets the constraints (for example the fast-storage limit). ``needed_bytes`` is the smallest
+    fast storage a schedule was found to fit in, when the solver determined it."""
+
+    def __init__(self, message: str, needed_bytes: int | None = None) -> None:
+        super().__init__(message)
+        self.needed_bytes = needed_bytes
 
 
 class StagingLimitError(ScheduleError):

@@ -89,6 +89,7 @@ def compare_model(model_path: Path, golden: Path, config: dict[str, Any]) -> Mod
     """Run npusched's heuristic on one model and compare it with Vela's golden output for it."""
     options = run_options_from_vela_args(model_path, config, solver="heuristic")
     result = run(options)
+    assert result.evaluation is not None and result.schedule is not None  # a solver ran
     vela_schedules = read_verbose_schedule(golden / "vela_stdout.txt")
     vela_ops = [op for sched in vela_schedules for op in sched.ops]
     vela_rows = [row for group in read_per_layer(golden / "per_layer.csv") for row in group]

@@ -13,7 +13,7 @@ from typing import Any
 
 from npusched.errors import ConfigError, ScheduleError, StagingLimitError
 from npusched.io.tflite_reader import read_tflite
-from npusched.model.arch import Estimator, load_architecture
+from npusched.model.arch import ArchitectureFeatures, Estimator, load_architecture
 from npusched.model.graph import Network, lower_model
 from npusched.model.validate import validate_model
 from npusched.solver.evaluator import Evaluation, evaluate, staging_limit, verify
@@ -49,7 +49,7 @@ class RunResult:
     evaluation — the only source of the figures a report prints."""
 
     options: RunOptions
-    arch: Any
+    arch: ArchitectureFeatures
     network: Network
     status: str
     schedule: Schedule | None = None
@@ -178,14 +178,15 @@ def run(options: RunOptions, log: Callable[[str], None] | None = None, started: 
                      cycles_by_estimator=cycles)
 
 
-def _solve(network: Network, arch: Any, options: RunOptions, started: float, log: Callable[[str], None] | None,
+def _solve(network: Network, arch: ArchitectureFeatures, options: RunOptions, started: float,
+           log: Callable[[str], None] | None,
            timings: dict[str, float]) -> tuple[Schedule, SolverReport | None]:
     if options.solver == "heuristic":
         try:
             return heuristic_schedule(network, arch, options.optimise), None
         except StagingLimitError as exc:
             raise StagingLimitError(f"{exc} (Vela's legacy scheduler stops here too: 'Allocation exceeds staging "
-                                    "limit')") from None
+                                    "limit')", needed_bytes=exc.needed_bytes) from None
     if options.solver == "dp":
         from npusched.solver.dp import dp_schedule
 
@@ -212,7 +213,7 @@ def _solve(network: Network, arch: Any, options: RunOptions, started: float, log
                              hint_evaluation=hint_eval, log=log)
     except ScheduleError as exc:
         # Without time left to find the smallest size that fits, the heuristic's figure still says what is needed.
-        if heuristic_error is not None and "smallest that fits" not in str(exc):
+        if heuristic_error is not None and exc.needed_bytes is None:
             raise heuristic_error from None
         raise
     report = SolverReport(

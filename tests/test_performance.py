@@ -451,9 +451,9 @@ class _Resolver:
         arch = self.arch
         source = arch.permanent_storage_mem_area
         buffered = bool(op.buffers)
-        buffering = P.WeightBuffering.NONE
+        buffering = P.BufferKind.NONE
         if buffered:
-            buffering = P.WeightBuffering.DOUBLE if len(op.buffers) == 2 else P.WeightBuffering.SINGLE
+            buffering = P.BufferKind.DOUBLE if len(op.buffers) == 2 else P.BufferKind.SINGLE
         original = self._original_weight_elements(op, block_type)
         if original is None:
             return None

@@ -287,7 +287,8 @@ def test_encode_op_weights_reads_the_npu_op(corpus_dir, golden_dir):
     assert W.encode_op_weights(arch, op, gop.block_config[3], gop.depth_slices).total_bytes == gop.encoded
     no_weights = NpuOp(index=1, name="pool", tflite_op="MAX_POOL_2D", op_type="MaxPool",
                        npu_block_type=NpuBlockType.Pooling, ifm=op.ifm, ofm=op.ofm)
-    assert W.encode_op_weights(arch, no_weights, 16, (0, 64)) is None
+    with pytest.raises(ValueError, match="no weights"):
+        W.encode_op_weights(arch, no_weights, 16, (0, 64))
 
 
 def test_invalid_requests_are_rejected(corpus_dir, golden_dir):

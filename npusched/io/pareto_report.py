@@ -30,7 +30,7 @@ COLUMNS = ("limit_bytes", "cycles", "peak_fast_storage_bytes", "bound_cycles", "
 def csv_rows(run: ParetoRun) -> list[dict[str, object]]:
     """The CSV's rows as dicts keyed by ``COLUMNS`` (empty strings for what is unknown)."""
     vela = {v.limit_bytes: v for v in run.vela}
-    rows = []
+    rows: list[dict[str, object]] = []
     for point in run.frontier.points:
         theirs = vela.get(point.limit_bytes, VelaPoint(point.limit_bytes, error=""))
         rows.append({
@@ -74,7 +74,7 @@ def format_pareto(run: ParetoRun) -> str:
         header += f" {'Vela legacy cycles':>19} {'Vela SRAM used':>15}"
     lines.append(header)
     for row in csv_rows(run):
-        gap = f"{float(row['gap']):.2%}" if row["gap"] != "" else "-"
+        gap = f"{float(str(row['gap'])):.2%}" if row["gap"] != "" else "-"
         line = (f"{row['limit_bytes']:>14} {row['cycles']:>12} {row['peak_fast_storage_bytes']:>13} "
                 f"{row['bound_cycles'] if row['bound_cycles'] != '' else '-':>12} {gap:>7} "
                 f"{'yes' if row['on_frontier'] else 'no':>8}")

@@ -149,7 +149,7 @@ class _StrictBytes(bytes):
     """File bytes whose slices fail when they run past the end, so a truncated string or vector raises
     instead of silently coming back short (the flatbuffers runtime slices strings without a check)."""
 
-    def __getitem__(self, key):  # type: ignore[override]
+    def __getitem__(self, key):
         if isinstance(key, slice) and key.stop is not None and key.stop > len(self):
             raise IndexError(f"read up to byte {key.stop} past the end of a {len(self)}-byte file")
         return super().__getitem__(key)
@@ -180,7 +180,8 @@ def _options_fields(cls: type) -> tuple[tuple[str, str, bool, dict[int, str] | N
         # StableHLO ops have int64 vectors named Padding; only scalar Padding is the enum.
         if enum_cls is not None and is_vector and name != "PrecisionConfig":
             enum_cls = None
-        names = _enum_names(_tflite_class(enum_cls)) if enum_cls else None
+        enum_type = _tflite_class(enum_cls) if enum_cls else None
+        names = _enum_names(enum_type) if enum_type is not None else None
         fields.append((_snake(name), name, is_vector, names))
     return tuple(fields)
 

@@ -28,6 +28,7 @@ __all__ = [
     "AcceleratorConfig",
     "ArchitectureFeatures",
     "BandwidthDirection",
+    "OptimisationStrategy",
     "MemPort",
     "ShramConfig",
     "ShramElement",
@@ -53,6 +54,25 @@ class Estimator(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+class OptimisationStrategy(str, enum.Enum):
+    """What ``--optimise`` asks the scheduler for (Vela's two strategies): the fewest cycles within the fast
+    storage, or the least fast storage."""
+
+    PERFORMANCE = "Performance"
+    SIZE = "Size"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, text: str) -> OptimisationStrategy:
+        """The strategy named ``text`` in any case (Vela's spelling is "Performance"/"Size"); ConfigError if none."""
+        for strategy in cls:
+            if strategy.value.lower() == str(text).lower():
+                return strategy
+        raise ConfigError(f"unknown optimise strategy '{text}' (known: Performance, Size)")
 
 
 class BandwidthDirection(enum.IntEnum):
@@ -333,7 +353,7 @@ class ArchitectureFeatures:
     system_config: str
     memory_mode: str
     vela_config_files: tuple[str, ...]
-    optimise: str
+    optimise: OptimisationStrategy
     config: AcceleratorConfig
     is_ethos_u55_system: bool
     is_ethos_u65_system: bool
@@ -514,7 +534,7 @@ def _load_architecture(accelerator_config: str, config_files: tuple[str, ...] | 
     if accel not in _ACCELERATORS:
         raise ConfigError(f"unknown accelerator config '{accelerator_config}' "
                           f"(known: {', '.join(known_accelerator_configs())})")
-    if optimise not in ("Performance", "Size"):
+    if optimise not in tuple(OptimisationStrategy):
         raise ConfigError(f"unknown optimise strategy '{optimise}' (known: Performance, Size)")
     cfg = _ACCELERATORS[accel]
     family = _family(accel)
@@ -631,7 +651,7 @@ def _load_architecture(accelerator_config: str, config_files: tuple[str, ...] | 
         system_config=sys_name,
         memory_mode=mode_name,
         vela_config_files=files,
-        optimise=optimise,
+        optimise=OptimisationStrategy(optimise),
         config=cfg,
         is_ethos_u55_system=not is_u65,
         is_ethos_u65_system=is_u65,

@@ -16,7 +16,7 @@ import enum
 import functools
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from npusched.model.arch import ArchitectureFeatures, ShramConfig, ShramElement
 from npusched.model.ir import Kernel, NpuBlockType, ResamplingMode, Shape4D
@@ -358,7 +358,7 @@ def _scan(hw: _Hw, npu_block_type: NpuBlockType, ofm_shape: Shape4D, ifm_shape: 
                 # (and per OFM depth block for depth-reducing ops).
                 full_h, full_w, full_d = _ceil_div(o_h, acc_h), _ceil_div(o_w, width), _ceil_div(o_d, depth)
                 blocks_wh = (o_w / width) * (o_h / acc_h)
-                weight_fetch = weight_fetch_wh * ifm_depth * (full_w * full_h)
+                weight_fetch: float = weight_fetch_wh * ifm_depth * (full_w * full_h)
                 if not s.is_depthwise:
                     weight_fetch *= depth * (o_d / depth)
                 ifm_fetch = ifm_w * ifm_h * ifm_depth * ifm_repeats * blocks_wh
@@ -507,7 +507,19 @@ def try_block_config(block: Shape4D, arch: ArchitectureFeatures, npu_block_type:
 # Convenience for NpuOps
 
 
-def op_block_inputs(op: NpuOp) -> dict[str, object]:
+class BlockInputs(TypedDict):
+    """The op-level keyword arguments of ``find_block_config``/``enumerate_block_configs``."""
+
+    npu_block_type: NpuBlockType
+    uses_scalar: bool
+    ifm_bits: int
+    kernel: Kernel
+    lut_banks: int
+    scaled: bool
+    resampling_mode: ResamplingMode
+
+
+def op_block_inputs(op: NpuOp) -> BlockInputs:
     """The op-level inputs of the block search that do not depend on the stripe."""
     return {
         "npu_block_type": op.npu_block_type,

@@ -12,9 +12,10 @@ import gc
 import sys
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from npusched.errors import ModelError
+from npusched.model.arch import ArchitectureFeatures
 from npusched.model.ir import (
     CpuOp,
     FeatureMap,
@@ -104,7 +105,7 @@ _DECOMPOSERS = {"Softmax": lower_softmax, "Mean": lower_mean, "UnidirectionalSeq
 
 
 def _decompose(op: VOp, top: TfliteOperator | None, model: TfliteModel, tsg: TfliteSubgraph,
-               arch: Any) -> list[NpuOp] | None:
+               arch: ArchitectureFeatures) -> list[NpuOp] | None:
     """Ask the decomposition module for ``op``'s NPU ops; None (op stays on the CPU) if it has none."""
     fn = _DECOMPOSERS.get(op.type)
     if top is None or fn is None:
@@ -131,9 +132,9 @@ def _kernel(op: VOp) -> Kernel:
     w, h = op.kernel_size()
     sx, sy = op.stride()
     dx, dy = op.dilation()
-    pad = op.attrs.get("explicit_padding") or (0, 0, 0, 0)
+    pad = [int(p) for p in op.attrs.get("explicit_padding") or (0, 0, 0, 0)]
     return Kernel(width=w, height=h, stride_x=sx, stride_y=sy, dilation_x=dx, dilation_y=dy,
-                  padding=tuple(int(p) for p in pad), valid_padding=op.attrs.get("padding") == "VALID")
+                  padding=(pad[0], pad[1], pad[2], pad[3]), valid_padding=op.attrs.get("padding") == "VALID")
 
 
 def _packed_activation(ps: Pass) -> tuple[str | None, float | None, float | None]:
@@ -246,7 +247,7 @@ def _cpu_ops(ps: Pass) -> list[CpuOp]:
 RECURSION_LIMIT = 200_000
 
 
-def lower_model(model: TfliteModel, arch: Any = None) -> Network:
+def lower_model(model: TfliteModel, arch: ArchitectureFeatures | None = None) -> Network:
     """Lower every subgraph of ``model``; NPU subgraphs are listed in Vela's order (per TFLite subgraph, in
     execution order). Time and memory grow linearly with the size of the model (scripts/bench_lower.py)."""
     limit, collecting = sys.getrecursionlimit(), gc.isenabled()
@@ -264,7 +265,7 @@ def lower_model(model: TfliteModel, arch: Any = None) -> Network:
             gc.enable()
 
 
-def _lower_model(model: TfliteModel, arch: Any) -> Network:
+def _lower_model(model: TfliteModel, arch: ArchitectureFeatures) -> Network:
     all_ops: list[NpuOp | CpuOp] = []
     subgraphs: list[NpuSubgraph] = []
     for tsg in model.subgraphs:
@@ -293,9 +294,9 @@ def _lower_model(model: TfliteModel, arch: Any) -> Network:
             if id(ps) in run_of:
                 if ps.primary_op is None:
                     continue
-                ofm, run = ps.ofm_tensor, run_of[id(ps)]
-                inside = readers.get((id(ofm), run), 0)
-                outside = id(ofm) in outputs or bool(read_in.get(id(ofm), set()) - {run})
+                ofm, run_index = ps.ofm_tensor, run_of[id(ps)]
+                inside = readers.get((id(ofm), run_index), 0)
+                outside = id(ofm) in outputs or bool(read_in.get(id(ofm), set()) - {run_index})
                 op = replace(_npu_op(ps, inside + (1 if outside else 0)), index=len(all_ops))
                 built[id(ps)] = op
                 all_ops.append(op)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, replace
+from typing import overload
 
 import numpy as np
 
@@ -322,6 +323,10 @@ def round_up(a: int, quantum: int) -> int:
     return ceil_div(a, quantum) * quantum
 
 
-def round_down(a: int, quantum: int) -> int:
+@overload
+def round_down(a: int, quantum: int) -> int: ...
+@overload
+def round_down(a: float, quantum: int) -> float: ...
+def round_down(a: float, quantum: int) -> float:
     return (a // quantum) * quantum
 

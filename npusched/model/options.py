@@ -33,6 +33,7 @@ import numpy as np
 
 from npusched.model import performance as perf
 from npusched.model import weights as wts
+from npusched.model.arch import ArchitectureFeatures
 from npusched.model.block_config import (
     BlockConfig,
     enumerate_block_configs,
@@ -222,13 +223,14 @@ def option_key(option: OpOption) -> tuple[int, int, int, int]:
 # Placement (where the op's operands live while it runs)
 
 
-def weights_buffered_by_default(arch: Any, op: NpuOp) -> bool:
+def weights_buffered_by_default(arch: ArchitectureFeatures, op: NpuOp) -> bool:
     """Vela buffers an op's weights in fast storage when they sit in a slower, separate permanent memory, except
     for fully connected ops (their weights are read once, in place)."""
     return op.op_type != "FullyConnected" and weights_need_dma(arch, op)
 
 
-def _placement(arch: Any, fm: FeatureMap, placements: Mapping[FeatureMap, Any] | None) -> tuple[MemArea, TensorFormat]:
+def _placement(arch: ArchitectureFeatures, fm: FeatureMap,
+               placements: Mapping[FeatureMap, Any] | None) -> tuple[MemArea, TensorFormat]:
     """(memory, layout) of a feature map: constants in permanent storage, otherwise ``placements`` or the
     architecture's feature-map storage in NHWC."""
     if fm.is_const:
@@ -243,7 +245,7 @@ def _placement(arch: Any, fm: FeatureMap, placements: Mapping[FeatureMap, Any] |
 # Stripes
 
 
-def stripe_choice(arch: Any, op: NpuOp, height: int) -> StripeChoice:
+def stripe_choice(arch: ArchitectureFeatures, op: NpuOp, height: int) -> StripeChoice:
     """The stripes of ``op`` at OFM stripe ``height`` (clamped to 1..OFM height) and Vela's block for it."""
     full = op.ofm.shape
     height = max(1, min(int(height), full.height))
@@ -279,7 +281,7 @@ class _OpContext:
     memcpy: perf.DmaTransfer | None
 
 
-def _op_context(arch: Any, op: NpuOp, placements: Mapping[FeatureMap, Any] | None,
+def _op_context(arch: ArchitectureFeatures, op: NpuOp, placements: Mapping[FeatureMap, Any] | None,
                 weights_buffered: bool | None) -> _OpContext:
     buffered = weights_buffered_by_default(arch, op) if weights_buffered is None else bool(weights_buffered)
     buffered = buffered and op.weights is not None
@@ -301,19 +303,20 @@ def _op_context(arch: Any, op: NpuOp, placements: Mapping[FeatureMap, Any] | Non
     return _OpContext(op, query, buffered, lut, memcpy)
 
 
-def _weight_stream(arch: Any, ctx: _OpContext, block_depth: int) -> tuple[perf.WeightStream | None, int]:
+def _weight_stream(arch: ArchitectureFeatures, ctx: _OpContext, block_depth: int) -> tuple[perf.WeightStream | None,
+                   int]:
     op = ctx.op
     if op.weights is None:
         return None, 0
     encoded = wts.encode_op_weights(arch, op, block_depth, (0, op.ofm.shape.depth))
     if not ctx.buffered:
-        return pricing_weight_stream(arch, op, encoded, perf.WeightBuffering.NONE), encoded.total_bytes
+        return pricing_weight_stream(arch, op, encoded, perf.BufferKind.NONE), encoded.total_bytes
     transfer = perf.measure_mem2mem_cycles(arch, arch.permanent_storage_mem_area, arch.fast_storage_mem_area,
                                            encoded.total_bytes)
-    return pricing_weight_stream(arch, op, encoded, perf.WeightBuffering.SINGLE, transfer), encoded.total_bytes
+    return pricing_weight_stream(arch, op, encoded, perf.BufferKind.SINGLE, transfer), encoded.total_bytes
 
 
-def _price(arch: Any, ctx: _OpContext, config: BlockConfig,
+def _price(arch: ArchitectureFeatures, ctx: _OpContext, config: BlockConfig,
            streams: dict[int, tuple[perf.WeightStream | None, int]]) -> OptionPrice:
     op = ctx.op
     depth = config.ofm_block.depth
@@ -340,7 +343,7 @@ def _with_config(query: perf.PerformanceQuery, config: BlockConfig) -> perf.Perf
     return clone
 
 
-def striped_op_cycles(arch: Any, op: NpuOp, option: OpOption,
+def striped_op_cycles(arch: ArchitectureFeatures, op: NpuOp, option: OpOption,
                       placements: Mapping[FeatureMap, Any] | None = None) -> float:
     """Compute cycles of the op run stripe by stripe: one stripe's estimate (stripe shapes, the option's block
     config) times the number of stripes. Not Vela's price (see the module docstring); for solvers that want
@@ -366,7 +369,7 @@ def clear_caches() -> None:
     _RESULTS.clear()
 
 
-def _placement_signature(arch: Any, op: NpuOp, placements: Mapping[FeatureMap, Any] | None) -> tuple:
+def _placement_signature(arch: ArchitectureFeatures, op: NpuOp, placements: Mapping[FeatureMap, Any] | None) -> tuple:
     fms = [op.ifm.tensor, op.ofm.tensor] + ([op.ifm2.tensor] if op.ifm2 is not None else [])
     return tuple(_placement(arch, fm, placements) for fm in fms)
 
@@ -378,7 +381,7 @@ def _normalise_heights(op: NpuOp, stripe_heights: Iterable[int] | None) -> tuple
     return tuple(sorted({max(1, min(int(h), full)) for h in stripe_heights}))
 
 
-def price_options(arch: Any, op: NpuOp, *, stripe_heights: Iterable[int] | None = None,
+def price_options(arch: ArchitectureFeatures, op: NpuOp, *, stripe_heights: Iterable[int] | None = None,
                   placements: Mapping[FeatureMap, Any] | None = None,
                   weights_buffered: bool | None = None) -> tuple[OpOption, ...]:
     """Every (block config x OFM stripe height) option of ``op``, priced.
@@ -408,7 +411,8 @@ def price_options(arch: Any, op: NpuOp, *, stripe_heights: Iterable[int] | None 
     return result
 
 
-def _price_options(arch: Any, op: NpuOp, heights: tuple[int, ...], placements: Mapping[FeatureMap, Any] | None,
+def _price_options(arch: ArchitectureFeatures, op: NpuOp, heights: tuple[int, ...], placements: Mapping[FeatureMap,
+                   Any] | None,
                    weights_buffered: bool | None) -> tuple[OpOption, ...]:
     block_inputs = op_block_inputs(op)
     full = op.ofm.shape

@@ -36,12 +36,16 @@ class Direction(enum.Enum):
     Write = "Write"
 
 
-class WeightBuffering(enum.Enum):
-    """Where a pass's encoded weights are read from while it runs."""
+class BufferKind(str, enum.Enum):
+    """Where a pass's encoded weights are read from while it runs (the ``kind`` of a schedule's
+    ``WeightBuffering``, which adds the slices and buffer sizes)."""
 
     NONE = "none"  # straight from permanent storage (no DMA)
     SINGLE = "single"  # one SRAM buffer, filled before the pass starts
     DOUBLE = "double"  # two SRAM buffers, later slices fetched while earlier ones run
+
+    def __str__(self) -> str:
+        return self.value
 
 
 # The memories whose access time counts towards a pass's cycles (SHRAM never does).
@@ -402,8 +406,10 @@ def estimate_conv_cycles(arch, op_type: str, activation: str | None, query: Perf
     dpu_cycles = dpu_cycles / arch.ncores
 
     ofm_blocks = query.ofm_shape.div_round_up(ofm_block).elements()
-    output_cycles = math.ceil(output_cycles_per_element(arch, op_type, activation, query) * ofm_block.elements())
+    output_cycles: float = math.ceil(output_cycles_per_element(arch, op_type, activation, query)
+                                     * ofm_block.elements())
     if query.has_bias:
+        assert query.const_memory_area is not None  # a query with a bias says where it is read from
         bias_cycles = 10 * ofm_block.depth * _latency(arch, query.const_memory_area, Direction.Read) / 256
         output_cycles = max(output_cycles, bias_cycles)
 
@@ -519,7 +525,7 @@ class WeightStream:
     encoded_bytes: int
     original_elements: int
     source_area: MemArea
-    buffering: WeightBuffering = WeightBuffering.NONE
+    buffering: BufferKind = BufferKind.NONE
     buffer_area: MemArea | None = None
     first_slice_bytes_per_core: tuple[int, ...] = ()
     full_transfer_cycles: float = 0
@@ -617,7 +623,7 @@ def estimate_full_op_performance(
     access = measure_element_access(arch, query)
     npu_cycles: float = cost.op_cycles
 
-    dma_cycles = 0
+    dma_cycles: float = 0
     if lut is not None and lut.source_area != lut.dest_area:
         dma_cycles += measure_mem2mem_cycles(arch, lut.source_area, lut.dest_area, lut.size_bytes)
         add(bw, lut.source_area, Purpose.LUT, Direction.Read, lut.size_bytes)
@@ -627,12 +633,13 @@ def estimate_full_op_performance(
         add(bw, memcpy.source_area, Purpose.FeatureMap, Direction.Read, memcpy.size_bytes)
         add(bw, memcpy.dest_area, Purpose.FeatureMap, Direction.Write, memcpy.size_bytes)
 
-    buffered = weights is not None and weights.buffering != WeightBuffering.NONE
-    if buffered:
+    buffered = weights is not None and weights.buffering != BufferKind.NONE
+    if weights is not None and buffered:
+        assert weights.buffer_area is not None  # a buffered stream names its buffer's memory
         add(bw, weights.source_area, Purpose.Weights, Direction.Read, weights.encoded_bytes)
         add(bw, weights.buffer_area, Purpose.Weights, Direction.Write, weights.encoded_bytes)
         first_dma = measure_mem2mem_cycles(arch, weights.source_area, weights.buffer_area, weights.first_dma_bytes)
-        if weights.buffering == WeightBuffering.DOUBLE:
+        if weights.buffering == BufferKind.DOUBLE:
             # Later slices stream in behind the compute; only the first one, less the slack, is exposed.
             npu_cycles = max(
                 weights.full_transfer_cycles - prev_slack_cycles + slack_buffering_cycles,
@@ -648,7 +655,7 @@ def estimate_full_op_performance(
     ifm_bytes = ifm_element_bytes if ifm_element_bytes is not None else query.ifm_bits // 8
     cfg = query.config
 
-    volume = access.ofm_write * ofm_bytes
+    volume: float = access.ofm_write * ofm_bytes
     add(bw, query.ofm_memory_area, Purpose.FeatureMap, Direction.Write, volume)
     add(scaled, query.ofm_memory_area, Purpose.FeatureMap, Direction.Write, memory_transfer_efficiency(
         arch, False, query.ofm_memory_area, query.ofm_format, query.ofm_bits, cfg.ofm_block, query.ofm_shape, volume
@@ -661,6 +668,7 @@ def estimate_full_op_performance(
     ))
 
     if query.ifm2_shape is not None:
+        assert query.ifm2_memory_area is not None  # a query with an IFM2 says where it is read from
         ifm2_bytes = ifm2_element_bytes if ifm2_element_bytes is not None else query.ifm2_bits // 8
         volume = access.ifm_read[1] * ifm2_bytes
         add(bw, query.ifm2_memory_area, Purpose.FeatureMap, Direction.Read, volume)

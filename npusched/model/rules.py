@@ -175,12 +175,12 @@ def weights_need_dma(arch: ArchitectureFeatures, op: NpuOp) -> bool:
 
 
 def pricing_weight_stream(arch: ArchitectureFeatures, op: NpuOp, encoded: EncodedWeights,
-                          buffering: perf.WeightBuffering, full_transfer_cycles: float = 0.0) -> perf.WeightStream:
+                          buffering: perf.BufferKind, full_transfer_cycles: float = 0.0) -> perf.WeightStream:
     """The weight stream a pass is priced with: read in place from permanent storage, or DMA'd into fast-storage
     buffers (the first depth slice before the pass, ``full_transfer_cycles`` the scheduler's whole-stream DMA
     estimate)."""
     assert op.weights is not None
-    if buffering == perf.WeightBuffering.NONE:
+    if buffering == perf.BufferKind.NONE:
         return perf.WeightStream(encoded_bytes=encoded.total_bytes, original_elements=int(op.weights.values.size),
                                  source_area=arch.permanent_storage_mem_area, scale_element_bytes=SCALE_ENTRY_BYTES)
     return perf.WeightStream(

@@ -40,15 +40,19 @@ OFM_SPLIT_DEPTH = 16
 
 
 class _Ublock(Protocol):
-    depth: int
+    @property
+    def depth(self) -> int: ...
 
 
 class WeightArch(Protocol):
-    """What the encoder reads from ``ArchitectureFeatures``."""
+    """What the encoder reads from ``ArchitectureFeatures`` (a protocol, so tests can encode without one)."""
 
-    ncores: int
-    ofm_ublock: _Ublock
-    ifm_ublock: _Ublock
+    @property
+    def ncores(self) -> int: ...
+    @property
+    def ofm_ublock(self) -> _Ublock: ...
+    @property
+    def ifm_ublock(self) -> _Ublock: ...
 
 
 class BlockTraversal(enum.Enum):
@@ -313,10 +317,10 @@ def encode_weights(
 
 
 def encode_op_weights(arch: WeightArch, op: NpuOp, ofm_block_depth: int, depth_slices: tuple[int, ...] | list[int]
-                      ) -> EncodedWeights | None:
-    """``encode_weights`` for an ``NpuOp``; None when the op has no weights."""
+                      ) -> EncodedWeights:
+    """``encode_weights`` for an ``NpuOp``, which must have weights (ValueError otherwise)."""
     if op.weights is None:
-        return None
+        raise ValueError(f"op {op.index} ({op.name}) has no weights to encode")
     ifm_bits = op.ifm.tensor.dtype.size_in_bits
     flip = op.op_type == "Conv2DBackpropInputSwitchedBias"
     return encode_weights(arch, op.weights, op.bias, op.npu_block_type, op.kernel, ofm_block_depth, depth_slices,
@@ -411,7 +415,7 @@ def plan_weight_buffering(
     there is none). A cascaded op keeps its full weights in one buffer; the caller adds that buffer to the
     schedule's memory snapshot, as Vela does.
     """
-    full_slices = (0, stripe_depth)
+    full_slices: tuple[int, ...] = (0, stripe_depth)
     full = encode(full_slices)
     full_bytes = full.total_bytes
 

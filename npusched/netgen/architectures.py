@@ -85,8 +85,11 @@ def _staged(g: GraphBuilder, s: Sizing, x: Act, stages: list[tuple[int, int]], r
     for position, (base, stride) in enumerate(stages):
         until = filler.stage_end(s.passes, len(stages) - position, reserve)
         channels = s.channels(base)
-        x = filler.fill(x, until, lambda y, first, c=channels, st=stride, p=position:
-                        block(y, c, st if first else 1, p))
+
+        def step(y: Act, first: bool, c: int = channels, st: int = stride, p: int = position) -> Act:
+            return block(y, c, st if first else 1, p)
+
+        x = filler.fill(x, until, step)
     return x
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from npusched.netgen.graph import Act, GraphBuilder
 
 
-def stem(g: GraphBuilder, x: Act, filters: int, activation: str = "RELU6") -> Act:
+def stem(g: GraphBuilder, x: Act, filters: int, activation: str | None = "RELU6") -> Act:
     """The usual first layer: a 3x3 stride-2 convolution."""
     return g.conv(x, filters, (3, 3), (2, 2), activation)
 

@@ -157,7 +157,7 @@ def _operator(b: flatbuffers.Builder, op: OperatorDef, opcode_index: int) -> int
     tflite.OperatorAddOpcodeIndex(b, opcode_index)
     tflite.OperatorAddInputs(b, inputs)
     tflite.OperatorAddOutputs(b, outputs)
-    if options is not None:
+    if options is not None and op.options is not None:
         tflite.OperatorAddBuiltinOptionsType(b, getattr(BuiltinOptions, op.options))
         tflite.OperatorAddBuiltinOptions(b, options)
     return tflite.OperatorEnd(b)

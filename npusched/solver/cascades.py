@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from npusched.model.block_config import BlockConfig
 from npusched.model.ir import FeatureMap, NpuBlockType, NpuOp, Shape4D, TensorFormat, round_up
 from npusched.model.rules import BRICK_DEPTH, allocation_bytes, brick_padded_bytes, may_cascade, operand_bytes
 
@@ -101,7 +102,7 @@ class StripeCost:
     ``slack_cycles`` is, when weight slicing set it).
     """
 
-    block_config: Any
+    block_config: BlockConfig
     stripe_input: Shape4D
     stripe_input2: Shape4D | None
     stripe: Shape4D

@@ -63,6 +63,8 @@ from typing import Any
 from ortools.sat.python import cp_model
 
 from npusched.errors import ScheduleError
+from npusched.model.arch import ArchitectureFeatures, OptimisationStrategy
+from npusched.model.graph import Network, NpuSubgraph
 from npusched.model.ir import FeatureMap
 from npusched.solver.cpsat_candidates import (
     Candidate,
@@ -184,7 +186,7 @@ class CpSatModel:
 # Facts about the network, computed once per solve
 
 
-def _fm_facts(sg: Any) -> dict[FeatureMap, tuple[int, int]]:
+def _fm_facts(sg: NpuSubgraph) -> dict[FeatureMap, tuple[int, int]]:
     """First and last position (inclusive) a feature map of ``sg`` is live over, in candidate terms: from its
     producer (or first reader) to its last reader (len(ops) for subgraph outputs, which live to the end)."""
     first: dict[FeatureMap, int] = {}
@@ -218,7 +220,7 @@ class NetworkFacts:
     """What every region of one network needs: tensor use, Vela's placements, a shared pricer, and per subgraph
     the scheduler's view of its passes and its live ranges (computed on first use)."""
 
-    def __init__(self, network: Any, arch: Any) -> None:
+    def __init__(self, network: Network, arch: ArchitectureFeatures) -> None:
         self.network = network
         self.arch = arch
         self.subgraphs = subgraphs_of(network)
@@ -611,7 +613,7 @@ def _add_clique_cuts(model: cp_model.CpModel, net: NetworkFacts, data: _RegionDa
                 model.add(sum(big) <= parts - 1)
 
 
-def _price_table(net: NetworkFacts, sg: Any, cand: Candidate, movable: list[FeatureMap], slacks: list[float],
+def _price_table(net: NetworkFacts, sg: NpuSubgraph, cand: Candidate, movable: list[FeatureMap], slacks: list[float],
                  kept: dict[FeatureMap, TensorPlacement]) -> _Table:
     """Every price of ``cand``: per residency of its movable boundary maps and per incoming slack; dimensions
     that never change the price are dropped, slacks with identical prices grouped. ``kept`` are the placements
@@ -753,8 +755,8 @@ def _solver(time_limit: float, workers: int, seed: int, deterministic: bool,
 # Solving
 
 
-def solve_cpsat(network: Any, arch: Any, *, time_limit_seconds: float = 30.0, workers: int | None = None,
-                seed: int = 0, deterministic: bool = False, hint: Schedule | None = None,
+def solve_cpsat(network: Network, arch: ArchitectureFeatures, *, time_limit_seconds: float = 30.0,
+                workers: int | None = None, seed: int = 0, deterministic: bool = False, hint: Schedule | None = None,
                 hint_evaluation: Evaluation | None = None, log: Log | None = None) -> CpSatResult:
     """Schedule ``network`` with CP-SAT within ``time_limit_seconds`` of wall clock (building included; the
     answer's evaluation and verification too). ``hint_evaluation`` saves evaluating the hint again.
@@ -774,8 +776,8 @@ def solve_cpsat(network: Any, arch: Any, *, time_limit_seconds: float = 30.0, wo
                    strategy="Size" if _size_first(arch) else "Performance")
 
 
-def _size_first(arch: Any) -> bool:
-    return getattr(arch, "optimise", "Performance") == "Size"
+def _size_first(arch: ArchitectureFeatures) -> bool:
+    return arch.optimise is OptimisationStrategy.SIZE
 
 
 def _rank(evaluation: Evaluation, size_first: bool) -> tuple[float, ...]:
@@ -846,7 +848,8 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, workers:
         if needed < 0:
             raise ScheduleError(f"no schedule fits {built.limit} bytes of fast storage")
         raise ScheduleError(f"no schedule fits {built.limit} bytes of fast storage; the smallest that fits needs "
-                            f"{needed} bytes" + ("" if proven else " or fewer (not proven within the time limit)"))
+                            f"{needed} bytes" + ("" if proven else " or fewer (not proven within the time limit)"),
+                            needed_bytes=needed)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         if not hint_fits:
             raise ScheduleError(_nothing_found(hint_eval, limit, time_limit_seconds))
@@ -925,7 +928,7 @@ def _gap(cycles: float, bound: float) -> float:
     return max(0.0, (cycles - bound) / cycles) if cycles else 0.0
 
 
-def _max_schedule_or_none(network: Any, arch: Any) -> Schedule | None:
+def _max_schedule_or_none(network: Network, arch: ArchitectureFeatures) -> Schedule | None:
     try:
         return max_schedule(network, arch)
     except ScheduleError:

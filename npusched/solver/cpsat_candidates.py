@@ -56,9 +56,12 @@ from functools import cached_property
 from typing import Any
 
 from npusched.model import weights as wts
-from npusched.model.block_config import find_block_config_for_op
+from npusched.model.arch import ArchitectureFeatures
+from npusched.model.block_config import BlockConfig, find_block_config_for_op
+from npusched.model.graph import NpuSubgraph
 from npusched.model.ir import FeatureMap, NpuOp, Shape4D, round_up
 from npusched.model.options import OpOption, drop_dominated, price_options
+from npusched.model.performance import BufferKind
 from npusched.model.rules import (
     ALLOCATION_QUANTUM,
     cascade_stripes,
@@ -101,7 +104,7 @@ class Candidate:
     key: tuple = field(default=(), compare=False)
 
 
-def op_schedule(arch: Any, op: NpuOp, config: Any, ofm_stripe: Shape4D, ifm_stripe: Shape4D,
+def op_schedule(arch: ArchitectureFeatures, op: NpuOp, config: BlockConfig, ofm_stripe: Shape4D, ifm_stripe: Shape4D,
                 ifm2_stripe: Shape4D | None, *, buffered: bool, cascade: int | None = None,
                 rolling: Shape4D | None = None, pre_buffered: bool = False) -> OpSchedule:
     """A pass with whole-depth weights, read in place or copied whole into one fast-storage buffer."""
@@ -111,7 +114,7 @@ def op_schedule(arch: Any, op: NpuOp, config: Any, ofm_stripe: Shape4D, ifm_stri
         enc = wts.encode_op_weights(arch, op, config.ofm_block.depth, (0, ofm_stripe.depth))
         encoded = EncodedWeightsRef.of(enc, config.ofm_block.depth)
         if buffered:
-            buffering = WeightBuffering("single", (0, ofm_stripe.depth), (enc.double_buffer_sizes[0],),
+            buffering = WeightBuffering(BufferKind.SINGLE, (0, ofm_stripe.depth), (enc.double_buffer_sizes[0],),
                                         pre_buffered)
     return OpSchedule(op_index=op.index, block_config=config, ofm_stripe=ofm_stripe, ifm_stripe=ifm_stripe,
                       ifm2_stripe=ifm2_stripe, cascade=cascade, weight_buffering=buffering, encoded_weights=encoded,
@@ -138,7 +141,7 @@ class SubgraphFacts:
     """What candidate building needs to know about one subgraph."""
 
     index: int
-    sg: Any
+    sg: NpuSubgraph
     sched_ops: tuple[SchedOp, ...]
     use: TensorUse
     reuse: dict[int, tuple[FeatureMap, FeatureMap, int]]  # position -> (ifm, ofm, bytes) when fusable
@@ -220,6 +223,7 @@ def make_candidate(facts: SubgraphFacts, start: int, ops: Sequence[OpSchedule], 
         before, at, after = before + b, at + a, after + f
         if k > 0:
             fm = sg_ops[start + k].ifm.tensor
+            assert op_sched.rolling_buffer is not None  # every cascaded pass after the first has one
             size = op_sched.rolling_buffer.elements() * fm.dtype.size_in_bytes
             at += size
             after += size
@@ -231,7 +235,7 @@ def make_candidate(facts: SubgraphFacts, start: int, ops: Sequence[OpSchedule], 
                      before, at, after, reuse, key)
 
 
-def single_candidates(arch: Any, facts: SubgraphFacts, pos: int,
+def single_candidates(arch: ArchitectureFeatures, facts: SubgraphFacts, pos: int,
                       options: Mapping[bool, Sequence[OpOption]]) -> list[Candidate]:
     """A pass alone: its best few block configs (``options``: its full-height options per weight buffering),
     each with every weight buffering of ``_lone_pass``."""
@@ -250,7 +254,7 @@ def single_candidates(arch: Any, facts: SubgraphFacts, pos: int,
     return out
 
 
-def _lone_pass(arch: Any, facts: SubgraphFacts, pos: int, config: Any) -> list[Candidate]:
+def _lone_pass(arch: ArchitectureFeatures, facts: SubgraphFacts, pos: int, config: BlockConfig) -> list[Candidate]:
     """A pass alone with ``config``, weights in place or in one buffer."""
     op = facts.sg.ops[pos]
     ifm2 = op.ifm2.shape if op.ifm2 is not None else None
@@ -259,7 +263,7 @@ def _lone_pass(arch: Any, facts: SubgraphFacts, pos: int, config: Any) -> list[C
             for buffered in ((False, True) if weights_need_dma(arch, op) else (False,))]
 
 
-def vela_single_candidates(arch: Any, facts: SubgraphFacts, pos: int) -> list[Candidate]:
+def vela_single_candidates(arch: ArchitectureFeatures, facts: SubgraphFacts, pos: int) -> list[Candidate]:
     """A pass alone with Vela's block config for its whole OFM (see ``_lone_pass``)."""
     config = find_block_config_for_op(arch, facts.sg.ops[pos])
     return _lone_pass(arch, facts, pos, config) if config is not None else []
@@ -291,7 +295,8 @@ def _minimal_stripes(facts: SubgraphFacts, start: int, end: int, follow_stride: 
     return stripes
 
 
-def cascade_candidate(arch: Any, facts: SubgraphFacts, start: int, stripes: Sequence[Shape4D], buffered: bool,
+def cascade_candidate(arch: ArchitectureFeatures, facts: SubgraphFacts, start: int, stripes: Sequence[Shape4D],
+                      buffered: bool,
                       fastest: dict[tuple[int, bool, int], Any] | None = None) -> Candidate | None:
     """A cascade of passes from ``start`` with these OFM ``stripes``; each pass takes Vela's block config for its
     stripe, or with ``fastest`` ((position, buffered, stripe height) -> block config) the one that fits its stripe
@@ -311,7 +316,7 @@ def cascade_candidate(arch: Any, facts: SubgraphFacts, start: int, stripes: Sequ
     return make_candidate(facts, start, ops, "cascade-fastest" if fastest is not None else "cascade")
 
 
-def price_positions(arch: Any, facts: SubgraphFacts, positions: Iterable[int]
+def price_positions(arch: ArchitectureFeatures, facts: SubgraphFacts, positions: Iterable[int]
                ) -> tuple[dict[int, dict[bool, list[OpOption]]], dict[tuple[int, bool, int], Any]]:
     """Every pass's options at full height (per weight buffering) and, for every stripe a cascade may give it,
     the cheapest block config that fits ((position, buffered, height) -> config). Each pass's block configs are
@@ -326,7 +331,7 @@ def price_positions(arch: Any, facts: SubgraphFacts, positions: Iterable[int]
     return full, fastest
 
 
-def _price_pass(arch: Any, op: NpuOp, heights: Sequence[int]
+def _price_pass(arch: ArchitectureFeatures, op: NpuOp, heights: Sequence[int]
                 ) -> tuple[dict[bool, list[OpOption]], dict[tuple[bool, int], Any]]:
     full: dict[bool, list[OpOption]] = {}
     best: dict[tuple[bool, int], Any] = {}
@@ -354,7 +359,7 @@ def stripe_heights(full: int) -> list[int]:
     return sorted({h for h in range(1, min(SMALL_STRIPES, full - 1) + 1)} | set(powers[-STRIPE_HEIGHTS:]))
 
 
-def segments_of(schedule: Schedule, sg: Any) -> list[tuple[int, tuple[OpSchedule, ...]]]:
+def segments_of(schedule: Schedule, sg: NpuSubgraph) -> list[tuple[int, tuple[OpSchedule, ...]]]:
     """The (start position, pass choices) runs of a schedule over one subgraph: cascades and lone passes."""
     out: list[tuple[int, list[OpSchedule]]] = []
     for pos, op in enumerate(sg.ops):
@@ -370,7 +375,8 @@ def segments_of(schedule: Schedule, sg: Any) -> list[tuple[int, tuple[OpSchedule
     return [(start, tuple(ops)) for start, ops in out]
 
 
-def all_candidates(arch: Any, facts: SubgraphFacts, references: Sequence[Schedule], hint_first: bool = False,
+def all_candidates(arch: ArchitectureFeatures, facts: SubgraphFacts, references: Sequence[Schedule],
+                   hint_first: bool = False,
                    lo: int = 0, hi: int | None = None, light: bool = False,
                    priced: tuple[dict[int, Any], dict[tuple[int, bool, int], Any]] | None = None) -> list[Candidate]:
     """Every candidate of one subgraph (see the module docstring) that lies within positions ``lo..hi`` (default:
@@ -419,7 +425,7 @@ def _price_key(op_sched: OpSchedule) -> tuple:
 class Pricer:
     """Per-pass prices from the evaluator's ``price_op``, memoised by (choices, operand placements, slack)."""
 
-    def __init__(self, arch: Any, base: Mapping[FeatureMap, TensorPlacement]) -> None:
+    def __init__(self, arch: ArchitectureFeatures, base: Mapping[FeatureMap, TensorPlacement]) -> None:
         self.arch = arch
         self.base = dict(base)
         self.memo: dict[tuple, tuple[float, float, bool]] = {}

@@ -37,6 +37,9 @@ import numpy as np
 from npusched.errors import ScheduleError
 from npusched.model import performance as perf
 from npusched.model import weights as wts
+from npusched.model.arch import ArchitectureFeatures, OptimisationStrategy
+from npusched.model.block_config import BlockConfig
+from npusched.model.graph import Network, NpuSubgraph
 from npusched.model.ir import FeatureMap, NpuOp, Shape4D, ceil_div, round_up
 from npusched.model.options import drop_dominated, price_options
 from npusched.model.rules import (
@@ -191,14 +194,14 @@ def _pareto(items: Sequence[Any], metrics: Any) -> list[Any]:
 
 
 class _SubgraphSearch:
-    def __init__(self, arch: Any, sg: Any, use: TensorUse, placements: Schedule, limit: int, optimise: str,
-                 options: DpOptions) -> None:
+    def __init__(self, arch: ArchitectureFeatures, sg: NpuSubgraph, use: TensorUse, placements: Schedule, limit: int,
+                 optimise: OptimisationStrategy, options: DpOptions) -> None:
         self.arch = arch
         self.sg = sg
         self.use = use
         self.base = placements
         self.limit = limit
-        self.size_first = str(optimise).lower() == "size"
+        self.size_first = optimise is OptimisationStrategy.SIZE
         self.opts = options
         formats = {fm: place.format for fm, place in placements.tensors}
         self.sops: tuple[SchedOp, ...] = sched_ops_of(sg, use, formats)
@@ -238,7 +241,7 @@ class _SubgraphSearch:
         """Per storage key: (first position, last position, bytes) of every fast-storage feature map; a subgraph
         output stays live to the end."""
         ranges: dict[Any, list[int]] = {}
-        outputs = set(getattr(self.sg, "outputs", ()) or ())
+        outputs = set(self.sg.outputs)
         for pos, op in enumerate(self.ops):
             for access in (op.ifm, op.ifm2, op.ofm):
                 if access is None or access.tensor.is_const:
@@ -354,7 +357,7 @@ class _SubgraphSearch:
             self._pricing_schedules[key] = Schedule(ops=(), tensors=tuple(tensors))
         return self._pricing_schedules[key]
 
-    def _weight_variants(self, op: NpuOp, config: Any, cascaded: bool, first_in_group: bool
+    def _weight_variants(self, op: NpuOp, config: BlockConfig, cascaded: bool, first_in_group: bool
                          ) -> list[tuple[WeightBuffering, wts.EncodedWeights | None]]:
         """Ways to get the pass's weights: in place, one buffer, or double buffers over 2 or 4 depth slices;
         the buffered ones with and without pre-buffering under the previous pass (first pass of a strategy
@@ -377,16 +380,16 @@ class _SubgraphSearch:
             variants.extend(self._buffered(op, config, slices, first_in_group))
         return variants
 
-    def _buffered(self, op: NpuOp, config: Any, slices: tuple[int, ...], first_in_group: bool
+    def _buffered(self, op: NpuOp, config: BlockConfig, slices: tuple[int, ...], first_in_group: bool
                   ) -> list[tuple[WeightBuffering, wts.EncodedWeights | None]]:
         encoded = wts.encode_op_weights(self.arch, op, config.ofm_block.depth, slices)
         sizes = tuple(encoded.double_buffer_sizes)
-        kind = "single" if len(slices) == 2 else "double"
-        buffers = sizes[:1] if kind == "single" else sizes
+        kind = perf.BufferKind.SINGLE if len(slices) == 2 else perf.BufferKind.DOUBLE
+        buffers = sizes[:1] if kind is perf.BufferKind.SINGLE else sizes
         pre_options = (True, False) if first_in_group and op is not self.ops[0] else (False,)
         return [(WeightBuffering(kind, slices, buffers, pre), encoded) for pre in pre_options]
 
-    def _vela_slicing(self, pos: int, config: Any, prev_slack: float) -> tuple[int, ...] | None:
+    def _vela_slicing(self, pos: int, config: BlockConfig, prev_slack: float) -> tuple[int, ...] | None:
         """The depth slices Vela's weight buffering would choose after a pass leaving ``prev_slack`` (slices
         sized so that fetching one takes about as long as computing the one before)."""
         key = (pos, id(config), prev_slack)
@@ -409,7 +412,7 @@ class _SubgraphSearch:
             self._vela_cache[key] = slices
         return self._vela_cache[key]
 
-    def _price(self, group: _Group, k: int, config: Any, buffering: WeightBuffering,
+    def _price(self, group: _Group, k: int, config: BlockConfig, buffering: WeightBuffering,
                encoded: wts.EncodedWeights | None) -> _Priced:
         """Price of one choice as a function of the previous pass's slack, from two evaluator prices.
 
@@ -497,8 +500,8 @@ class _SubgraphSearch:
     def _objective(self, cand: _Candidate) -> tuple[float, ...]:
         if self.size_first:
             # 2020's candidate metric: SRAM and cycles weighed by the architecture's weights.
-            weight_sram = float(getattr(self.arch, "max_sram_used_weight", 1000))
-            weight_cycles = float(getattr(self.arch, "cycles_weight", 40))
+            weight_sram = float(self.arch.max_sram_used_weight)
+            weight_cycles = float(self.arch.cycles_weight)
             return (cand.peak * weight_sram + cand.cycles * weight_cycles, cand.cycles)
         return (cand.cycles, cand.peak)
 
@@ -558,7 +561,8 @@ class _SubgraphSearch:
 # Public entry point
 
 
-def _tensors(arch: Any, placements: tuple[tuple[FeatureMap, TensorPlacement], ...], ops: Sequence[OpSchedule],
+def _tensors(arch: ArchitectureFeatures, placements: tuple[tuple[FeatureMap, TensorPlacement], ...],
+             ops: Sequence[OpSchedule],
              op_by_index: Mapping[int, NpuOp]) -> tuple[tuple[FeatureMap, TensorPlacement], ...]:
     """Base placements with every rolling buffer's feature map moved into fast storage."""
     rolling = {op_by_index[o.op_index].ifm.tensor for o in ops if o.rolling_buffer is not None}
@@ -570,8 +574,9 @@ def _tensors(arch: Any, placements: tuple[tuple[FeatureMap, TensorPlacement], ..
     return tuple(out)
 
 
-def dp_schedule(network: Any, arch: Any, optimise: str = "Performance", options: DpOptions | None = None
-                ) -> Schedule:
+def dp_schedule(network: Network | NpuSubgraph, arch: ArchitectureFeatures,
+                optimise: OptimisationStrategy | str = OptimisationStrategy.PERFORMANCE,
+                options: DpOptions | None = None) -> Schedule:
     """The 2020 dynamic-programming schedule of ``network`` (a Network or one NpuSubgraph) under ``arch``.
 
     ``optimise`` "Performance" keeps the fastest candidate that fits, "Size" the best by 2020's weighted
@@ -579,6 +584,7 @@ def dp_schedule(network: Any, arch: Any, optimise: str = "Performance", options:
     are named by the op index of their last pass. Raises ScheduleError when no candidate fits.
     """
     opts = options or DpOptions()
+    strategy = OptimisationStrategy.parse(optimise)
     limit = staging_limit(arch)
     use = tensor_use(network)
     placements = vela_tensor_placements(network, arch, use)
@@ -590,7 +596,7 @@ def dp_schedule(network: Any, arch: Any, optimise: str = "Performance", options:
     chosen: list[OpSchedule] = []
     notes: list[str] = []
     for sg in subgraphs_of(network):
-        search = _SubgraphSearch(arch, sg, use, base, limit, optimise, opts)
+        search = _SubgraphSearch(arch, sg, use, base, limit, strategy, opts)
         if search.n == 0:
             continue
         final, smallest = search.run()
@@ -599,14 +605,14 @@ def dp_schedule(network: Any, arch: Any, optimise: str = "Performance", options:
         if picked is None:
             # The smallest peak of any complete candidate: from this search when some went over the limit only
             # at the end, and from one without a limit that ranks by memory first.
-            relaxed = _SubgraphSearch(arch, sg, use, base, UNLIMITED, "Size", opts)
+            relaxed = _SubgraphSearch(arch, sg, use, base, UNLIMITED, OptimisationStrategy.SIZE, opts)
             need = min([c.peak for c in relaxed.run()[0]] + [smallest])
             raise ScheduleError(f"no schedule fits {limit} bytes of fast storage; the smallest that fits needs "
-                                f"{need} bytes")
+                                f"{need} bytes", needed_bytes=need)
         ops = picked.op_schedules(names)
         chosen.extend(ops)
         cascades = len({o.cascade for o in ops if o.cascade is not None})
-        notes.append(f"{getattr(sg, 'name', '')}: {cascades} cascades, peak fast storage {picked.peak} bytes, "
+        notes.append(f"{sg.name}: {cascades} cascades, peak fast storage {picked.peak} bytes, "
                      f"limit {limit} bytes")
     chosen.sort(key=lambda o: o.op_index)
     schedule = Schedule(ops=tuple(chosen), tensors=_tensors(arch, placements, chosen, op_by_index), label=DP_LABEL,
@@ -616,11 +622,11 @@ def dp_schedule(network: Any, arch: Any, optimise: str = "Performance", options:
     return schedule
 
 
-def _place_feature_maps(network: Any, arch: Any, schedule: Schedule, limit: int) -> Schedule:
+def _place_feature_maps(network: Network | NpuSubgraph, arch: ArchitectureFeatures, schedule: Schedule,
+                        limit: int) -> Schedule:
     """Greedily move feature maps passed between NPU passes into fast storage, in execution order, keeping each
     move that makes the network faster and still verifies."""
-    boundary = {fm for sg in subgraphs_of(network) for fm in (*(getattr(sg, "inputs", ()) or ()),
-                                                               *(getattr(sg, "outputs", ()) or ()))}
+    boundary = {fm for sg in subgraphs_of(network) for fm in (*sg.inputs, *sg.outputs)}
     best = evaluate(network, arch, schedule).total_cycles
     moved = 0
     for index, (fm, place) in enumerate(schedule.tensors):
@@ -638,7 +644,7 @@ def _place_feature_maps(network: Any, arch: Any, schedule: Schedule, limit: int)
     return schedule
 
 
-def _first_verified(sg: Any, arch: Any, placements: tuple, final: Sequence[_Candidate],
+def _first_verified(sg: NpuSubgraph, arch: ArchitectureFeatures, placements: tuple, final: Sequence[_Candidate],
                     op_by_index: Mapping[int, NpuOp], limit: int, names: Sequence[int]) -> _Candidate | None:
     """The best final candidate that the evaluator accepts for this subgraph (the DP's memory model mirrors
     the evaluator's, so normally the first)."""

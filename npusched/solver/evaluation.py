@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from npusched.model import performance as perf
 from npusched.model import weights as wts
+from npusched.model.arch import ArchitectureFeatures
+from npusched.model.graph import Network, NpuSubgraph
 from npusched.model.ir import MemArea
 from npusched.model.performance import Direction, Purpose
 from npusched.solver.memory_model import SubgraphMemory, network_memory, scheduling_view, subgraph_memory
-from npusched.solver.pricing import encoded_weights_for, price_op, staging_limit
+from npusched.solver.pricing import price_op, staging_limit
 from npusched.solver.schedule import Schedule
 from npusched.solver.tensor_use import subgraphs_of, tensor_use
 
@@ -96,7 +97,7 @@ class Evaluation:
 
 
 
-def evaluate(network_or_subgraph: Any, arch: Any, schedule: Schedule) -> Evaluation:
+def evaluate(network_or_subgraph: Network | NpuSubgraph, arch: ArchitectureFeatures, schedule: Schedule) -> Evaluation:
     """Price every pass of the network (or of one subgraph) under ``schedule``."""
     use = tensor_use(network_or_subgraph)
     costs: list[OpCost] = []
@@ -149,10 +150,11 @@ def evaluate(network_or_subgraph: Any, arch: Any, schedule: Schedule) -> Evaluat
                 if id(op.weights) not in seen_weights:
                     seen_weights.add(id(op.weights))
                     original_total += int(op.weights.values.size) * int(op.weights.values.itemsize)
-                key = (wts.weights_digest(op.weights), op_sched.block_config.ofm_block.depth, op_sched.depth_slices)
-                if key not in seen_encodings:
-                    seen_encodings.add(key)
-                    encoded = encoded_weights_for(arch, op, op_sched)
+                depth = op_sched.block_config.ofm_block.depth
+                encoding = (wts.weights_digest(op.weights), depth, op_sched.depth_slices)
+                if encoding not in seen_encodings:
+                    seen_encodings.add(encoding)
+                    encoded = wts.encode_op_weights(arch, op, depth, op_sched.depth_slices)
                     encoded_total += sum(r.weight_bytes for r in encoded.ranges)
             prev_slack = slack
     peak = max((m.peak for m in memories), default=0)

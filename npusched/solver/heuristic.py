@@ -27,7 +27,9 @@ from typing import Any
 from npusched.errors import ScheduleError, StagingLimitError
 from npusched.model import performance as perf
 from npusched.model import weights as wts
-from npusched.model.block_config import find_block_config_for_op
+from npusched.model.arch import ArchitectureFeatures, OptimisationStrategy
+from npusched.model.block_config import BlockConfig, find_block_config_for_op
+from npusched.model.graph import Network, NpuSubgraph
 from npusched.model.ir import FeatureMap, MemArea, NpuBlockType, Shape4D, TensorFormat
 from npusched.model.rules import (
     allocation_bytes,
@@ -103,7 +105,7 @@ class _Totals:
 class _Context:
     """Everything fixed while one subgraph is scheduled."""
 
-    arch: Any
+    arch: ArchitectureFeatures
     facts: SubgraphFacts
     spilling: bool
     limit: int
@@ -117,11 +119,11 @@ class _Context:
 # The scheduler's view of a subgraph
 
 
-def sched_ops_of(sg: Any, use: TensorUse, formats: Mapping[FeatureMap, TensorFormat]) -> tuple[SchedOp, ...]:
+def sched_ops_of(sg: NpuSubgraph, use: TensorUse, formats: Mapping[FeatureMap, TensorFormat]) -> tuple[SchedOp, ...]:
     """Each pass of ``sg`` with the facts Vela's scheduler derives from the graph (which operands must be whole,
     who reads the OFM, whether the OFM may overwrite the IFM)."""
-    inputs = set(getattr(sg, "inputs", ()) or ())
-    outputs = set(getattr(sg, "outputs", ()) or ())
+    inputs = set(sg.inputs)
+    outputs = set(sg.outputs)
     ops = list(sg.ops)
     readers: dict[FeatureMap, list[int]] = {}
     for pos, op in enumerate(ops):
@@ -183,7 +185,7 @@ def _area(ctx: _Context, where: Mapping[FeatureMap, Residence], fm: FeatureMap) 
     return res.mem_area if res is not None else ctx.facts.default_area
 
 
-def _query(ctx: _Context, sop: SchedOp, config: Any, where: Mapping[FeatureMap, Residence],
+def _query(ctx: _Context, sop: SchedOp, config: BlockConfig, where: Mapping[FeatureMap, Residence],
            ofm_depth: int | None = None, const_area: MemArea | None = None) -> perf.PerformanceQuery:
     op = sop.op
     return perf.query_for_op(
@@ -195,7 +197,7 @@ def _query(ctx: _Context, sop: SchedOp, config: Any, where: Mapping[FeatureMap, 
     )
 
 
-def _op_cycles(ctx: _Context, sop: SchedOp, config: Any, where: Mapping[FeatureMap, Residence],
+def _op_cycles(ctx: _Context, sop: SchedOp, config: BlockConfig, where: Mapping[FeatureMap, Residence],
                ofm_depth: int | None = None) -> float:
     query = _query(ctx, sop, config, where, ofm_depth)
     return perf.measure_cycle_cost(ctx.arch, sop.op.op_type, sop.op.activation, query).op_cycles
@@ -210,7 +212,7 @@ def _element_access(ctx: _Context, costs: Mapping[int, StripeCost]):
     return access
 
 
-def _encode(ctx: _Context, sop: SchedOp, config: Any, slices: tuple[int, ...]) -> wts.EncodedWeights:
+def _encode(ctx: _Context, sop: SchedOp, config: BlockConfig, slices: tuple[int, ...]) -> wts.EncodedWeights:
     return wts.encode_op_weights(ctx.arch, sop.op, config.ofm_block.depth, slices)
 
 
@@ -431,9 +433,9 @@ def _price(ctx: _Context, costs: Mapping[int, StripeCost], where: Mapping[Featur
         stream = None
         const_area = arch.permanent_storage_mem_area
         if cost.encoded is not None:
-            kind = perf.WeightBuffering.NONE
+            kind = perf.BufferKind.NONE
             if cost.buffers:
-                kind = perf.WeightBuffering.DOUBLE if cost.buffers[0].double else perf.WeightBuffering.SINGLE
+                kind = perf.BufferKind.DOUBLE if cost.buffers[0].double else perf.BufferKind.SINGLE
                 const_area = arch.fast_storage_mem_area
             stream = pricing_weight_stream(arch, op, cost.encoded, kind, cost.full_transfer_cycles)
         lut = None
@@ -469,17 +471,18 @@ def _apply_rolling_buffers(ctx: _Context, cascades: Mapping[int, CascadeInfo], w
     return moved
 
 
-def schedule_subgraph(arch: Any, sg: Any, use: TensorUse, formats: Mapping[FeatureMap, TensorFormat],
-                      optimise: str, earlier: _Totals | None = None) -> SubgraphResult:
+def schedule_subgraph(arch: ArchitectureFeatures, sg: NpuSubgraph, use: TensorUse,
+                      formats: Mapping[FeatureMap, TensorFormat], optimise: OptimisationStrategy,
+                      earlier: _Totals | None = None) -> SubgraphResult:
     """Run Vela's scheduler on one NPU subgraph. ``earlier`` holds the cycle totals of the subgraphs scheduled
     before it (Vela judges a weight-buffering retry on network totals)."""
     earlier = earlier or _Totals()
     sched_ops = sched_ops_of(sg, use, formats)
     variable_writes = frozenset(s.pos for s in sched_ops if s.op.attr("memory_function") == "VariableTensorWrite")
-    facts = SubgraphFacts(sched_ops=sched_ops, outputs=tuple(getattr(sg, "outputs", ()) or ()), use=use,
+    facts = SubgraphFacts(sched_ops=sched_ops, outputs=sg.outputs, use=use,
                           formats=formats, fast_area=arch.fast_storage_mem_area,
                           default_area=arch.feature_map_storage_mem_area, variable_writes=variable_writes)
-    size_strategy = str(optimise).lower() == "size"
+    size_strategy = optimise is OptimisationStrategy.SIZE
     ctx = _Context(arch=arch, facts=facts, spilling=bool(arch.is_spilling_enabled()), limit=staging_limit(arch))
     cache: dict = {}
     nowhere: dict[FeatureMap, Residence] = {}
@@ -523,7 +526,7 @@ def schedule_subgraph(arch: Any, sg: Any, use: TensorUse, formats: Mapping[Featu
         if retried:
             notes.append("weight buffers shrunk to keep feature maps in fast storage")
     total, dram = _price(ctx, costs, placed.where)
-    return SubgraphResult(name=getattr(sg, "name", ""), label=label, sched_ops=sched_ops, costs=costs,
+    return SubgraphResult(name=sg.name, label=label, sched_ops=sched_ops, costs=costs,
                           cascades=cascades, where=placed.where, sram_limit=limit, snapshot=snapshot,
                           peak=placed.peak, fits=placed.fits, total_cycles=total, dram_cycles=dram,
                           notes=tuple(notes))
@@ -543,11 +546,11 @@ def _retry_smaller_buffers(ctx: _Context, costs: dict[int, StripeCost], cascades
     restored.update(placed.scratched)
     default_snap = live_ranges(facts, costs, cascades, restored)
     shrink: dict[int, int] = {}
-    weight_ranges = [r for r in default_snap.ranges if r.weight_of is not None]
+    weight_ranges = [(r.weight_of, r) for r in default_snap.ranges if r.weight_of is not None]
     for evicted in placed.evicted:
-        for wr in weight_ranges:
+        for owner, wr in weight_ranges:
             if evicted.overlaps(wr):
-                shrink[wr.weight_of] = shrink.get(wr.weight_of, 0) + evicted.size
+                shrink[owner] = shrink.get(owner, 0) + evicted.size
     base_costs, base_cascades = unbuffered
     new_costs = _buffered(ctx, base_costs, live_ranges(facts, base_costs, base_cascades, restored), ctx.limit,
                           restored, shrink)
@@ -575,7 +578,7 @@ def _retry_smaller_buffers(ctx: _Context, costs: dict[int, StripeCost], cascades
 def _op_schedule(sop: SchedOp, cost: StripeCost, cascade_op_index: int | None) -> OpSchedule:
     buffering = WeightBuffering()
     if cost.buffers:
-        kind = "double" if cost.buffers[0].double else "single"
+        kind = perf.BufferKind.DOUBLE if cost.buffers[0].double else perf.BufferKind.SINGLE
         buffering = WeightBuffering(kind, tuple(cost.depth_slices), tuple(b.size for b in cost.buffers),
                                     cost.pre_buffer)
     encoded = None
@@ -586,8 +589,9 @@ def _op_schedule(sop: SchedOp, cost: StripeCost, cascade_op_index: int | None) -
                       weight_buffering=buffering, encoded_weights=encoded, slack_ofm_depth=cost.slack_depth)
 
 
-def _acceptable_schedule(arch: Any, sg: Any, use: TensorUse, formats: Mapping[FeatureMap, TensorFormat],
-                         optimise: str, earlier: _Totals) -> SubgraphResult:
+def _acceptable_schedule(arch: ArchitectureFeatures, sg: NpuSubgraph, use: TensorUse,
+                         formats: Mapping[FeatureMap, TensorFormat], optimise: OptimisationStrategy,
+                         earlier: _Totals) -> SubgraphResult:
     """Vela's schedule of one subgraph, or where Vela would fail, the other strategy's when that one fits.
 
     Vela fails when the feature maps it must keep in fast storage exceed the staging limit ("Allocation exceeds
@@ -596,37 +600,40 @@ def _acceptable_schedule(arch: Any, sg: Any, use: TensorUse, formats: Mapping[Fe
     that passes that check is emitted at any peak: Vela then only warns that the arena is exceeded.
     """
     limit = staging_limit(arch)
-    size = str(optimise).lower() == "size"
+    size = optimise is OptimisationStrategy.SIZE
     result = schedule_subgraph(arch, sg, use, formats, optimise, earlier)
     if result.fits and (result.peak <= limit or not arch.is_spilling_enabled()):
         return result
-    other = schedule_subgraph(arch, sg, use, formats, "Performance" if size else "Size", earlier)
+    other = schedule_subgraph(arch, sg, use, formats,
+                              OptimisationStrategy.PERFORMANCE if size else OptimisationStrategy.SIZE, earlier)
     if not (other.fits and other.peak <= limit):
+        needed = min(result.peak, other.peak)
         raise StagingLimitError(f"no schedule fits {limit} bytes of fast storage; the smallest that fits needs "
-                            f"{min(result.peak, other.peak)} bytes")
+                                f"{needed} bytes", needed_bytes=needed)
     note = (f"Vela's {'size' if size else 'performance'}-optimised schedule needs {result.peak} bytes of fast "
             f"storage, more than the {limit} available; the {'performance' if size else 'size'}-optimised one fits")
     return replace(other, notes=(*other.notes, note))
 
 
-def schedule_subgraphs(network_or_subgraph: Any, arch: Any, optimise: str | None = None
-                       ) -> tuple[SubgraphResult, ...]:
+def schedule_subgraphs(network_or_subgraph: Network | NpuSubgraph, arch: ArchitectureFeatures,
+                       optimise: OptimisationStrategy | str | None = None) -> tuple[SubgraphResult, ...]:
     """Vela's scheduler run on every NPU subgraph in order, in the scheduler's own terms."""
-    optimise = optimise or getattr(arch, "optimise", None) or "Performance"
+    strategy = OptimisationStrategy.parse(optimise) if optimise else arch.optimise
     use = tensor_use(network_or_subgraph)
     placements = vela_tensor_placements(network_or_subgraph, arch, use)
     formats = {fm: place.format for fm, place in placements}
     totals = _Totals()
     results = []
     for sg in subgraphs_of(network_or_subgraph):
-        result = _acceptable_schedule(arch, sg, use, formats, optimise, totals)
+        result = _acceptable_schedule(arch, sg, use, formats, strategy, totals)
         totals.total += result.total_cycles
         totals.dram += result.dram_cycles
         results.append(result)
     return tuple(results)
 
 
-def heuristic_schedule(network_or_subgraph: Any, arch: Any, optimise: str | None = None) -> Schedule:
+def heuristic_schedule(network_or_subgraph: Network | NpuSubgraph, arch: ArchitectureFeatures,
+                       optimise: OptimisationStrategy | str | None = None) -> Schedule:
     """The schedule Vela 5.2.0's legacy scheduler picks for ``network_or_subgraph`` (a Network or one
     NpuSubgraph) under ``arch``; ``optimise`` is "Performance" or "Size" (default: the architecture's).
 
@@ -656,7 +663,8 @@ def heuristic_schedule(network_or_subgraph: Any, arch: Any, optimise: str | None
                     status="fits", solver="heuristic", notes=tuple(notes))
 
 
-def memory_over_time(network_or_subgraph: Any, arch: Any, schedule: Schedule) -> tuple[Snapshot, ...]:
+def memory_over_time(network_or_subgraph: Network | NpuSubgraph, arch: ArchitectureFeatures,
+                     schedule: Schedule) -> tuple[Snapshot, ...]:
     """Vela's fast-storage snapshot of every NPU subgraph under any ``schedule`` (one per subgraph, in order),
     indexed by pass position.
 

@@ -17,11 +17,12 @@ The result is judged by ``npusched.solver.evaluator`` like every other schedule.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from npusched.model import performance as perf
 from npusched.model import weights as wts
+from npusched.model.arch import ArchitectureFeatures
 from npusched.model.block_config import find_block_config_for_op
+from npusched.model.graph import Network, NpuSubgraph
 from npusched.model.ir import FeatureMap, NpuBlockType, NpuOp, TensorFormat
 from npusched.solver.evaluator import (
     TensorUse,
@@ -52,17 +53,14 @@ class MaxScheduleOptions:
 # Tensor layouts
 
 
-def _must_stay_linear(fm: FeatureMap, arch: Any, use: TensorUse, ops_by_index: dict[int, NpuOp]) -> bool:
+def _must_stay_linear(fm: FeatureMap, arch: ArchitectureFeatures, use: TensorUse, ops_by_index: dict[int,
+                      NpuOp]) -> bool:
     """Whether a feature map has to keep the plain NHWC layout (Vela's check_format_restrictions).
 
-    The lowering may decide this itself (``FeatureMap`` attribute ``linear_format``); otherwise the rules that
-    can be seen in the pass graph are applied: it is produced outside the NPU, written into a variable (LSTM
-    state), read or written by some pass with another shape, at a channel offset that is not a multiple of 16,
-    or by DMA, or it feeds a ReduceSum that needs linear input.
+    It does when it is produced outside the NPU, written into a variable (LSTM state), read or written by some
+    pass with another shape, at a channel offset that is not a multiple of 16, or by DMA, or when it feeds a
+    ReduceSum that needs linear input.
     """
-    decided = getattr(fm, "linear_format", None)
-    if decided is not None:
-        return bool(decided)
     producers = [ops_by_index[i] for i in use.producers.get(fm, ()) if i in ops_by_index]
     consumers = [ops_by_index[i] for i in use.consumers.get(fm, ()) if i in ops_by_index]
     if not producers or fm in use.subgraph_outputs or fm in use.subgraph_inputs:
@@ -106,7 +104,7 @@ def _elementwise_prefers_linear(op: NpuOp, formats: dict[FeatureMap, TensorForma
     return False
 
 
-def vela_tensor_placements(network: Any, arch: Any, use: TensorUse | None = None
+def vela_tensor_placements(network: Network | NpuSubgraph, arch: ArchitectureFeatures, use: TensorUse | None = None
                            ) -> tuple[tuple[FeatureMap, TensorPlacement], ...]:
     """Memory area and layout of every non-constant feature map, as Vela's scheduler sets them up."""
     use = use if use is not None else tensor_use(network)
@@ -114,7 +112,7 @@ def vela_tensor_placements(network: Any, arch: Any, use: TensorUse | None = None
     order: list[FeatureMap] = []
     for sg in subgraphs_of(network):
         ops_by_index = {op.index: op for op in sg.ops}
-        for fm in getattr(sg, "inputs", ()) or ():
+        for fm in sg.inputs:
             if not fm.is_const and fm not in formats:
                 formats[fm] = TensorFormat.NHWC
                 order.append(fm)
@@ -139,7 +137,7 @@ def vela_tensor_placements(network: Any, arch: Any, use: TensorUse | None = None
 # Block configs and weight buffering
 
 
-def full_op_schedule(arch: Any, op: NpuOp) -> OpSchedule:
+def full_op_schedule(arch: ArchitectureFeatures, op: NpuOp) -> OpSchedule:
     """The op at full size with Vela's block config and its weights encoded whole, unbuffered."""
     ifm2 = op.ifm2.shape if op.ifm2 is not None else None
     config = find_block_config_for_op(arch, op, op.ofm.shape, op.ifm.shape, ifm2)
@@ -151,7 +149,7 @@ def full_op_schedule(arch: Any, op: NpuOp) -> OpSchedule:
                       ifm2_stripe=ifm2, encoded_weights=encoded)
 
 
-def buffer_weights(network: Any, arch: Any, ref: Schedule, limit: int) -> Schedule:
+def buffer_weights(network: Network | NpuSubgraph, arch: ArchitectureFeatures, ref: Schedule, limit: int) -> Schedule:
     """Vela's propose_schedule_buffering: decide, pass by pass, how each pass's weights are buffered.
 
     ``ref`` is the unbuffered schedule; its memory use at each pass sets how much fast storage is left for
@@ -199,7 +197,7 @@ def buffer_weights(network: Any, arch: Any, ref: Schedule, limit: int) -> Schedu
                     op_cycles=op_cycles,
                 )
                 if plan.buffer_sizes:
-                    kind = "double" if plan.double_buffered else "single"
+                    kind = perf.BufferKind.DOUBLE if plan.double_buffered else perf.BufferKind.SINGLE
                     buffering = WeightBuffering(kind, tuple(plan.depth_slices), tuple(plan.buffer_sizes),
                                                 bool(plan.pre_buffer))
                 else:
@@ -222,14 +220,14 @@ def buffer_weights(network: Any, arch: Any, ref: Schedule, limit: int) -> Schedu
     return ref.with_ops(new_ops)
 
 
-def max_schedule(network: Any, arch: Any, options: Any = None) -> Schedule:
+def max_schedule(network: Network | NpuSubgraph, arch: ArchitectureFeatures,
+                 options: MaxScheduleOptions | None = None) -> Schedule:
     """Vela's ``<sg>_MAX_BUFFERED`` schedule of every NPU subgraph of ``network``.
 
     ``status`` is "fits" when its peak fast-storage use stays below the staging limit (Vela then keeps it) and
     "over_limit" otherwise (Vela would go on to cascade; this schedule is then only a reference).
     """
-    opts = options if isinstance(options, MaxScheduleOptions) else MaxScheduleOptions(
-        staging_limit=getattr(options, "staging_limit", None))
+    opts = options or MaxScheduleOptions()
     use = tensor_use(network)
     placements = vela_tensor_placements(network, arch, use)
     ops = [full_op_schedule(arch, op) for sg in subgraphs_of(network) for op in sg.ops]

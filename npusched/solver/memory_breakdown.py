@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from npusched.model.graph import Network
 from npusched.solver.evaluator import Evaluation, LiveRange, cascade_rolling_buffers, subgraphs_of, tensor_use
 from npusched.solver.schedule import Schedule
 
@@ -36,7 +37,7 @@ class MemoryBreakdown:
         return tuple(map(sum, zip(*self.parts, strict=True)))
 
 
-def memory_breakdown(network: Any, schedule: Schedule, evaluation: Evaluation) -> tuple[MemoryBreakdown, ...]:
+def memory_breakdown(network: Network, schedule: Schedule, evaluation: Evaluation) -> tuple[MemoryBreakdown, ...]:
     """Per NPU subgraph of ``network``, the use ``evaluation`` (of ``schedule``) found at each step, by part."""
     use = tensor_use(network)
     result = []
@@ -53,7 +54,8 @@ def memory_breakdown(network: Any, schedule: Schedule, evaluation: Evaluation) -
             if op.index in memory.op_steps:
                 step = memory.op_steps[op.index]
                 op_at_step[step] = (*op_at_step.get(step, ()), op.name)
-        result.append(MemoryBreakdown(memory.name, *(tuple(p) for p in parts), op_at_step))
+        feature_maps, rolling_buffers, weight_buffers = (tuple(p) for p in parts)
+        result.append(MemoryBreakdown(memory.name, feature_maps, rolling_buffers, weight_buffers, op_at_step))
     return tuple(result)
 
 

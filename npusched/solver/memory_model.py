@@ -14,7 +14,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from npusched.model.ir import FeatureMap, NpuBlockType, NpuOp, Shape4D, TensorFormat
+from npusched.model.arch import ArchitectureFeatures
+from npusched.model.graph import Network, NpuSubgraph
+from npusched.model.ir import CpuOp, FeatureMap, NpuBlockType, NpuOp, Shape4D, TensorFormat
 from npusched.model.rules import allocation_bytes, storage_size
 from npusched.solver.cascades import rolling_buffer_shape
 from npusched.solver.schedule import OpSchedule, Schedule, TensorPlacement
@@ -100,7 +102,8 @@ def reusable_ifm(op: NpuOp, use: TensorUse, fmt_of: Callable[[FeatureMap], Tenso
     return None
 
 
-def elementwise_reuse_source(op: NpuOp, arch: Any, schedule: Schedule, use: TensorUse) -> FeatureMap | None:
+def elementwise_reuse_source(op: NpuOp, arch: ArchitectureFeatures, schedule: Schedule,
+                             use: TensorUse) -> FeatureMap | None:
     """``reusable_ifm`` with the layouts and memories ``schedule`` gives the tensors."""
     return reusable_ifm(op, use, lambda fm: placement_of(arch, schedule, fm).format,
                         lambda fm: in_fast_storage(arch, placement_of(arch, schedule, fm)))
@@ -146,6 +149,7 @@ class _Range:
         self.end = last if self.end is None else max(self.end, last)
 
     def frozen(self) -> LiveRange:
+        assert self.start is not None and self.end is not None, "a range is frozen only once marked"
         return LiveRange(tuple(self.labels), self.start, self.end, self.size, self.kind,
                          tuple(self.feature_maps), self.weight_of)
 
@@ -233,7 +237,7 @@ class _FastStorage:
         usage = [0] * (end_time + 2)
         ranges = []
         for rng in self.ranges:
-            if rng.start is None or rng.end < rng.start:
+            if rng.start is None or rng.end is None or rng.end < rng.start:
                 continue
             for t in range(rng.start, rng.end + 1):
                 usage[t] += rng.size
@@ -253,7 +257,7 @@ def pass_memory_walk(passes: Sequence[PassMemory], use: TensorUse, in_fast: Call
     return SubgraphMemory(name, usage, ranges, steps)
 
 
-def cascade_rolling_buffers(sg: Any, schedule: Schedule) -> dict[int, Shape4D]:
+def cascade_rolling_buffers(sg: NpuSubgraph, schedule: Schedule) -> dict[int, Shape4D]:
     """The rolling buffer each cascaded pass (after its cascade's first) reads its IFM from, by op index.
 
     The schedule's ``rolling_buffer`` when given, else Vela's size for it: the consumer's IFM stripe plus one
@@ -275,7 +279,7 @@ def cascade_rolling_buffers(sg: Any, schedule: Schedule) -> dict[int, Shape4D]:
     return result
 
 
-def _passes(sg: Any, schedule: Schedule) -> list[PassMemory]:
+def _passes(sg: NpuSubgraph, schedule: Schedule) -> list[PassMemory]:
     rolling = cascade_rolling_buffers(sg, schedule)
     passes = []
     for op in sg.ops:
@@ -289,7 +293,7 @@ def _passes(sg: Any, schedule: Schedule) -> list[PassMemory]:
     return passes
 
 
-def _book(arch: Any, schedule: Schedule, use: TensorUse) -> _FastStorage:
+def _book(arch: ArchitectureFeatures, schedule: Schedule, use: TensorUse) -> _FastStorage:
     def in_fast(fm: FeatureMap) -> bool:
         return in_fast_storage(arch, placement_of(arch, schedule, fm))
 
@@ -302,7 +306,7 @@ def _book(arch: Any, schedule: Schedule, use: TensorUse) -> _FastStorage:
     return _FastStorage(use, in_fast, size_of, fmt_of)
 
 
-def scheduling_view(arch: Any, schedule: Schedule) -> Schedule:
+def scheduling_view(arch: ArchitectureFeatures, schedule: Schedule) -> Schedule:
     """The schedule as Vela's scheduler sees it while choosing buffers: every feature map still in feature-map
     storage (moving OFMs into fast storage happens afterwards). Identical to ``schedule`` when nothing moved."""
     area = arch.feature_map_storage_mem_area
@@ -311,18 +315,20 @@ def scheduling_view(arch: Any, schedule: Schedule) -> Schedule:
     return replace(schedule, tensors=tuple((fm, TensorPlacement(area, place.format)) for fm, place in schedule.tensors))
 
 
-def subgraph_memory(sg: Any, arch: Any, schedule: Schedule, use: TensorUse | None = None) -> SubgraphMemory:
+def subgraph_memory(sg: NpuSubgraph, arch: ArchitectureFeatures, schedule: Schedule,
+                    use: TensorUse | None = None) -> SubgraphMemory:
     """Fast-storage use at every step of one NPU subgraph (Vela's per-subgraph memory snapshot): feature maps the
     schedule places in fast storage, the rolling buffers of cascades and the weight buffers. Applied to
     ``scheduling_view(schedule)`` it is what Vela's verbose schedule prints as "SRAM Used"."""
     use = use if use is not None else tensor_use(sg)
     book = _book(arch, schedule, use)
-    steps, end = book.walk(_passes(sg, schedule), getattr(sg, "outputs", ()) or (), 0)
+    steps, end = book.walk(_passes(sg, schedule), sg.outputs, 0)
     usage, ranges = book.usage(end)
-    return SubgraphMemory(getattr(sg, "name", ""), usage, ranges, steps)
+    return SubgraphMemory(sg.name, usage, ranges, steps)
 
 
-def network_memory(network: Any, arch: Any, schedule: Schedule, use: TensorUse | None = None) -> SubgraphMemory:
+def network_memory(network: Network | NpuSubgraph, arch: ArchitectureFeatures, schedule: Schedule,
+                   use: TensorUse | None = None) -> SubgraphMemory:
     """Fast-storage use over the whole inference (the snapshot behind Vela's per-layer "SRAM Usage").
 
     The network's inputs are live from the start-up step, every CPU operator takes two steps with its tensors
@@ -332,35 +338,35 @@ def network_memory(network: Any, arch: Any, schedule: Schedule, use: TensorUse |
     use = use if use is not None else tensor_use(network)
     subgraphs = subgraphs_of(network)
     sg_of_op = {op.index: sg for sg in subgraphs for op in sg.ops}
-    ops = getattr(network, "ops", ()) or tuple(o for sg in subgraphs for o in sg.ops)
-    cpu_ops = [op for op in ops if op.index not in sg_of_op]
+    ops: tuple[NpuOp | CpuOp, ...] = network.ops
+    cpu_ops = [op for op in ops if isinstance(op, CpuOp)]  # every NPU op is in a subgraph
     produced = set(use.producers).union(*(op.outputs for op in cpu_ops))
     cpu_variables = {fm for op in cpu_ops for fm in op.variables}
     book = _book(arch, schedule, use)
     steps: dict[int, int] = {}
     time = 0
-    read = [fm for sg in subgraphs for fm in getattr(sg, "inputs", ()) or ()]
+    read = [fm for sg in subgraphs for fm in sg.inputs]
     for fm in read + [fm for op in cpu_ops for fm in op.inputs]:  # start-up: graph inputs (tensors no op produces)
         if fm not in produced and fm not in cpu_variables and fm.name not in use.variables:
             book.mark(fm, time)
     time += 2
     done: set[int] = set()
     for op in ops:
-        sg = sg_of_op.get(op.index)
-        if sg is None:
+        if isinstance(op, CpuOp):
             for fm in op.inputs + op.outputs:
                 book.mark(fm, time)
             time += 2
             continue
+        sg = sg_of_op[op.index]
         if id(sg) in done:
             continue
         done.add(id(sg))
-        for fm in getattr(sg, "inputs", ()) or ():
+        for fm in sg.inputs:
             book.mark(fm, time)
-        sg_steps, time = book.walk(_passes(sg, schedule), getattr(sg, "outputs", ()) or (), time)
+        sg_steps, time = book.walk(_passes(sg, schedule), sg.outputs, time)
         steps.update(sg_steps)
     for rng_key, rng in book.by_key.items():
         if rng_key in cpu_variables or (isinstance(rng_key, tuple) and rng_key[:1] == ("variable",)):
             rng.mark(0, time + 1)
     usage, ranges = book.usage(time)
-    return SubgraphMemory(getattr(network, "name", ""), usage, ranges, steps)
+    return SubgraphMemory(network.name, usage, ranges, steps)

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from npusched.errors import ScheduleError
+from npusched.model.arch import ArchitectureFeatures
+from npusched.model.graph import Network
 from npusched.model.rules import ALLOCATION_QUANTUM
 from npusched.solver.cpsat import NetworkFacts, smallest_fast_storage, solve_cpsat
 from npusched.solver.evaluator import Evaluation, evaluate, staging_limit, verify
@@ -142,7 +144,7 @@ class _Budget:
         return max((self.deadline - time.monotonic()) * shares / left, 0.5)
 
 
-def pareto_frontier(network: Any, arch_at: Callable[[int], Any], top_limit_bytes: int, *,
+def pareto_frontier(network: Network, arch_at: Callable[[int], ArchitectureFeatures], top_limit_bytes: int, *,
                     inner_points: int = DEFAULT_INNER_POINTS, time_limit_seconds: float = 60.0,
                     started: float | None = None, workers: int | None = None, seed: int = 0,
                     deterministic: bool = False, log: Log | None = None) -> Frontier:
@@ -240,7 +242,7 @@ def _bisection(limits: Sequence[int], found: Sequence[_Found]) -> int | None:
     return max(steps)[1] if steps else None
 
 
-def _best_hint(network: Any, arch: Any, found: Sequence[_Found]) -> Schedule | None:
+def _best_hint(network: Network, arch: ArchitectureFeatures, found: Sequence[_Found]) -> Schedule | None:
     """The fastest schedule that fits ``arch``'s limit among those found so far and Vela's heuristic for that limit
     (whose choices also widen CP-SAT's candidates); the heuristic's when nothing fits (still a reference)."""
     heuristic = _heuristic(network, arch)
@@ -256,7 +258,7 @@ def _best_hint(network: Any, arch: Any, found: Sequence[_Found]) -> Schedule | N
 class _Solver:
     """One CP-SAT solve at a given limit, hinted; None when CP-SAT finds nothing that fits in time."""
 
-    def __init__(self, network: Any, arch_at: Callable[[int], Any], workers: int | None, seed: int,
+    def __init__(self, network: Network, arch_at: Callable[[int], ArchitectureFeatures], workers: int | None, seed: int,
                  deterministic: bool) -> None:
         self.network, self.arch_at = network, arch_at
         self.workers, self.seed, self.deterministic = workers, seed, deterministic
@@ -274,7 +276,7 @@ class _Solver:
         return _Found(limit, result.schedule, evaluation, result.bound_cycles)
 
 
-def _heuristic(network: Any, arch: Any) -> Schedule | None:
+def _heuristic(network: Network, arch: ArchitectureFeatures) -> Schedule | None:
     """Vela legacy's schedule under ``arch`` (a reference for CP-SAT's candidates even where it goes over the
     limit); None where Vela's legacy scheduler stops."""
     try:
@@ -283,14 +285,14 @@ def _heuristic(network: Any, arch: Any) -> Schedule | None:
         return None
 
 
-def _max_schedule(network: Any, arch: Any) -> Schedule | None:
+def _max_schedule(network: Network, arch: ArchitectureFeatures) -> Schedule | None:
     try:
         return max_schedule(network, arch)
     except ScheduleError:
         return None
 
 
-def _assemble(network: Any, arch_at: Callable[[int], Any], limits: Sequence[int],
+def _assemble(network: Network, arch_at: Callable[[int], ArchitectureFeatures], limits: Sequence[int],
               found: Sequence[_Found]) -> tuple[ParetoPoint, ...]:
     """Per limit, the fastest schedule found that fits it (whatever limit it was solved for), checked by the
     evaluator's ``verify``; limits nothing fits are left out."""

@@ -3,11 +3,9 @@ config, tensor placements and weight buffering (and, under the contention estima
 
 from __future__ import annotations
 
-from typing import Any
-
 from npusched.model import performance as perf
 from npusched.model import weights as wts
-from npusched.model.arch import Estimator
+from npusched.model.arch import ArchitectureFeatures, Estimator
 from npusched.model.contention import contention_slack
 from npusched.model.ir import FeatureMap, MemArea, NpuBlockType, NpuOp, Shape4D, TensorFormat
 from npusched.model.rules import allocation_bytes, pricing_weight_stream, storage_size
@@ -15,7 +13,8 @@ from npusched.solver.schedule import OpSchedule, Schedule
 from npusched.solver.tensor_use import placement_of
 
 
-def op_query(arch: Any, op: NpuOp, op_sched: OpSchedule, schedule: Schedule, *, ofm_depth: int | None = None,
+def op_query(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule, schedule: Schedule, *,
+             ofm_depth: int | None = None,
              const_area: MemArea | None = None, scheduling_areas: bool = False) -> perf.PerformanceQuery:
     """The performance query of a pass under a schedule.
 
@@ -58,7 +57,7 @@ def op_query(arch: Any, op: NpuOp, op_sched: OpSchedule, schedule: Schedule, *, 
     )
 
 
-def scheduler_op_cycles(arch: Any, op: NpuOp, op_sched: OpSchedule, schedule: Schedule,
+def scheduler_op_cycles(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule, schedule: Schedule,
                         ofm_depth: int | None = None) -> float:
     """The compute estimate Vela's scheduler uses while buffering weights: constants assumed in fast storage and,
     by default, the op's full OFM depth (even when the op writes only a depth slice of its OFM)."""
@@ -69,21 +68,27 @@ def scheduler_op_cycles(arch: Any, op: NpuOp, op_sched: OpSchedule, schedule: Sc
     return perf.measure_cycle_cost(arch, op.op_type, op.activation, query).op_cycles
 
 
-def encoded_weights_for(arch: Any, op: NpuOp, op_sched: OpSchedule) -> wts.EncodedWeights | None:
+def block_depth(op_sched: OpSchedule) -> int:
+    """OFM depth of the block the op runs with, which its weights are encoded for."""
+    assert op_sched.block_config is not None, "only an op with a block config is priced"
+    return op_sched.block_config.ofm_block.depth
+
+
+def encoded_weights_for(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule) -> wts.EncodedWeights | None:
     """The weight stream the schedule's op reads (encoded for its block depth and depth slices)."""
     if op.weights is None:
         return None
-    return wts.encode_op_weights(arch, op, op_sched.block_config.ofm_block.depth, op_sched.depth_slices)
+    return wts.encode_op_weights(arch, op, block_depth(op_sched), op_sched.depth_slices)
 
 
-def full_weight_transfer_cycles(arch: Any, op: NpuOp, op_sched: OpSchedule) -> float:
+def full_weight_transfer_cycles(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule) -> float:
     """DMA time of the op's whole, unsliced weight stream (what Vela compares slack against)."""
-    full = wts.encode_op_weights(arch, op, op_sched.block_config.ofm_block.depth, (0, op_sched.ofm_stripe.depth))
+    full = wts.encode_op_weights(arch, op, block_depth(op_sched), (0, op_sched.ofm_stripe.depth))
     return perf.measure_mem2mem_cycles(arch, arch.permanent_storage_mem_area, arch.fast_storage_mem_area,
                                        full.total_bytes)
 
 
-def slack_buffering_cycles(arch: Any, op: NpuOp, op_sched: OpSchedule, schedule: Schedule) -> float:
+def slack_buffering_cycles(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule, schedule: Schedule) -> float:
     """NPU time under which the next pass may prefetch its first weights: the compute time of the schedule's
     ``slack_ofm_depth`` when given, else of this pass's last weight slice (or the whole pass when its weights are
     not sliced)."""
@@ -96,14 +101,14 @@ def slack_buffering_cycles(arch: Any, op: NpuOp, op_sched: OpSchedule, schedule:
     return scheduler_op_cycles(arch, op, op_sched, schedule, depth)
 
 
-def _lut_transfer(arch: Any, op: NpuOp) -> perf.DmaTransfer | None:
+def _lut_transfer(arch: ArchitectureFeatures, op: NpuOp) -> perf.DmaTransfer | None:
     if op.activation_lut is None:
         return None
     return perf.DmaTransfer(arch.permanent_storage_mem_area, MemArea.Shram,
                             allocation_bytes(op.activation_lut.size_in_bytes))
 
 
-def _memcpy_transfer(arch: Any, op: NpuOp, schedule: Schedule) -> perf.DmaTransfer | None:
+def _memcpy_transfer(arch: ArchitectureFeatures, op: NpuOp, schedule: Schedule) -> perf.DmaTransfer | None:
     if op.npu_block_type != NpuBlockType.Dma:
         return None
     src = placement_of(arch, schedule, op.ifm.tensor)
@@ -111,7 +116,7 @@ def _memcpy_transfer(arch: Any, op: NpuOp, schedule: Schedule) -> perf.DmaTransf
     return perf.DmaTransfer(src.mem_area, dst.mem_area, storage_size(op.ifm.tensor, src.format))
 
 
-def price_op(arch: Any, op: NpuOp, op_sched: OpSchedule, schedule: Schedule, prev_slack_cycles: float
+def price_op(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule, schedule: Schedule, prev_slack_cycles: float
              ) -> tuple[perf.OpPerformance, float, float]:
     """(estimate, own slack-buffering cycles, full weight transfer cycles) of one pass."""
     buffering = op_sched.weight_buffering
@@ -124,12 +129,11 @@ def price_op(arch: Any, op: NpuOp, op_sched: OpSchedule, schedule: Schedule, pre
             # Vela prices the whole-stream DMA only for ops outside cascades (a cascaded op keeps 0).
             if op_sched.cascade is None:
                 full_transfer = full_weight_transfer_cycles(arch, op, op_sched)
-            kind = perf.WeightBuffering.DOUBLE if buffering.kind == "double" else perf.WeightBuffering.SINGLE
             const_area = arch.fast_storage_mem_area
-            stream = pricing_weight_stream(arch, op, encoded, kind, full_transfer)
+            stream = pricing_weight_stream(arch, op, encoded, buffering.kind, full_transfer)
         else:
             const_area = arch.permanent_storage_mem_area
-            stream = pricing_weight_stream(arch, op, encoded, perf.WeightBuffering.NONE)
+            stream = pricing_weight_stream(arch, op, encoded, perf.BufferKind.NONE)
     query = op_query(arch, op, op_sched, schedule, const_area=const_area)
     slack = slack_buffering_cycles(arch, op, op_sched, schedule)
     result = perf.estimate_full_op_performance(
@@ -150,6 +154,6 @@ def price_op(arch: Any, op: NpuOp, op_sched: OpSchedule, schedule: Schedule, pre
 # Whole schedule
 
 
-def staging_limit(arch: Any) -> int:
+def staging_limit(arch: ArchitectureFeatures) -> int:
     """The fast-storage budget the scheduler works to (Vela's optimisation SRAM limit: the arena cache size)."""
     return int(arch.arena_cache_size)

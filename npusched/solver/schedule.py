@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any
 
+from npusched.model.block_config import BlockConfig
 from npusched.model.ir import FeatureMap, MemArea, Shape4D, TensorFormat
-
-BufferKind = Literal["none", "single", "double"]
+from npusched.model.performance import BufferKind
 
 
 @dataclass(frozen=True)
@@ -60,14 +60,18 @@ class WeightBuffering:
     runs. ``pre_buffered`` means the first buffer is filled while the previous op still runs.
     """
 
-    kind: BufferKind = "none"
+    kind: BufferKind = BufferKind.NONE
     depth_slices: tuple[int, ...] = ()
     buffer_sizes: tuple[int, ...] = ()
     pre_buffered: bool = False
 
+    def __post_init__(self) -> None:
+        # A kind read from a schedule document arrives as its name.
+        object.__setattr__(self, "kind", BufferKind(self.kind))
+
     @property
     def is_buffered(self) -> bool:
-        return self.kind != "none"
+        return self.kind is not BufferKind.NONE
 
     @property
     def last_buffer_index(self) -> int:
@@ -105,7 +109,7 @@ class OpSchedule:
     """
 
     op_index: int
-    block_config: Any
+    block_config: BlockConfig | None  # None only where no block fits (the op is then reported, not priced)
     ofm_stripe: Shape4D
     ifm_stripe: Shape4D
     ifm2_stripe: Shape4D | None = None

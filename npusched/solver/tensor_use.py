@@ -8,14 +8,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from npusched.model.arch import ArchitectureFeatures
+from npusched.model.graph import Network, NpuSubgraph
 from npusched.model.ir import FeatureMap, TensorFormat
 from npusched.solver.schedule import Schedule, TensorPlacement
 
 
-def subgraphs_of(network_or_subgraph: Any) -> tuple[Any, ...]:
+def subgraphs_of(network_or_subgraph: Network | NpuSubgraph) -> tuple[NpuSubgraph, ...]:
     """The NPU subgraphs to evaluate: all of a Network's, or the one given."""
-    if hasattr(network_or_subgraph, "subgraphs"):
-        return tuple(network_or_subgraph.subgraphs)
+    if isinstance(network_or_subgraph, Network):
+        return network_or_subgraph.subgraphs
     return (network_or_subgraph,)
 
 
@@ -49,15 +51,15 @@ class TensorUse:
         return fm
 
 
-def tensor_use(network_or_subgraph: Any) -> TensorUse:
+def tensor_use(network_or_subgraph: Network | NpuSubgraph) -> TensorUse:
     producers: dict[FeatureMap, list[int]] = {}
     consumers: dict[FeatureMap, list[int]] = {}
     outputs: set[FeatureMap] = set()
     inputs: set[FeatureMap] = set()
     writes: dict[FeatureMap, str] = {}
     for sg in subgraphs_of(network_or_subgraph):
-        outputs.update(getattr(sg, "outputs", ()) or ())
-        inputs.update(getattr(sg, "inputs", ()) or ())
+        outputs.update(sg.outputs)
+        inputs.update(sg.inputs)
         for op in sg.ops:
             for access in (op.ifm, op.ifm2):
                 if access is not None and not access.tensor.is_const:
@@ -76,7 +78,7 @@ def tensor_use(network_or_subgraph: Any) -> TensorUse:
 # Storage
 
 
-def default_placement(arch: Any, fm: FeatureMap) -> TensorPlacement:
+def default_placement(arch: ArchitectureFeatures, fm: FeatureMap) -> TensorPlacement:
     """Where a feature map lives before any schedule moves it: constants in permanent storage, the rest in
     feature-map storage, both NHWC."""
     if fm.is_const:
@@ -84,11 +86,11 @@ def default_placement(arch: Any, fm: FeatureMap) -> TensorPlacement:
     return TensorPlacement(arch.feature_map_storage_mem_area, TensorFormat.NHWC)
 
 
-def placement_of(arch: Any, schedule: Schedule, fm: FeatureMap) -> TensorPlacement:
+def placement_of(arch: ArchitectureFeatures, schedule: Schedule, fm: FeatureMap) -> TensorPlacement:
     if fm.is_const:
         return default_placement(arch, fm)
     return schedule.placement(fm) or default_placement(arch, fm)
 
 
-def in_fast_storage(arch: Any, placement: TensorPlacement) -> bool:
+def in_fast_storage(arch: ArchitectureFeatures, placement: TensorPlacement) -> bool:
     return placement.mem_area == arch.fast_storage_mem_area

@@ -6,11 +6,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from npusched.model import weights as wts
+from npusched.model.arch import ArchitectureFeatures
+from npusched.model.graph import Network, NpuSubgraph
 from npusched.model.ir import NpuOp
 from npusched.model.rules import ifm_stripes, weights_need_dma
 from npusched.solver.evaluation import Evaluation, evaluate
 from npusched.solver.memory_model import cascade_rolling_buffers
-from npusched.solver.pricing import encoded_weights_for, staging_limit
+from npusched.solver.pricing import block_depth, staging_limit
 from npusched.solver.schedule import OpSchedule, Schedule
 from npusched.solver.tensor_use import subgraphs_of
 
@@ -29,7 +32,7 @@ def _stripe_problems(op: NpuOp, op_sched: OpSchedule) -> Iterable[str]:
         yield f"{label}: IFM2 stripe {op_sched.ifm2_stripe} does not match the op's IFM2"
 
 
-def _cascade_problems(sg: Any, schedule: Schedule) -> Iterable[str]:
+def _cascade_problems(sg: NpuSubgraph, schedule: Schedule) -> Iterable[str]:
     """A cascade is a run of consecutive passes, each reading the previous one's OFM; every cascaded pass's IFM
     stripe covers the rows its OFM stripe needs, and the rolling buffer between two passes holds at least the
     consumer's IFM stripe and the producer's OFM stripe."""
@@ -66,7 +69,7 @@ def _cascade_problems(sg: Any, schedule: Schedule) -> Iterable[str]:
         prev, prev_sched = op, op_sched
 
 
-def _weight_problems(arch: Any, op: NpuOp, op_sched: OpSchedule) -> Iterable[str]:
+def _weight_problems(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule) -> Iterable[str]:
     label = f"op {op.index} ({op.name})"
     buffering = op_sched.weight_buffering
     if op.weights is None:
@@ -78,7 +81,7 @@ def _weight_problems(arch: Any, op: NpuOp, op_sched: OpSchedule) -> Iterable[str
             a >= b for a, b in zip(slices, slices[1:], strict=False)):
         yield f"{label}: depth slices {list(slices)} do not rise from 0 to the stripe depth"
         return
-    encoded = encoded_weights_for(arch, op, op_sched)
+    encoded = wts.encode_op_weights(arch, op, block_depth(op_sched), slices)
     ref = op_sched.encoded_weights
     if ref is not None and tuple(ref.depth_slices) != tuple(slices):
         yield f"{label}: buffered depth slices {list(slices)} differ from the encoded {list(ref.depth_slices)}"
@@ -97,8 +100,8 @@ def _weight_problems(arch: Any, op: NpuOp, op_sched: OpSchedule) -> Iterable[str
         yield f"{label}: weights are buffered although they need no DMA"
 
 
-def verify(network: Any, arch: Any, schedule: Schedule, evaluation: Evaluation | None = None,
-           limit: int | None = None) -> list[str]:
+def verify(network: Network | NpuSubgraph, arch: ArchitectureFeatures, schedule: Schedule,
+           evaluation: Evaluation | None = None, limit: int | None = None) -> list[str]:
     """Every way ``schedule`` is invalid for ``network``; empty when it is valid.
 
     Checked: every pass has its choices; stripes, weight slices and buffers agree with the op; cascades are runs

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,6 @@ class Finished:
 
 Event = Started | Finished
 # An executor runs the cells (in any order, some at once) and reports each start and finish.
-Executor = Callable[[list[Cell]], Iterator[Event]]
+Executor = Callable[[list[Cell]], Generator[Event, None, None]]
 # What runs one cell in a worker: `runner.run_cell`, or a stand-in in tests of the executors themselves.
 CellWork = Callable[[Cell], dict[str, Any]]

@@ -80,7 +80,7 @@ class Cell:
     time_limit_seconds: float | None
     seed: int | None
     workers: int | None
-    versions: tuple[tuple[str, str], ...] = field(default_factory=lambda: software_versions())
+    versions: tuple[tuple[str, str], ...] = field(default_factory=lambda: _versions())
 
     @property
     def model(self) -> str:
@@ -99,6 +99,10 @@ class Cell:
         """Short human name for progress lines and errors."""
         seed = "" if self.seed is None else f" seed={self.seed}"
         return f"{self.model} {self.configuration} {self.solver}{seed}"
+
+
+def _versions() -> tuple[tuple[str, str], ...]:
+    return software_versions()
 
 
 @cache

@@ -12,7 +12,7 @@ import multiprocessing
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 from multiprocessing import forkserver
 from multiprocessing.connection import Connection, wait
@@ -41,7 +41,8 @@ def start_fork_server() -> Any:
     return context
 
 
-def run_local(cells: list[Cell], jobs: int, guard_seconds: float, work: CellWork = run_cell) -> Iterator[Event]:
+def run_local(cells: list[Cell], jobs: int, guard_seconds: float,
+              work: CellWork = run_cell) -> Generator[Event, None, None]:
     """Run the cells, yielding Started/Finished as they happen; closing the generator kills the cells in flight."""
     context = start_fork_server()
     pending = list(reversed(cells))

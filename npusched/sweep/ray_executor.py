@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from npusched.sweep.runner import failure, run_cell
 
 
 def run_ray(cells: list[Cell], jobs: int | None, guard_seconds: float, address: str | None = None,
-            work: CellWork = run_cell) -> Iterator[Event]:
+            work: CellWork = run_cell) -> Generator[Event, None, None]:
     """Run the cells on a Ray cluster (``address``) or a local instance started here and stopped at the end;
     at most ``jobs`` tasks in flight (default: the cluster's CPUs)."""
     try:

@@ -62,6 +62,7 @@ def _run_npusched(cell: Cell) -> dict[str, Any]:
 
     result = run(run_options(cell))
     evaluation = result.evaluation
+    assert evaluation is not None  # a solver ran
     report = result.solver_report
     timings = result.timings_seconds
     row: dict[str, Any] = {

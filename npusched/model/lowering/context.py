@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from npusched.model.arch import ArchitectureFeatures
 from npusched.model.ir import ConstTensor, DataType, FeatureMap, Quantization, Shape4D
 
 if TYPE_CHECKING:  # the reader's types, imported lazily so lowering stays importable on its own
@@ -55,7 +56,7 @@ class LoweringContext:
 
     model: TfliteModel
     subgraph: TfliteSubgraph
-    arch: Any = None
+    arch: ArchitectureFeatures | None = None
     aliases: Mapping[int, FeatureMap] = field(default_factory=dict)
 
     def tensor(self, index: int) -> TfliteTensor:

@@ -9,8 +9,7 @@ elementwise pass whose depth is not a multiple of 16 when it could overwrite a l
 
 from __future__ import annotations
 
-from typing import Any
-
+from npusched.model.arch import ArchitectureFeatures
 from npusched.model.ir import DataType, Shape4D, TensorFormat
 from npusched.model.lowering.netgraph import BINARY_ELEMENTWISE, VOp, VSubgraph, VTensor, block_kind
 from npusched.model.lowering.packing import Pass
@@ -24,7 +23,7 @@ def _memory_function(op: VOp) -> str | None:
     return None
 
 
-def _brick_allowed(tens: VTensor, arch: Any) -> bool:
+def _brick_allowed(tens: VTensor, arch: ArchitectureFeatures) -> bool:
     """Vela's check_format_restrictions: may ``tens`` leave linear format?"""
     if not tens.ops:
         return False
@@ -95,7 +94,7 @@ def _avoid_brick_for_elementwise_ofm(ps: Pass, formats: dict[int, TensorFormat])
     return False
 
 
-def brick_allowed(sg: VSubgraph, arch: Any) -> dict[int, bool]:
+def brick_allowed(sg: VSubgraph, arch: ArchitectureFeatures) -> dict[int, bool]:
     """Tensor id -> may use brick format, judged on the optimised graph (before pass packing), as Vela
     does right after its graph optimiser."""
     allowed: dict[int, bool] = {}

@@ -8,6 +8,7 @@ created per call, rewritten forward only (never restored), and converted into th
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -416,7 +417,7 @@ def all_ops(sg: VSubgraph) -> list[VOp]:
     return result
 
 
-def rewrite_pre_order(sg: VSubgraph, op_rewrites: list, tensor_rewrites: list = (),
+def rewrite_pre_order(sg: VSubgraph, op_rewrites: Sequence[Callable], tensor_rewrites: Sequence[Callable] = (),
                       rewrite_unsupported: bool = True) -> None:
     """Vela's rewrite_graph_pre_order: visit from the outputs; each op is rewritten (repeatedly, until a
     fixpoint) before its inputs are visited, so consumers see their producers un-rewritten."""
@@ -437,12 +438,12 @@ def rewrite_pre_order(sg: VSubgraph, op_rewrites: list, tensor_rewrites: list = 
         op_done[id(res)] = res
         # Like Vela, collect into the list object installed before visiting: if a rewrite further down
         # installs a new list on this node, the new list wins and these results are dropped.
-        old_inputs, new_inputs = res.inputs, []
+        old_inputs, new_inputs = res.inputs, list[VTensor | None]()
         res.inputs = new_inputs
         for t in old_inputs:
             visited = visit_tensor(t)
             new_inputs.append(visited)
-        old_outputs, new_outputs = res.outputs, []
+        old_outputs, new_outputs = res.outputs, list[VTensor]()
         res.outputs = new_outputs
         for t in old_outputs:
             visited = visit_tensor(t)
@@ -463,7 +464,7 @@ def rewrite_pre_order(sg: VSubgraph, op_rewrites: list, tensor_rewrites: list = 
         tens_done[id(tens)] = res
         tens_done[id(res)] = res
         if res is not None:
-            old_ops, new_ops = res.ops, []
+            old_ops, new_ops = res.ops, list[VOp]()
             res.ops = new_ops
             for o in old_ops:
                 visited = visit_op(o)
@@ -474,7 +475,7 @@ def rewrite_pre_order(sg: VSubgraph, op_rewrites: list, tensor_rewrites: list = 
     update_consumers(sg)
 
 
-def visit_post_order(sg: VSubgraph, op_visits: list, tensor_visits: list = ()) -> None:
+def visit_post_order(sg: VSubgraph, op_visits: Sequence[Callable], tensor_visits: Sequence[Callable] = ()) -> None:
     """Vela's visit_graph_post_order: producers before consumers; visitors must not replace nodes."""
     seen_ops: set[int] = set()
     seen_tens: set[int] = set()

@@ -119,7 +119,7 @@ def pack_into_passes(sg: VSubgraph) -> list[Pass]:
         ifm_tensor: VTensor | None = None
         ifm_shapes: list = []
         primary: VOp | None = None
-        queue = collections.deque([(start, None)])
+        queue: collections.deque[tuple[VOp, VTensor | None]] = collections.deque([(start, None)])
 
         def add_input(t: VTensor) -> None:
             if not any(t is x for x in input_set):

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from npusched.model.arch import ArchitectureFeatures
 from npusched.model.ir import (
     DataType,
     FeatureMap,
@@ -149,7 +150,7 @@ class Optimiser:
     """Runs the rewrites over one subgraph. ``support`` says why an op must stay on the CPU (or None);
     ``decompose`` lowers SOFTMAX/MEAN/LSTM into NpuOps (None when it cannot)."""
 
-    arch: Any
+    arch: ArchitectureFeatures
     support: SupportFn
     decompose: DecomposeFn
 
