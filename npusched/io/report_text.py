@@ -149,7 +149,9 @@ def solver_lines(result: Any) -> list[str]:
         peak_bound = f"{report.peak_bound_bytes} bytes" if report.peak_bound_bytes is not None else "none"
         lines += [_kv("Objective", "least peak, then cycles"), _kv("Peak lower bound, candidate space", peak_bound),
                   _kv("Peak proven least", "yes" if report.peak_proven_minimal else "no")]
-    lines += [_kv("Lower bound, candidate space (proven)", bound), _kv("Gap to that bound", gap),
+    bound_label = "Cycles bound at that peak (proven)" if report.strategy == "Size" else \
+        "Lower bound, candidate space (proven)"
+    lines += [_kv(bound_label, bound), _kv("Gap to that bound", gap),
               _kv("Lower bound, any schedule", any_bound), _kv("Solve time", f"{report.solve_seconds:.2f} s")]
     if report.reason:
         lines.append(f"Note: {report.reason}")
