@@ -185,3 +185,24 @@ def test_generated_unet_fits_below_the_heuristic(tmp_path):
     resize, conv = (result.schedule.op(op.index) for op in network.subgraphs[0].ops[upscaling:upscaling + 2])
     assert resize.cascade is not None and resize.cascade == conv.cascade
     assert (resize.ofm_stripe.height, conv.ofm_stripe.height) == (2, 1)
+
+
+def test_person_detect_fits_below_velas_size_schedule():
+    """person_detect's first cascade (conv 3x3/2 -> depthwise 3x3 -> conv 1x1 -> depthwise 3x3/2, 48 wide, depth
+    8 and 16, padded to 16) sits between its input (96 x 96 x 1) and a 24 x 24 x 16 map. Vela's minimal stripes
+    give the conv 1x1 two rows, for the stride-2 depthwise after it, so the buffer it reads holds 4 rows; with one
+    row it holds 2, and the buffer after it still 6 (round_up(1 + 3, 3) = round_up(2 + 3, 3)). That is the peak of
+    Vela's --optimise Size schedule, so CP-SAT, without the heuristic's schedule, fits in 1,536 bytes less."""
+    buffers = 6 * 48 * 16 + 2 * 48 * 16 + 6 * 48 * 16
+    one_row = 96 * 96 * 1 + buffers + 24 * 24 * 16
+    with (golden_path(SIZE, "person_detect") / "summary.csv").open() as handle:
+        vela_kib = float(next(csv.DictReader(handle))["sram_memory_used"])
+    assert vela_kib * 1024 == one_row + 2 * 48 * 16
+    arch, network = _load("person_detect", SIZE, arena_cache_size=one_row)
+    result = solve_cpsat(network, arch, time_limit_seconds=120, workers=2)
+    evaluation = evaluate(network, arch, result.schedule)
+    assert verify(network, arch, result.schedule, evaluation) == []
+    assert evaluation.peak_fast_storage == one_row
+    first = [result.schedule.op(op.index) for op in network.subgraphs[0].ops[:4]]
+    assert len({op.cascade for op in first}) == 1 and first[0].cascade is not None
+    assert [op.ofm_stripe.height for op in first] == [1] * 4
