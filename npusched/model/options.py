@@ -303,8 +303,8 @@ def _op_context(arch: ArchitectureFeatures, op: NpuOp, placements: Mapping[Featu
     return _OpContext(op, query, buffered, lut, memcpy)
 
 
-def _weight_stream(arch: ArchitectureFeatures, ctx: _OpContext, block_depth: int) -> tuple[perf.WeightStream | None,
-                   int]:
+def _weight_stream(arch: ArchitectureFeatures, ctx: _OpContext,
+                   block_depth: int) -> tuple[perf.WeightStream | None, int]:
     op = ctx.op
     if op.weights is None:
         return None, 0
@@ -411,8 +411,8 @@ def price_options(arch: ArchitectureFeatures, op: NpuOp, *, stripe_heights: Iter
     return result
 
 
-def _price_options(arch: ArchitectureFeatures, op: NpuOp, heights: tuple[int, ...], placements: Mapping[FeatureMap,
-                   Any] | None,
+def _price_options(arch: ArchitectureFeatures, op: NpuOp, heights: tuple[int, ...],
+                   placements: Mapping[FeatureMap, Any] | None,
                    weights_buffered: bool | None) -> tuple[OpOption, ...]:
     block_inputs = op_block_inputs(op)
     full = op.ofm.shape

@@ -40,6 +40,12 @@ def brick_padded_bytes(shape: Shape4D, element_bytes: int) -> int:
     return shape.with_depth(round_up(shape.depth, BRICK_DEPTH)).elements() * element_bytes
 
 
+def rolling_buffer_bytes(shape: Shape4D, element_bytes: int) -> int:
+    """Bytes of a cascade's rolling buffer: its shape (depth already in whole bricks) neither padded further nor
+    rounded to the quantum, as Vela sizes it."""
+    return shape.elements() * element_bytes
+
+
 def operand_bytes(shape: Shape4D, fmt: TensorFormat, element_bytes: int) -> int:
     """Bytes Vela's scheduler reserves for a whole operand of a pass (its access shape): depth padded in brick
     format, rounded up to the quantum."""

@@ -18,7 +18,14 @@ from typing import Any
 
 from npusched.model.block_config import BlockConfig
 from npusched.model.ir import FeatureMap, NpuBlockType, NpuOp, Shape4D, TensorFormat, round_up
-from npusched.model.rules import BRICK_DEPTH, allocation_bytes, brick_padded_bytes, may_cascade, operand_bytes
+from npusched.model.rules import (
+    BRICK_DEPTH,
+    allocation_bytes,
+    brick_padded_bytes,
+    may_cascade,
+    operand_bytes,
+    rolling_buffer_bytes,
+)
 
 # Block types whose passes never take part in a cascade.
 _NEVER_CASCADED = (NpuBlockType.Default, NpuBlockType.VectorProduct, NpuBlockType.ReduceSum)
@@ -177,7 +184,7 @@ def _feature_map_between(producer: SchedOp, consumer: SchedOp, costs: Mapping[in
         shape = max(producer.ofm_shape, consumer.ifm_shape)
         return shape, max(producer.ofm_bytes, consumer.ifm_bytes)
     shape = rolling_buffer_shape(costs[producer.pos].stripe, costs[consumer.pos].stripe_input)
-    return shape, shape.elements() * producer.ofm.dtype.size_in_bytes
+    return shape, rolling_buffer_bytes(shape, producer.ofm.dtype.size_in_bytes)
 
 
 def build_cascades(

@@ -68,6 +68,7 @@ from npusched.model.rules import (
     ifm_stripes,
     may_cascade,
     minimal_stripe_height,
+    rolling_buffer_bytes,
     weights_need_dma,
 )
 from npusched.solver.cascades import SchedOp, rolling_buffer_shape
@@ -224,7 +225,7 @@ def make_candidate(facts: SubgraphFacts, start: int, ops: Sequence[OpSchedule], 
         if k > 0:
             fm = sg_ops[start + k].ifm.tensor
             assert op_sched.rolling_buffer is not None  # every cascaded pass after the first has one
-            size = op_sched.rolling_buffer.elements() * fm.dtype.size_in_bytes
+            size = rolling_buffer_bytes(op_sched.rolling_buffer, fm.dtype.size_in_bytes)
             at += size
             after += size
     reuse = facts.reuse.get(start) if len(ops) == 1 else None

@@ -48,6 +48,7 @@ from npusched.model.rules import (
     ifm_stripes,
     may_cascade,
     pareto_front,
+    rolling_buffer_bytes,
     storage_size,
     weights_need_dma,
 )
@@ -272,7 +273,7 @@ class _SubgraphSearch:
             op = self.ops[pos]
             rolling = group.rolling[k]
             if rolling is not None:
-                sizes[("rolling", pos)] = rolling.elements() * op.ifm.tensor.dtype.size_in_bytes
+                sizes[("rolling", pos)] = rolling_buffer_bytes(rolling, op.ifm.tensor.dtype.size_in_bytes)
             elif not op.ifm.tensor.is_const:
                 sizes[self.use.storage_key(op.ifm.tensor)] = self._fast_size(op.ifm.tensor)
             if op.ifm2 is not None and not op.ifm2.tensor.is_const:

@@ -53,8 +53,8 @@ class MaxScheduleOptions:
 # Tensor layouts
 
 
-def _must_stay_linear(fm: FeatureMap, arch: ArchitectureFeatures, use: TensorUse, ops_by_index: dict[int,
-                      NpuOp]) -> bool:
+def _must_stay_linear(fm: FeatureMap, arch: ArchitectureFeatures, use: TensorUse,
+                      ops_by_index: dict[int, NpuOp]) -> bool:
     """Whether a feature map has to keep the plain NHWC layout (Vela's check_format_restrictions).
 
     It does when it is produced outside the NPU, written into a variable (LSTM state), read or written by some

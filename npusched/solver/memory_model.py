@@ -17,7 +17,7 @@ from typing import Any
 from npusched.model.arch import ArchitectureFeatures
 from npusched.model.graph import Network, NpuSubgraph
 from npusched.model.ir import CpuOp, FeatureMap, NpuBlockType, NpuOp, Shape4D, TensorFormat
-from npusched.model.rules import allocation_bytes, storage_size
+from npusched.model.rules import allocation_bytes, rolling_buffer_bytes, storage_size
 from npusched.solver.cascades import rolling_buffer_shape
 from npusched.solver.schedule import OpSchedule, Schedule, TensorPlacement
 from npusched.solver.tensor_use import (
@@ -210,7 +210,7 @@ class _FastStorage:
                     # A rolling buffer sits in fast storage whatever memory holds the whole tensor elsewhere;
                     # its size (unpadded, as Vela sizes it) replaces the feature map's.
                     rng = self.range_of(fm)
-                    rng.size = p.rolling_ifm.elements() * fm.dtype.size_in_bytes
+                    rng.size = rolling_buffer_bytes(p.rolling_ifm, fm.dtype.size_in_bytes)
                     rng.mark(t)
                 else:
                     self.mark(fm, t)
