@@ -29,10 +29,11 @@ Where candidates come from (and how many, per subgraph of n passes):
   stride-2 pass and are even throughout a cascade with an upscaling pass: with them alone mobilenet_v2_224_int8's
   smallest fit was 376,320 bytes; with Vela's minimal stripes it is 361,984, with one-row stripes 358,400.
 
-Longer cascades were measured and left out: allowing 32 passes lowered the smallest fit of none of
-kws_dscnn_int8, person_detect, str_ww_int8, vww_96_int8, mobilenet_v2_224_int8 and resnet_large_ic_int8 (nor 24 of
-generated U-Net, ResNet and 1-D audio networks): a longer run adds a rolling buffer per pass and seldom ends in a
-smaller feature map. Allowing 16 (32) passes made person_detect's model take 1.7x (2.3x) as long to build.
+Longer cascades were measured (before one-row stripes were added) and left out: allowing 32 passes lowered the
+smallest fit of none of kws_dscnn_int8, person_detect, str_ww_int8, vww_96_int8, mobilenet_v2_224_int8 and
+resnet_large_ic_int8 (nor 24 of generated U-Net, ResNet and 1-D audio networks): a longer run adds a rolling
+buffer per pass and seldom ends in a smaller feature map. Allowing 16 (32) passes made person_detect's model take
+1.7x (2.3x) as long to build.
 
 Generated buffered weights are not pre-buffered (their buffer is live from their own step): Vela does the same
 whenever memory is short, and its estimate (the evaluator's) credits the prefetch under the previous pass either
