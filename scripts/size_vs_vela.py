@@ -59,7 +59,7 @@ def smallest_fit(options: Any, seconds: float) -> int | None:
         references: tuple[Any, ...] = (heuristic_schedule(network, arch, options.optimise),)
     except ScheduleError:
         references = ()
-    needed, _ = smallest_fast_storage(NetworkFacts(network, arch), references, time.monotonic() + seconds)
+    needed = smallest_fast_storage(NetworkFacts(network, arch), references, time.monotonic() + seconds).needed_bytes
     return needed if needed >= 0 else None
 
 

@@ -68,3 +68,22 @@ def golden_dir() -> Path:
 @pytest.fixture(scope="session")
 def configs() -> dict[str, dict[str, Any]]:
     return CONFIGS
+
+
+def assert_names_the_peak(message: str, needed_bytes: int, network: Any) -> None:
+    """An impossible-limit error says where the smallest schedule peaks and what is live there: parts that add
+    up to the size it needs, and allocations that are the network's own tensors (or its passes' weights)."""
+    import re
+
+    match = re.search(r"peaks at step (\d+) \((.+?)\) with (\d+) bytes: (.+?); largest live there: (.+)$", message)
+    assert match is not None, message
+    assert int(match.group(3)) == needed_bytes
+    parts = dict(re.findall(r"(feature maps|rolling buffers|weight buffers) (\d+) B", match.group(4)))
+    assert sum(int(v) for v in parts.values()) == needed_bytes, message
+    names = {access.tensor.name for sg in network.subgraphs for op in sg.ops for access in (op.ifm, op.ofm, op.ifm2)
+             if access is not None}
+    ops = {op.name for sg in network.subgraphs for op in sg.ops}
+    for what, size in re.findall(r"([^,]+?) (\d+) B(?:, |$)", match.group(5)):
+        held = what[len("weights of '"):-1] if what.startswith("weights of '") else what
+        assert (held in ops) if what.startswith("weights of") else set(held.split("/")) <= names, (what, message)
+        assert 0 < int(size) <= needed_bytes

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import CONFIGS
+from conftest import CONFIGS, assert_names_the_peak
 
 from npusched.errors import ScheduleError
 from npusched.model.graph import Network, NpuSubgraph
@@ -113,7 +113,8 @@ def test_impossible_limit_names_the_smallest_size(corpus_dir):
                                             r"fits needs \d+ bytes") as info:
         solve_cpsat(network, arch, time_limit_seconds=10, workers=2)
     needed = int(re.search(r"needs (\d+) bytes", str(info.value)).group(1))
-    assert needed > 1024
+    assert needed > 1024 and info.value.needed_bytes == needed
+    assert_names_the_peak(str(info.value), needed, network)
     # That size really is enough: the solver fits a schedule in it, and the evaluator agrees.
     arch, network = _load(corpus_dir, "micro_speech_int8", "u55-256_hee_shared_arena128k", arena_cache_size=needed)
     result = solve_cpsat(network, arch, time_limit_seconds=10, workers=2)

@@ -87,6 +87,7 @@ from npusched.solver.evaluator import (
 )
 from npusched.solver.heuristic import sched_ops_of
 from npusched.solver.max_schedule import max_schedule, vela_tensor_placements
+from npusched.solver.peak import explain_peak
 from npusched.solver.schedule import Schedule, TensorPlacement
 
 # Prices are in cycles with fractions; the objective counts 1/SCALE cycles (rounded per pass).
@@ -844,12 +845,13 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, workers:
         if hint_fits:
             return _fallback(hint, hint_eval.total_cycles, "the candidate space has no schedule that fits",
                              solve_seconds, stats)
-        needed, proven = smallest_fast_storage(net, references, deadline)
-        if needed < 0:
+        fit = smallest_fast_storage(net, references, deadline)
+        if fit.schedule is None:
             raise ScheduleError(f"no schedule fits {built.limit} bytes of fast storage")
         raise ScheduleError(f"no schedule fits {built.limit} bytes of fast storage; the smallest that fits needs "
-                            f"{needed} bytes" + ("" if proven else " or fewer (not proven within the time limit)"),
-                            needed_bytes=needed)
+                            f"{fit.needed_bytes} bytes"
+                            + ("" if fit.proven else " or fewer (not proven within the time limit)")
+                            + f": {explain_peak(network, arch, fit.schedule)}", needed_bytes=fit.needed_bytes)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         if not hint_fits:
             raise ScheduleError(_nothing_found(hint_eval, limit, time_limit_seconds))
@@ -941,20 +943,29 @@ def _fallback(schedule: Schedule, total: float, reason: str, seconds: float, sta
                        _gap(total, bound) if not math.isnan(bound) else math.nan, seconds, reason, stats)
 
 
-def smallest_fast_storage(net: NetworkFacts, references: tuple[Schedule, ...], deadline: float
-                          ) -> tuple[int, bool]:
-    """The least fast storage a schedule of the candidate space needs (CP-SAT, minimising the limit) and whether
-    that is proven the least; (-1, False) when none is found by ``deadline``."""
+@dataclass(frozen=True)
+class SmallestFit:
+    """The least fast storage a schedule of the candidate space was found to need, whether that is proven the
+    least, and the schedule that needs it (``needed_bytes`` -1 and no schedule when none was found in time)."""
+
+    needed_bytes: int
+    proven: bool
+    schedule: Schedule | None = None
+
+
+def smallest_fast_storage(net: NetworkFacts, references: tuple[Schedule, ...], deadline: float) -> SmallestFit:
+    """The least fast storage a schedule of the candidate space needs (CP-SAT, minimising the limit)."""
     try:
         built = build_model(net, whole_subgraph_regions(net), references,
                             limit=max(staging_limit(net.arch), 1 << 40), minimise_memory=True, deadline=deadline)
     except OutOfTime:
-        return -1, False
+        return SmallestFit(-1, False)
     solver = _solver(deadline - time.monotonic(), 1, 0, False)
     status = solver.solve(built.model)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return int(solver.objective_value), status == cp_model.OPTIMAL
-    return -1, False
+        schedule, _ = _extract(built, solver.boolean_value)
+        return SmallestFit(int(solver.objective_value), status == cp_model.OPTIMAL, schedule)
+    return SmallestFit(-1, False)
 
 
 # --------------------------------------------------------------------------------------------------------------

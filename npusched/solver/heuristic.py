@@ -68,6 +68,7 @@ from npusched.solver.fast_storage import (
     use_fast_storage,
 )
 from npusched.solver.max_schedule import vela_tensor_placements
+from npusched.solver.peak import explain_peak
 from npusched.solver.schedule import EncodedWeightsRef, OpSchedule, Schedule, TensorPlacement, WeightBuffering
 
 # Vela buffers the max schedule against an effectively unlimited budget.
@@ -607,9 +608,10 @@ def _acceptable_schedule(arch: ArchitectureFeatures, sg: NpuSubgraph, use: Tenso
     other = schedule_subgraph(arch, sg, use, formats,
                               OptimisationStrategy.PERFORMANCE if size else OptimisationStrategy.SIZE, earlier)
     if not (other.fits and other.peak <= limit):
-        needed = min(result.peak, other.peak)
+        smaller = result if result.peak <= other.peak else other
+        why = explain_peak(sg, arch, _as_schedule((smaller,), sg, arch))
         raise StagingLimitError(f"no schedule fits {limit} bytes of fast storage; the smallest that fits needs "
-                                f"{needed} bytes", needed_bytes=needed)
+                                f"{smaller.peak} bytes: {why}", needed_bytes=smaller.peak)
     note = (f"Vela's {'size' if size else 'performance'}-optimised schedule needs {result.peak} bytes of fast "
             f"storage, more than the {limit} available; the {'performance' if size else 'size'}-optimised one fits")
     return replace(other, notes=(*other.notes, note))
@@ -640,7 +642,12 @@ def heuristic_schedule(network_or_subgraph: Network | NpuSubgraph, arch: Archite
     Cascades are numbered by the op index of their last pass. Raises ScheduleError where Vela stops with
     "Allocation exceeds staging limit".
     """
-    results = schedule_subgraphs(network_or_subgraph, arch, optimise)
+    return _as_schedule(schedule_subgraphs(network_or_subgraph, arch, optimise), network_or_subgraph, arch)
+
+
+def _as_schedule(results: Sequence[SubgraphResult], network_or_subgraph: Network | NpuSubgraph,
+                 arch: ArchitectureFeatures) -> Schedule:
+    """The scheduler's per-subgraph results as one Schedule (tensors not in a result keep Vela's placement)."""
     use = tensor_use(network_or_subgraph)
     placements = vela_tensor_placements(network_or_subgraph, arch, use)
     ops: list[OpSchedule] = []

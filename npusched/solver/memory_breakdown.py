@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from npusched.model.graph import Network
+from npusched.model.graph import Network, NpuSubgraph
 from npusched.solver.evaluator import Evaluation, LiveRange, cascade_rolling_buffers, subgraphs_of, tensor_use
 from npusched.solver.schedule import Schedule
 
@@ -37,7 +37,8 @@ class MemoryBreakdown:
         return tuple(map(sum, zip(*self.parts, strict=True)))
 
 
-def memory_breakdown(network: Network, schedule: Schedule, evaluation: Evaluation) -> tuple[MemoryBreakdown, ...]:
+def memory_breakdown(network: Network | NpuSubgraph, schedule: Schedule, evaluation: Evaluation
+                     ) -> tuple[MemoryBreakdown, ...]:
     """Per NPU subgraph of ``network``, the use ``evaluation`` (of ``schedule``) found at each step, by part."""
     use = tensor_use(network)
     result = []
