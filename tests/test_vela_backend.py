@@ -124,3 +124,12 @@ def test_cli_bad_output_dir_and_schedule_are_one_line_errors(tmp_path: Path,
         assert main(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: ") and fragment in err[0]
+
+
+def test_compilations_in_one_process_do_not_share_velas_weight_cache(tmp_path: Path) -> None:
+    """Vela caches encoded weights process-wide: mobilenet_v2's Size schedule, compiled after its Performance one,
+    reused the earlier compilation's weight tensors and failed in Vela's allocator before each compilation started
+    with an empty cache."""
+    for config in ("u55-128_hee_shared", "u55-128_hee_shared_size"):
+        result = run(run_options(config, "mobilenet_v2_224_int8", solver="heuristic"))
+        assert compile_schedule(result, tmp_path / config).agreed

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import io
 import shutil
-import sys
 import tempfile
 import traceback
 from collections.abc import Iterator
@@ -26,13 +25,7 @@ from typing import Any
 from npusched.errors import OutputError, ScheduleError
 from npusched.model.arch import Estimator
 from npusched.model.ir import NpuOp
-from npusched.solver.evaluator import (
-    cascade_rolling_buffers,
-    evaluate,
-    full_weight_transfer_cycles,
-    placement_of,
-    slack_buffering_cycles,
-)
+from npusched.solver.evaluator import cascade_rolling_buffers, evaluate, placement_of
 from npusched.solver.schedule import OpSchedule, Schedule
 
 # Estimates agree when they differ by at most this fraction (relative to the larger of the two).
@@ -144,6 +137,7 @@ def compile_schedule(result: Any, output_dir: Path) -> BackendResult:
     # Vela's figures are Vela's estimator's; the evaluator is asked the same question.
     arch = result.arch if result.arch.estimator is Estimator.VELA else replace(result.arch, estimator=Estimator.VELA)
     evaluation = result.evaluation if arch is result.arch else evaluate(network, arch, schedule)
+    created = not output_dir.exists()
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".npusched-vela-", dir=output_dir))
@@ -173,6 +167,8 @@ def compile_schedule(result: Any, output_dir: Path) -> BackendResult:
         raise OutputError(f"--output-dir {output_dir}: cannot write ({exc.strerror or exc})") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        if created and not any(output_dir.iterdir()):  # a refused compilation leaves no trace
+            output_dir.rmdir()
     agreements = tuple(
         OpAgreement(op.index, op.name, sg.name, forcing.vela_cycles[op.index], evaluation.op(op.index).total_cycles)
         for sg in network.subgraphs for op in sg.ops)
@@ -192,8 +188,12 @@ def _op_in_traceback(exc: BaseException) -> str:
 
 @contextlib.contextmanager
 def _patched_vela(forcing: _ForcedScheduler) -> Iterator[None]:
-    """Vela's scheduling step replaced by ``forcing``, and its per-op estimate recorded, for one compilation."""
+    """Vela's scheduling step replaced by ``forcing``, and its per-op estimate recorded, for one compilation.
+
+    Vela caches encoded weight tensors process-wide; a tensor of an earlier compilation would be allocated twice,
+    so each compilation starts, as the ``vela`` command does, with an empty cache."""
     from ethosu.vela import npu_performance, scheduler
+    from ethosu.vela.weight_compressor import CompressedWeightCache
 
     original_schedule, original_estimate = scheduler.schedule_passes, npu_performance.estimate_full_op_performance
 
@@ -204,12 +204,12 @@ def _patched_vela(forcing: _ForcedScheduler) -> Iterator[None]:
 
     scheduler.schedule_passes = forcing.schedule_passes
     npu_performance.estimate_full_op_performance = recording_estimate
-    argv = sys.argv
+    CompressedWeightCache.cache.clear()
     try:
         yield
     finally:
         scheduler.schedule_passes, npu_performance.estimate_full_op_performance = original_schedule, original_estimate
-        sys.argv = argv
+        CompressedWeightCache.cache.clear()
 
 
 class _ForcedScheduler:
@@ -271,7 +271,7 @@ class _ForcedScheduler:
         if len(sched_ops) != len(subgraph.ops):
             raise VelaRefusal(f"subgraph {subgraph.name}: Vela has {len(sched_ops)} NPU operations, npusched "
                               f"{len(subgraph.ops)} passes")
-        forced = scheduler.Schedule(vela_scheduler.sg, f"{self.schedule.label or 'NPUSCHED'}")
+        forced = scheduler.Schedule(vela_scheduler.sg, self.schedule.label or "NPUSCHED")
         vela_id: dict[int, int] = {}  # npusched cascade id -> Vela's (the index of the cascade's last operation)
         for sched_op, op in zip(sched_ops, subgraph.ops, strict=True):
             if sched_op.op_type.name != op.op_type or list(sched_op.ofm.shape) != op.ofm.shape.as_list():
@@ -322,11 +322,35 @@ class _ForcedScheduler:
                 info.buffered_weight_tensors = [vela_scheduler.buffer_tensor(encoded, purpose, size, name)
                                                 for size, name in zip(sizes, names[:count], strict=True)]
                 info.buffered_weight_tensors[0].pre_buffer = buffering.pre_buffered
-                if choice.cascade is None:
-                    info.full_weight_transfer_cycles = full_weight_transfer_cycles(self.arch, op, choice)
-        # The prefetch window this op leaves the next one (see OpSchedule.slack_ofm_depth).
-        info.slack_buffering_cycles = slack_buffering_cycles(self.arch, op, choice, self.schedule)
+                if choice.cascade is None:  # Vela times the whole unsliced stream, outside cascades only
+                    info.full_weight_transfer_cycles = self._full_transfer_cycles(vela_scheduler, sched_op, info)
+        info.slack_buffering_cycles = self._prefetch_window_cycles(vela_scheduler, sched_op, info, choice)
         return info
+
+    @staticmethod
+    def _full_transfer_cycles(vela_scheduler: Any, sched_op: Any, info: Any) -> float:
+        """Vela's DMA time of the op's whole weight stream encoded unsliced."""
+        from ethosu.vela import npu_performance, weight_compressor
+
+        parent, arch = sched_op.parent_op, vela_scheduler.arch
+        whole_depth = [0, sched_op.ofm.shape.depth]
+        full, _ = weight_compressor.encode_weight_and_scale_tensor(
+            arch, parent, parent.weights, parent.bias, sched_op.kernel, info.block_config, whole_depth)
+        return npu_performance.measure_mem2mem_cycles(arch, parent.weights.mem_area, arch.fast_storage_mem_area,
+                                                      len(full.buffer))
+
+    @staticmethod
+    def _prefetch_window_cycles(vela_scheduler: Any, sched_op: Any, info: Any, choice: OpSchedule) -> float:
+        """The NPU time the next op may prefetch its first weights under, priced by Vela's scheduler estimate: of
+        the schedule's ``slack_ofm_depth``, else its ``tail_slack_cycles``, else of the last weight slice (the
+        whole op when its weights are not sliced). The feature maps are still where Vela's scheduler prices them."""
+        depth = choice.slack_ofm_depth
+        if depth is None and choice.tail_slack_cycles is not None:
+            return choice.tail_slack_cycles
+        if depth is None:
+            slices = info.ofm_depth_slices
+            depth = slices[-1] - slices[-2] if len(slices) > 2 else sched_op.ofm.shape.depth
+        return vela_scheduler.estimate_op_performance(sched_op, info.block_config, depth).op_cycles
 
     def _block_config(self, sched_op: Any, op: NpuOp, info: Any, choice: OpSchedule) -> Any:
         """Vela's block config for the stripe when it is npusched's, else the one Vela builds for npusched's."""
@@ -384,8 +408,8 @@ class _ForcedScheduler:
             op = self.op_of[sched_op]
             tensor = sched_op.ofm.connection.parent_tens
             wanted = placement_of(self.arch, self.schedule, op.ofm.tensor)
-            if forced.cost_map[sched_op].cascade == 0 or sched_op.index == forced.cascades[
-                    forced.cost_map[sched_op].cascade].end:
+            cascade = forced.cost_map[sched_op].cascade  # Vela's id: the index of the cascade's last operation
+            if cascade in (0, sched_op.index):  # not a rolling buffer
                 if wanted.mem_area.value == fast.name and tensor.mem_area != fast:
                     tensor.mem_area, tensor.mem_type = fast, MemType.Scratch_fast
             if tensor.mem_area != MemArea[wanted.mem_area.value] or tensor.format.name != wanted.format.value:
