@@ -169,7 +169,8 @@ def test_generated_unet_fits_below_the_heuristic(tmp_path):
     concatenation. Vela's minimal stripes give the upscaling 2 rows and the convolution 1, so the rolling buffers
     hold 3 x 64 x 32 and 2 x 64 x 16 bytes; stripes derived from the last pass are even throughout a cascade with
     an upscaling pass and need 4 x 64 x 32 and 3 x 64 x 16, 3,072 bytes more. Without the heuristic's schedule
-    to start from, CP-SAT fits the network in 3,072 bytes less than the heuristic (Vela legacy's Size schedule)."""
+    to start from, CP-SAT fits the network in (at least) 3,072 bytes less than the heuristic (Vela legacy's Size
+    schedule) needs."""
     path = tmp_path / "unet.tflite"
     path.write_bytes(generate("unet", 40, 0))
     arch, network, _ = load_network(run_options_from_vela_args(path, CONFIGS[SIZE]))
