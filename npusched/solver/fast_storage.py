@@ -20,12 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from npusched.model.ir import FeatureMap, MemArea, NpuOp, TensorFormat
 from npusched.model.rules import storage_size
 from npusched.solver.cascades import CascadeInfo, SchedOp, StripeCost
-from npusched.solver.evaluator import PassMemory, TensorUse, pass_memory_walk, reusable_ifm
+from npusched.solver.evaluator import LiveRange, PassMemory, TensorUse, pass_memory_walk, reusable_ifm
 
 # Components of competing live ranges are searched exhaustively; bigger groups are cut at this many ranges, and
 # a range this much longer than its neighbours is dropped from the competition (Vela's limits).
@@ -39,33 +38,6 @@ class Residence:
 
     mem_area: MemArea
     fast: bool = False
-
-
-@dataclass(eq=False)
-class LiveRange:
-    """One allocation: the tensors sharing it (the first names it), its steps (inclusive) and size in bytes.
-
-    Compared by identity, like the allocator's bookkeeping needs.
-    """
-
-    keys: list[Any]
-    tensors: list[FeatureMap]
-    size: int
-    mem_area: MemArea
-    start: int = 1 << 62
-    end: int = -1
-    weight_of: int | None = None  # position of the pass whose weight buffer this is
-
-    def mark(self, time: int, length: int = 1) -> None:
-        first = max(time, 0)
-        last = time + length
-        if last < first:
-            return
-        self.start = min(self.start, first)
-        self.end = max(self.end, last)
-
-    def overlaps(self, other: LiveRange) -> bool:
-        return max(self.start, other.start) < min(self.end, other.end)
 
 
 @dataclass
@@ -147,9 +119,7 @@ def live_ranges(facts: SubgraphFacts, costs: Mapping[int, StripeCost], cascades:
                               lambda fm: _fm_size(facts, fm), lambda fm: facts.formats.get(fm, TensorFormat.NHWC),
                               facts.outputs)
     pos_of = {sop.op.index: sop.pos for sop in facts.sched_ops}
-    ranges = [LiveRange([], list(r.feature_maps), r.size, facts.fast_area, r.start, r.end,
-                        pos_of[r.weight_of] if r.weight_of is not None else None) for r in memory.live_ranges]
-    return Snapshot(ranges, {pos_of[i]: t for i, t in memory.op_steps.items()}, list(memory.usage))
+    return Snapshot(list(memory.live_ranges), {pos_of[i]: t for i, t in memory.op_steps.items()}, list(memory.usage))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -254,14 +224,14 @@ def use_fast_storage(
 
     def evict(rng: LiveRange) -> None:
         _add(full, rng, -rng.size)
-        for fm in rng.tensors:
+        for fm in rng.feature_maps:
             if fm in scratched:
                 where[fm] = scratched[fm]
 
     base = list(full)
     movable: list[LiveRange] = []
     for rng in snap.ranges:
-        if rng.end >= rng.start and any(fm in scratched for fm in rng.tensors):
+        if rng.end >= rng.start and any(fm in scratched for fm in rng.feature_maps):
             movable.append(rng)
             _add(base, rng, -rng.size)
 
@@ -278,7 +248,7 @@ def use_fast_storage(
             _add(base, rng, rng.size)
         else:
             competing.append(rng)
-            for fm in rng.tensors:
+            for fm in rng.feature_maps:
                 access[fm] = 0.0
     if not competing:
         return FastStorageResult(where, scratched, evicted, max(full, default=0), True)
@@ -322,7 +292,7 @@ def use_fast_storage(
     search = _ComponentSearch(base, full, limit, [])
     for lo, hi in groups:
         lrs = competing[lo:hi]
-        search.scores = [access[r.tensors[0]] for r in lrs]
+        search.scores = [access[r.feature_maps[0]] for r in lrs]
         flags = search.run(lrs)
         for rng, gone in zip(lrs, flags, strict=True):
             if gone:

@@ -59,7 +59,6 @@ from npusched.solver.evaluator import (
 )
 from npusched.solver.fast_storage import (
     FastStorageResult,
-    LiveRange,
     Residence,
     Snapshot,
     SubgraphFacts,
@@ -547,7 +546,8 @@ def _retry_smaller_buffers(ctx: _Context, costs: dict[int, StripeCost], cascades
     restored.update(placed.scratched)
     default_snap = live_ranges(facts, costs, cascades, restored)
     shrink: dict[int, int] = {}
-    weight_ranges = [(r.weight_of, r) for r in default_snap.ranges if r.weight_of is not None]
+    pos_of = {sop.op.index: sop.pos for sop in ctx.ops}
+    weight_ranges = [(pos_of[r.weight_of], r) for r in default_snap.ranges if r.weight_of is not None]
     for evicted in placed.evicted:
         for owner, wr in weight_ranges:
             if evicted.overlaps(wr):
@@ -684,7 +684,6 @@ def memory_over_time(network_or_subgraph: Network | NpuSubgraph, arch: Architect
     for sg in subgraphs_of(network_or_subgraph):
         memory = subgraph_memory(sg, arch, schedule, use)
         pos_of = {op.index: pos for pos, op in enumerate(sg.ops)}
-        ranges = [LiveRange([], list(r.feature_maps), r.size, arch.fast_storage_mem_area, r.start, r.end,
-                            pos_of[r.weight_of] if r.weight_of is not None else None) for r in memory.live_ranges]
-        snapshots.append(Snapshot(ranges, {pos_of[i]: t for i, t in memory.op_steps.items()}, list(memory.usage)))
+        snapshots.append(Snapshot(list(memory.live_ranges), {pos_of[i]: t for i, t in memory.op_steps.items()},
+                                  list(memory.usage)))
     return tuple(snapshots)
