@@ -14,8 +14,8 @@ from npusched.solver.tensor_use import placement_of
 
 
 def op_query(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule, schedule: Schedule, *,
-             ofm_depth: int | None = None,
-             const_area: MemArea | None = None, scheduling_areas: bool = False) -> perf.PerformanceQuery:
+             ofm_depth: int | None = None, const_area: MemArea | None = None,
+             scheduling_areas: bool = False) -> perf.PerformanceQuery:
     """The performance query of a pass under a schedule.
 
     With ``scheduling_areas`` the feature maps are priced where they sit while Vela schedules (feature-map

@@ -22,6 +22,7 @@ def subgraphs_of(network_or_subgraph: Network | NpuSubgraph) -> tuple[NpuSubgrap
 
 
 def feature_map_label(fm: FeatureMap) -> str:
+    """How reports name a feature map (an unnamed one by its id)."""
     return fm.name if fm.name else f"<tensor {fm.uid}>"
 
 
