@@ -64,7 +64,7 @@ def _shape(values: list[int] | None) -> Shape4D | None:
 
 
 def _op_schedule(op: NpuOp, record: dict[str, Any], arch: Any) -> OpSchedule:
-    ofm_stripe, ifm_stripe = _shape(record["ofm_stripe"]), _shape(record["ifm_stripe"])
+    ofm_stripe, ifm_stripe = Shape4D(*record["ofm_stripe"]), Shape4D(*record["ifm_stripe"])
     ifm2_stripe = _shape(record.get("ifm2_stripe"))
     height, width, _, depth = record["block_config"]
     block = try_block_config(Shape4D(1, height, width, depth), arch, ofm_shape=ofm_stripe, ifm_shape=ifm_stripe,

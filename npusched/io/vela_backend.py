@@ -357,15 +357,18 @@ class _ForcedScheduler:
         from ethosu.vela.architecture_allocator import try_block_config
         from ethosu.vela.architecture_features import Block
 
-        wanted = choice.block_config.old_style()
+        chosen = choice.block_config
+        if chosen is None:
+            raise ScheduleError(f"op {op.index} ({op.name}) has no block config to compile")
+        wanted = chosen.old_style()
         if info.block_config.old_style_representation() == wanted:
             return info.block_config
-        ofm_block = choice.block_config.ofm_block
+        ofm_block = chosen.ofm_block
         parent = sched_op.parent_op
         config = try_block_config(
             Block(ofm_block.width, ofm_block.height, ofm_block.depth), sched_op.arch,
             sched_op.op_type.npu_block_type, info.stripe, info.stripe_input, info.stripe_input2,
-            sched_op.uses_scalar, sched_op.ifm.dtype.size_in_bits(), choice.block_config.is_partkernel,
+            sched_op.uses_scalar, sched_op.ifm.dtype.size_in_bits(), chosen.is_partkernel,
             sched_op.kernel, 2 if parent.activation_lut else 0, parent.has_scaling(), sched_op.resampling_mode)
         if config is not None:  # Vela keeps the OFM block as a shape
             config.ofm_block = _vela_shape(ofm_block)
@@ -461,9 +464,10 @@ def tflite_contents(path: Path) -> tuple[Any, ...]:
                           named(graph.OutputsAsNumpy())))
     metadata = []
     for m in range(model.MetadataLength()):
-        name, payload = model.Metadata(m).Name().decode(), data(model.Metadata(m).Buffer())
+        name, raw = model.Metadata(m).Name().decode(), data(model.Metadata(m).Buffer())
+        payload: bytes | tuple[Any, ...] = raw
         if name == "OfflineMemoryAllocation":  # [version, subgraphs, tensors, one arena offset per tensor in order]
-            offsets = np.frombuffer(payload, dtype="<i4")
+            offsets = np.frombuffer(raw, dtype="<i4")
             payload = tuple(offsets[:3].tolist()) + tuple(sorted(zip(tensor_names, offsets[3:].tolist(), strict=True)))
         metadata.append((name, payload))
     return tuple(subgraphs), tuple(sorted(metadata))

@@ -88,7 +88,7 @@ from npusched.solver.evaluator import (
 from npusched.solver.heuristic import sched_ops_of
 from npusched.solver.max_schedule import max_schedule, vela_tensor_placements
 from npusched.solver.peak import explain_peak
-from npusched.solver.schedule import Schedule, TensorPlacement
+from npusched.solver.schedule import OpSchedule, Schedule, TensorPlacement
 
 # Prices are in cycles with fractions; the objective counts 1/SCALE cycles (rounded per pass).
 SCALE = 1000
@@ -671,7 +671,7 @@ def _extract(built: CpSatModel, value: Callable[[Any], int], incumbent: Schedule
              ) -> tuple[Schedule, int]:
     """The schedule the solver chose (over ``incumbent`` when the model decided only windows of it) and its
     scaled objective."""
-    ops = []
+    ops: list[OpSchedule] = []
     places = dict(built.placements)
     scaled = 0
     fast, base = built.net.fast, built.net.base
@@ -721,7 +721,7 @@ def _hint(built: CpSatModel, hint: Schedule | None, peak_bytes: int | None = Non
     if peak_bytes is not None and not isinstance(built.peak, int):
         built.model.add_hint(built.peak, min(peak_bytes, built.limit))
     for region in built.regions:
-        internal = set()
+        internal: set[FeatureMap] = set()
         for k, use in region.use.items():
             cand = region.data.candidates[k]
             built.model.add_hint(use, 1 if cand.source == "hint" else 0)
@@ -794,25 +794,27 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, workers:
     references = tuple(s for s in (hint, _max_schedule_or_none(network, arch)) if s is not None)
     limit = staging_limit(arch)
     hint_eval = hint_evaluation if hint_evaluation is not None or hint is None else evaluate(network, arch, hint)
-    hint_fits = hint_eval is not None and not verify(network, arch, hint, hint_eval)
+    # The hint with its evaluation when it fits the limit: what the search improves on, and falls back to.
+    fitting = (hint, hint_eval) if hint is not None and hint_eval is not None and \
+        not verify(network, arch, hint, hint_eval) else None
     # Keep back what the last evaluation and verification of the answer take (no more than setting up took).
     deadline = start + time_limit_seconds - 1.2 * (time.monotonic() - start)
     stats: dict[str, Any] = {"passes": net.passes}
-    if net.passes > FULL_MODEL_MAX_PASSES and hint_fits:
-        return _windows_result(net, references, hint, hint_eval, limit, start, deadline, workers, seed,
+    if net.passes > FULL_MODEL_MAX_PASSES and fitting is not None:
+        return _windows_result(net, references, *fitting, limit, start, deadline, workers, seed,
                                deterministic, log, stats, "the network is too large for one model")
     try:
         # With a schedule that fits to improve on, leave time to improve it window by window should the one model
         # take too long to build.
         # Deterministic runs choose by size alone, never by the clock (the limit stays a safety net).
-        share = 1.0 if deterministic else 0.75 if hint_fits else 0.9
+        share = 1.0 if deterministic else 0.75 if fitting is not None else 0.9
         built = build_model(net, whole_subgraph_regions(net), references, limit=limit, log=log,
                             minimise_memory=size_first, hint_first=hint is not None,
                             deadline=start + share * (deadline - start))
     except OutOfTime:
-        if not hint_fits:
+        if fitting is None:
             raise ScheduleError(_nothing_found(hint_eval, limit, time_limit_seconds)) from None
-        return _windows_result(net, references, hint, hint_eval, limit, start, deadline, workers, seed,
+        return _windows_result(net, references, *fitting, limit, start, deadline, workers, seed,
                                deterministic, log, stats, "the one model could not be built in time")
     stats.update(built.stats, mode="full")
     _hint(built, hint, hint_eval.peak_fast_storage if hint_eval is not None else None)
@@ -822,18 +824,18 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, workers:
         solver = _solver((deadline - time.monotonic()) / 2, workers, seed, deterministic, time_limit_seconds / 4)
         status = solver.solve(built.model, _Progress(log, start, "bytes of fast storage", 1))
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            peak = _PeakBound(round(solver.objective_value), math.ceil(solver.best_objective_bound - 1e-6),
-                              status == cp_model.OPTIMAL)
+            least_peak = round(solver.objective_value)
+            peak = _PeakBound(least_peak, math.ceil(solver.best_objective_bound - 1e-6), status == cp_model.OPTIMAL)
             smallest = _extract(built, solver.boolean_value)
             if log is not None:
                 log(f"cp-sat: peak {peak.found_bytes} bytes, bound {peak.bound_bytes} bytes; now the fewest cycles "
                     "within that peak")
-            _hold_peak_and_minimise_cycles(built, solver, peak.found_bytes)
+            _hold_peak_and_minimise_cycles(built, solver, least_peak)
             solver = _solver(deadline - time.monotonic(), workers, seed, deterministic, time_limit_seconds / 4)
             cycles_status = solver.solve(built.model, _Progress(log, start))
             if cycles_status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 # The smallest schedule is a solution of the second model too; without time to find it, keep it.
-                return _verified_result(net, smallest, hint, hint_eval if hint_fits else None, cp_model.FEASIBLE,
+                return _verified_result(net, smallest, hint, fitting[1] if fitting else None, cp_model.FEASIBLE,
                                         math.nan, peak,
                                         time.monotonic() - start, stats, log)
             status = cycles_status if status == cp_model.OPTIMAL else cp_model.FEASIBLE
@@ -842,8 +844,8 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, workers:
         status = solver.solve(built.model, _Progress(log, start))
     solve_seconds = time.monotonic() - start
     if status == cp_model.INFEASIBLE:
-        if hint_fits:
-            return _fallback(hint, hint_eval.total_cycles, "the candidate space has no schedule that fits",
+        if fitting is not None:
+            return _fallback(fitting[0], fitting[1].total_cycles, "the candidate space has no schedule that fits",
                              solve_seconds, stats)
         fit = smallest_fast_storage(net, references, deadline)
         if fit.schedule is None:
@@ -853,11 +855,11 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, workers:
                             + ("" if fit.proven else " or fewer (not proven within the time limit)")
                             + f": {explain_peak(network, arch, fit.schedule)}", needed_bytes=fit.needed_bytes)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        if not hint_fits:
+        if fitting is None:
             raise ScheduleError(_nothing_found(hint_eval, limit, time_limit_seconds))
-        return _fallback(hint, hint_eval.total_cycles, f"no CP-SAT solution within {time_limit_seconds:g} s",
+        return _fallback(fitting[0], fitting[1].total_cycles, f"no CP-SAT solution within {time_limit_seconds:g} s",
                          solve_seconds, stats)
-    return _verified_result(net, _extract(built, solver.boolean_value), hint, hint_eval if hint_fits else None,
+    return _verified_result(net, _extract(built, solver.boolean_value), hint, fitting[1] if fitting else None,
                             status, solver.best_objective_bound / SCALE, peak, solve_seconds, stats, log)
 
 
@@ -883,7 +885,7 @@ def _hold_peak_and_minimise_cycles(built: CpSatModel, solver: cp_model.CpSolver,
 
 
 def _verified_result(net: NetworkFacts, found: tuple[Schedule, int], hint: Schedule | None,
-                     hint_eval: Evaluation | None, status: int, bound: float, peak: _PeakBound,
+                     hint_eval: Evaluation | None, status: cp_model.CpSolverStatus, bound: float, peak: _PeakBound,
                      solve_seconds: float, stats: dict[str, Any], log: Log | None) -> CpSatResult:
     """The solver's schedule once the evaluator has priced and verified it, or the hint (``hint_eval`` is given
     when the hint fits) when it is better by the objective or the solver's schedule fails verification."""
