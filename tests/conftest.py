@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from npusched.pipeline import RunOptions, architecture, run_options_from_vela_args
+from npusched.model.graph import Network, NpuSubgraph
+from npusched.pipeline import RunOptions, architecture, load_network, run_options_from_vela_args
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 CORPUS_DIR = DATA_DIR / "corpus"
@@ -48,6 +49,20 @@ def golden_cases(configs: tuple[str, ...] | None = None, models: tuple[str, ...]
 def run_options(config: str, model: str = "kws_dscnn_int8", **overrides: Any) -> RunOptions:
     """The run options of a configuration of configs.json for a corpus model."""
     return run_options_from_vela_args(model_path(model), CONFIGS[config], **overrides)
+
+
+def load_corpus(model: str, config: str, **overrides: Any) -> tuple[Any, Network]:
+    """(architecture, lowered network) of a corpus model under a configuration of configs.json."""
+    arch, network, _ = load_network(run_options(config, model, **overrides))
+    return arch, network
+
+
+def first_passes(network: Network, count: int) -> Network:
+    """A network of the first ``count`` passes of ``network``'s first NPU subgraph (small enough to enumerate)."""
+    sg = network.subgraphs[0]
+    ops = sg.ops[:count]
+    part = NpuSubgraph(name=sg.name, ops=ops, inputs=(ops[0].ifm.tensor,), outputs=(ops[-1].ofm.tensor,))
+    return Network(name="slice", subgraphs=(part,), ops=ops, cpu_ops=())
 
 
 def golden_arch(config: str, **overrides: Any) -> Any:

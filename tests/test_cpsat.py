@@ -4,33 +4,17 @@ from __future__ import annotations
 
 import itertools
 import re
-from pathlib import Path
 
 import pytest
-from conftest import CONFIGS, assert_names_the_peak
+from conftest import assert_names_the_peak, first_passes, load_corpus
 
 from npusched.errors import ScheduleError
-from npusched.model.graph import Network, NpuSubgraph
-from npusched.pipeline import load_network, run_options_from_vela_args
 from npusched.solver.cpsat import SCALE, solve_cpsat
 from npusched.solver.cpsat_candidates import SubgraphFacts, all_candidates
 from npusched.solver.evaluator import elementwise_reuse_source, evaluate, storage_size, tensor_use, verify
 from npusched.solver.heuristic import heuristic_schedule, sched_ops_of
 from npusched.solver.max_schedule import max_schedule, vela_tensor_placements
 from npusched.solver.schedule import Schedule, TensorPlacement
-
-
-def _load(corpus_dir: Path, model: str, config: str, **overrides):
-    options = run_options_from_vela_args(corpus_dir / f"{model}.tflite", CONFIGS[config], **overrides)
-    arch, network, _ = load_network(options)
-    return arch, network
-
-
-def _slice(network: Network, count: int) -> Network:
-    sg = network.subgraphs[0]
-    ops = sg.ops[:count]
-    part = NpuSubgraph(name=sg.name, ops=ops, inputs=(ops[0].ifm.tensor,), outputs=(ops[-1].ofm.tensor,))
-    return Network(name="slice", subgraphs=(part,), ops=ops, cpu_ops=())
 
 
 def test_three_pass_slice_matches_brute_force(corpus_dir):
@@ -41,8 +25,8 @@ def test_three_pass_slice_matches_brute_force(corpus_dir):
     enumerating every exact cover of the three passes by candidates and every residency of the two maps, priced by
     the evaluator alone (skipping schedules with a pass priced below its own compute time, which the solver
     excludes on purpose). CP-SAT must land on exactly that total."""
-    arch, network = _load(corpus_dir, "kws_dscnn_int8", "u65-256_mid_dedicated256k")
-    net = _slice(network, 3)
+    arch, network = load_corpus("kws_dscnn_int8", "u65-256_mid_dedicated256k")
+    net = first_passes(network, 3)
     result = solve_cpsat(net, arch, time_limit_seconds=60, workers=2, seed=1)
     assert result.status == "optimal"
 
@@ -92,7 +76,7 @@ def test_three_pass_slice_matches_brute_force(corpus_dir):
 @pytest.mark.parametrize("config", ["u65-256_mid_dedicated256k", "u55-256_hee_shared_arena128k"])
 @pytest.mark.parametrize("model", ["kws_dscnn_int8", "micro_speech_int8", "ad01_int8"])
 def test_objective_is_the_evaluators_total(corpus_dir, model, config):
-    arch, network = _load(corpus_dir, model, config)
+    arch, network = load_corpus(model, config)
     heuristic = heuristic_schedule(network, arch)
     result = solve_cpsat(network, arch, time_limit_seconds=60, workers=2, hint=heuristic)
     assert result.status == "optimal"
@@ -108,7 +92,7 @@ def test_objective_is_the_evaluators_total(corpus_dir, model, config):
 
 
 def test_impossible_limit_names_the_smallest_size(corpus_dir):
-    arch, network = _load(corpus_dir, "micro_speech_int8", "u55-256_hee_shared_arena128k", arena_cache_size=1024)
+    arch, network = load_corpus("micro_speech_int8", "u55-256_hee_shared_arena128k", arena_cache_size=1024)
     with pytest.raises(ScheduleError, match=r"no schedule fits 1024 bytes of fast storage; the smallest that "
                                             r"fits needs \d+ bytes") as info:
         solve_cpsat(network, arch, time_limit_seconds=10, workers=2)
@@ -116,19 +100,19 @@ def test_impossible_limit_names_the_smallest_size(corpus_dir):
     assert needed > 1024 and info.value.needed_bytes == needed
     assert_names_the_peak(str(info.value), needed, network)
     # That size really is enough: the solver fits a schedule in it, and the evaluator agrees.
-    arch, network = _load(corpus_dir, "micro_speech_int8", "u55-256_hee_shared_arena128k", arena_cache_size=needed)
+    arch, network = load_corpus("micro_speech_int8", "u55-256_hee_shared_arena128k", arena_cache_size=needed)
     result = solve_cpsat(network, arch, time_limit_seconds=10, workers=2)
     assert result.status in ("optimal", "feasible")
     assert evaluate(network, arch, result.schedule).peak_fast_storage <= needed
     # ... and 16 bytes less (one allocation quantum) is not.
-    arch, network = _load(corpus_dir, "micro_speech_int8", "u55-256_hee_shared_arena128k",
+    arch, network = load_corpus("micro_speech_int8", "u55-256_hee_shared_arena128k",
                           arena_cache_size=needed - 16)
     with pytest.raises(ScheduleError):
         solve_cpsat(network, arch, time_limit_seconds=10, workers=2)
 
 
 def test_deterministic_runs_give_the_same_schedule(corpus_dir):
-    arch, network = _load(corpus_dir, "kws_dscnn_int8", "u65-256_mid_dedicated256k")
+    arch, network = load_corpus("kws_dscnn_int8", "u65-256_mid_dedicated256k")
     first = solve_cpsat(network, arch, time_limit_seconds=30, workers=2, seed=7, deterministic=True)
     second = solve_cpsat(network, arch, time_limit_seconds=30, workers=2, seed=7, deterministic=True)
     assert first.schedule.ops == second.schedule.ops
@@ -146,8 +130,8 @@ def test_single_pass_optimum_by_hand(corpus_dir, arena):
     from npusched.model.options import price_options
 
     overrides = {"arena_cache_size": arena} if arena is not None else {}
-    arch, network = _load(corpus_dir, "kws_dscnn_int8", "u65-256_mid_dedicated256k", **overrides)
-    net = _slice(network, 1)
+    arch, network = load_corpus("kws_dscnn_int8", "u65-256_mid_dedicated256k", **overrides)
+    net = first_passes(network, 1)
     op = net.subgraphs[0].ops[0]
     full = (op.ofm.shape.height,)
     in_place = min(o.total_cycles for o in price_options(arch, op, stripe_heights=full, weights_buffered=False))

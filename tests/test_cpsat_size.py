@@ -3,14 +3,11 @@ among schedules with that peak; checked against an exhaustive enumeration of the
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from conftest import CONFIGS
+from conftest import first_passes, load_corpus
 
 import npusched.solver.cpsat as cpsat
-from npusched.model.graph import Network, NpuSubgraph
-from npusched.pipeline import load_network, run_options_from_vela_args
+from npusched.model.graph import Network
 from npusched.solver.cpsat_candidates import Candidate, SubgraphFacts, all_candidates
 from npusched.solver.evaluator import elementwise_reuse_source, evaluate, storage_size, tensor_use, verify
 from npusched.solver.heuristic import heuristic_schedule, sched_ops_of
@@ -18,19 +15,6 @@ from npusched.solver.max_schedule import max_schedule, vela_tensor_placements
 from npusched.solver.schedule import Schedule
 
 SIZE = "u55-128_hee_shared_size"
-
-
-def _load(corpus_dir: Path, model: str, config: str):
-    options = run_options_from_vela_args(corpus_dir / f"{model}.tflite", CONFIGS[config])
-    arch, network, _ = load_network(options)
-    return arch, network
-
-
-def _slice(network: Network, count: int) -> Network:
-    sg = network.subgraphs[0]
-    ops = sg.ops[:count]
-    part = NpuSubgraph(name=sg.name, ops=ops, inputs=(ops[0].ifm.tensor,), outputs=(ops[-1].ofm.tensor,))
-    return Network(name="slice", subgraphs=(part,), ops=ops, cpu_ops=())
 
 
 def _every_schedule(net: Network, arch) -> list[tuple[int, float]]:
@@ -74,8 +58,8 @@ def test_size_is_least_peak_then_fewest_cycles(corpus_dir):
     rolling buffers of a few rows, which lowers the peak but costs cycles (smaller blocks, weights read again per
     stripe). So the fastest schedule is not the smallest, and Size must pick the smallest peak and, among the
     schedules with exactly that peak, the fastest. Both are found here by enumerating the whole candidate space."""
-    arch, network = _load(corpus_dir, "kws_dscnn_int8", SIZE)
-    net = _slice(network, 3)
+    arch, network = load_corpus("kws_dscnn_int8", SIZE)
+    net = first_passes(network, 3)
     schedules = _every_schedule(net, arch)
     least_peak = min(peak for peak, _ in schedules)
     fastest_at_least_peak = min(cycles for peak, cycles in schedules if peak == least_peak)
@@ -96,8 +80,8 @@ def test_size_is_least_peak_then_fewest_cycles(corpus_dir):
 
 def test_performance_is_fewest_cycles_within_the_limit(corpus_dir):
     """The same slice under Performance: the fastest schedule of the candidate space, whatever its peak."""
-    arch, network = _load(corpus_dir, "kws_dscnn_int8", "u55-128_hee_shared")
-    net = _slice(network, 3)
+    arch, network = load_corpus("kws_dscnn_int8", "u55-128_hee_shared")
+    net = first_passes(network, 3)
     fastest = min(cycles for _, cycles in _every_schedule(net, arch))
     result = cpsat.solve_cpsat(net, arch, time_limit_seconds=60, workers=2, seed=1)
     assert result.strategy == "Performance" and result.status == "optimal"
@@ -110,7 +94,7 @@ def test_window_search_lowers_the_peak_first(corpus_dir, monkeypatch):
     peak step lower the heuristic's (Vela legacy's) peak of 30,720 bytes (the whole model proves 29,184 the least
     of the candidate space), no window raises it, the cycles are then lowered within the new peak, and the result
     verifies. The window search proves no bound, and says so."""
-    arch, network = _load(corpus_dir, "person_detect", SIZE)
+    arch, network = load_corpus("person_detect", SIZE)
     hint = heuristic_schedule(network, arch, "Size")
     hint_eval = evaluate(network, arch, hint)
     monkeypatch.setattr(cpsat, "FULL_MODEL_MAX_PASSES", 0)

@@ -11,7 +11,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import CONFIGS, golden_path, model_path
+from conftest import CONFIGS, golden_path, load_corpus, model_path
 
 from npusched.errors import ScheduleError
 from npusched.netgen import generate
@@ -22,11 +22,6 @@ from npusched.solver.heuristic import heuristic_schedule
 
 SIZE = "u55-128_hee_shared_size"
 ARENA_128K = "u55-256_hee_shared_arena128k"
-
-
-def _load(model: str, config: str, **overrides):
-    arch, network, _ = load_network(run_options_from_vela_args(model_path(model), CONFIGS[config], **overrides))
-    return arch, network
 
 
 def vela_cascades(stdout: str) -> dict[str, list[tuple[int, int, tuple[tuple[int, ...], ...]]]]:
@@ -64,7 +59,7 @@ def test_velas_size_cascades_are_candidates(model):
     smallest schedules on its own, also where the heuristic has no schedule to offer."""
     cascades = vela_cascades((golden_path(SIZE, model) / "vela_stdout.txt").read_text())
     assert any(cascades.values()), "Vela's Size schedule has no cascade to compare with"
-    arch, network = _load(model, SIZE)
+    arch, network = load_corpus(model, SIZE)
     net = NetworkFacts(network, arch)
     for sgi, sg in enumerate(net.subgraphs):
         runs = {(start, end, tuple(tuple(s.as_list()) for s in stripes))
@@ -96,7 +91,7 @@ def test_mobilenet_v2_smallest_fit_is_the_first_cascades_floor():
     with (golden_path(SIZE, "mobilenet_v2_224_int8") / "summary.csv").open() as handle:
         vela_kib = float(next(csv.DictReader(handle))["sram_memory_used"])
     assert vela_kib * 1024 == VELA_MINIMAL_BYTES > MOBILENET_V2_FLOOR_BYTES
-    arch, network = _load("mobilenet_v2_224_int8", ARENA_128K)
+    arch, network = load_corpus("mobilenet_v2_224_int8", ARENA_128K)
     with pytest.raises(ScheduleError) as info:
         solve_cpsat(network, arch, time_limit_seconds=120, workers=2)
     needed = re.search(r"smallest that fits needs (\d+) bytes", str(info.value))
@@ -107,7 +102,7 @@ def test_mobilenet_v2_smallest_fit_is_the_first_cascades_floor():
 def test_mobilenet_v2_fits_the_floor_without_the_heuristic():
     """At exactly that size CP-SAT, given no heuristic schedule to start from, finds a schedule of its own
     candidates that the evaluator verifies, its first cascade in one-row stripes."""
-    arch, network = _load("mobilenet_v2_224_int8", ARENA_128K, arena_cache_size=MOBILENET_V2_FLOOR_BYTES)
+    arch, network = load_corpus("mobilenet_v2_224_int8", ARENA_128K, arena_cache_size=MOBILENET_V2_FLOOR_BYTES)
     result = solve_cpsat(network, arch, time_limit_seconds=120, workers=2)
     assert result.status in ("optimal", "feasible")
     evaluation = evaluate(network, arch, result.schedule)
@@ -199,7 +194,7 @@ def test_person_detect_fits_below_velas_size_schedule():
     with (golden_path(SIZE, "person_detect") / "summary.csv").open() as handle:
         vela_kib = float(next(csv.DictReader(handle))["sram_memory_used"])
     assert vela_kib * 1024 == one_row + 2 * 48 * 16
-    arch, network = _load("person_detect", SIZE, arena_cache_size=one_row)
+    arch, network = load_corpus("person_detect", SIZE, arena_cache_size=one_row)
     result = solve_cpsat(network, arch, time_limit_seconds=120, workers=2)
     evaluation = evaluate(network, arch, result.schedule)
     assert verify(network, arch, result.schedule, evaluation) == []
