@@ -7,8 +7,10 @@ import re
 
 import pytest
 from conftest import assert_names_the_peak, first_passes, load_corpus
+from ortools.sat.python import cp_model
 
 from npusched.errors import ScheduleError
+from npusched.solver import cpsat
 from npusched.solver.cpsat import SCALE, solve_cpsat
 from npusched.solver.cpsat_candidates import SubgraphFacts, all_candidates
 from npusched.solver.evaluator import elementwise_reuse_source, evaluate, storage_size, tensor_use, verify
@@ -141,3 +143,37 @@ def test_single_pass_optimum_by_hand(corpus_dir, arena):
     assert result.status == "optimal"
     assert result.objective_cycles == pytest.approx(expected, abs=1e-6)
     assert buffered < in_place  # the two cases really differ
+
+
+@pytest.mark.parametrize("model,config,arena,size_first", [
+    ("vww_96_int8", "u55-256_hee_shared_arena128k", 60_000, False),
+    ("vww_96_int8", "u55-256_hee_shared_arena128k", None, True),
+    ("resnet8_ic_int8", "u55-256_hee_shared_arena128k", None, True),
+    ("resnet8_ic_int8", "u65-256_mid_dedicated256k", 40_000, False),
+    ("dtln", "u65-256_mid_dedicated256k", None, False),
+    ("kws_dscnn_int8", "u55-128_hee_shared", 17_000, False),
+    ("kws_dscnn_int8", "u65-256_mid_dedicated256k", 12_000, False),
+    ("ad01_int8", "u65-512_high_dedicated384k", 4_000, False),
+    ("micro_speech_int8", "u65-256_mid_dedicated256k", 8_000, True),
+])
+def test_model_own_peak_is_the_evaluators(model, config, arena, size_first):
+    """The model holds every step's fast storage to the limit (or minimises the peak) on its own reckoning of
+    the memory: it reads the same memory layout as the evaluator, so the peak it counts for its solution is the
+    evaluator's, subgraph by subgraph (cascades, rolling and weight buffers, OFMs over IFMs, shared buffers)."""
+    overrides = {"arena_cache_size": arena} if arena is not None else {}
+    arch, network = load_corpus(model, config, **overrides)
+    net = cpsat.NetworkFacts(network, arch)
+    references = (heuristic_schedule(network, arch), max_schedule(network, arch))
+    built = cpsat.build_model(net, cpsat.whole_subgraph_regions(net), references, minimise_memory=size_first,
+                              hint_first=True)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = 60
+    solver.parameters.num_workers = 2
+    assert solver.solve(built.model) in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+    schedule, _ = cpsat._extract(built, solver.boolean_value)
+    evaluation = evaluate(network, arch, schedule)
+    assert verify(network, arch, schedule, evaluation) == []
+    peaks = [cpsat.model_peak_bytes(region, solver.value) for region in built.regions]
+    assert peaks == [memory.peak for memory in evaluation.memory]
+    if size_first:
+        assert solver.objective_value == max(peaks)

@@ -15,10 +15,11 @@ import pytest
 from conftest import CONFIGS, golden_path, run_options
 
 from npusched.errors import ScheduleError
+from npusched.model.arch import OptimisationStrategy
 from npusched.pipeline import load_network
-from npusched.solver.dp import DpOptions, dp_schedule
-from npusched.solver.evaluator import evaluate, verify
-from npusched.solver.max_schedule import max_schedule
+from npusched.solver.dp import DpOptions, dp_schedule, dp_subgraph
+from npusched.solver.evaluator import evaluate, staging_limit, tensor_use, verify
+from npusched.solver.max_schedule import max_schedule, vela_tensor_placements
 
 MODELS = ("kws_dscnn_int8", "micro_speech_int8", "resnet8_ic_int8", "vww_96_int8")
 UNLIMITED_CONFIG = "u55-128_hee_shared"
@@ -108,3 +109,32 @@ def test_cascading_can_be_turned_off():
     _, arch, network = _loaded("u55-256_hee_shared_arena128k", "vww_96_int8", 60_000)
     with pytest.raises(ScheduleError, match="no schedule fits 60000 bytes"):
         dp_schedule(network, arch, options=DpOptions(use_cascading=False))
+
+
+@pytest.mark.parametrize("config,model,arena,optimise", [
+    ("u55-128_hee_shared", "vww_96_int8", None, "Performance"),
+    ("u55-256_hee_shared_arena128k", "vww_96_int8", 60_000, "Performance"),
+    ("u55-256_hee_shared_arena128k", "kws_dscnn_int8", 17_000, "Performance"),
+    ("u55-256_hee_shared_arena128k", "resnet8_ic_int8", 50_000, "Size"),
+    ("u65-256_mid_dedicated256k", "resnet8_ic_int8", None, "Performance"),
+    ("u65-512_high_dedicated384k", "micro_speech_int8", None, "Performance"),
+])
+def test_dp_own_peak_is_the_evaluators(config, model, arena, optimise):
+    """The DP prunes on its own reckoning of fast storage; it reads the same memory layout as the evaluator, so
+    the peak it believes its pick has is the evaluator's, subgraph by subgraph (cascades, rolling and weight
+    buffers included)."""
+    _, arch, network = _loaded(config, model, arena)
+    strategy = OptimisationStrategy.parse(optimise)
+    opts = DpOptions(place_feature_maps=False)
+    schedule = dp_schedule(network, arch, strategy, opts)
+    evaluation = evaluate(network, arch, schedule)
+    use = tensor_use(network)
+    placements = vela_tensor_placements(network, arch, use)
+    checked = 0
+    for sg, memory in zip(network.subgraphs, evaluation.memory, strict=True):
+        picked = dp_subgraph(arch, sg, use, placements, staging_limit(arch), strategy, opts)
+        assert picked is not None
+        assert {o.op_index: o for o in picked.ops} == {o.op_index: schedule.op(o.op_index) for o in picked.ops}
+        assert picked.peak_bytes == memory.peak
+        checked += 1
+    assert checked == len(network.subgraphs) > 0

@@ -27,9 +27,11 @@ the same dicts read the solution back (``_extract``). Per region:
 * ``ofm_over_ifm[c]``: a lone elementwise candidate writes its OFM over its IFM (``_add_ofm_over_ifm``).
 * Memory at each step (``_add_memory_at_each_step``, ``_add_clique_cuts``): for every candidate, at its step and
   at the odd step after it (where the next candidate's pre-buffered weights appear), feature maps live at that
-  step + its rolling and weight buffers - the OFM written over its IFM (elementwise) <= ``peak``. Steps are laid
-  out as the evaluator lays them (a feature map is live from its producer's step to its last consumer's step + 1;
-  maps sharing a buffer, such as LSTM states, as one range). The same limits are also stated per pass, summed
+  step + its rolling and weight buffers - the OFM written over its IFM (elementwise) <= ``peak``. Feature maps are
+  live over the positions the subgraph's ``MemoryLayout`` gives them (``npusched.solver.memory_layout``, which the
+  evaluator's walk and the DP read too; maps sharing a buffer, such as LSTM states, as one range), weight buffers
+  as ``weight_buffer_bytes`` splits them, so ``model_peak_bytes`` of a solution is the evaluator's peak. The same
+  limits are also stated per pass, summed
   over the candidates that could cover it, without enforcement literals (implied for integer choices, stronger in
   the LP), with clique cuts on maps larger than half (a third, a quarter) of the limit.
 
@@ -87,6 +89,7 @@ from npusched.solver.evaluator import (
 )
 from npusched.solver.heuristic import sched_ops_of
 from npusched.solver.max_schedule import max_schedule, vela_tensor_placements
+from npusched.solver.memory_layout import MemoryLayout, memory_layout
 from npusched.solver.peak import explain_peak
 from npusched.solver.schedule import OpSchedule, Schedule, TensorPlacement
 
@@ -163,6 +166,8 @@ class _RegionModel:
     use: dict[int, Any]
     resident: dict[FeatureMap, Any]
     price: dict[tuple[int, tuple[int, ...], int], Any]
+    # The fast storage each memory constraint counts, with the literal that enforces it (None: always).
+    memory: tuple[tuple[Any, Any], ...]
 
     def scaled_cycles(self) -> Any:
         """The region's total cycles (scaled by SCALE): each chosen price row's cost."""
@@ -187,36 +192,6 @@ class CpSatModel:
 # Facts about the network, computed once per solve
 
 
-def _fm_facts(sg: NpuSubgraph) -> dict[FeatureMap, tuple[int, int]]:
-    """First and last position (inclusive) a feature map of ``sg`` is live over, in candidate terms: from its
-    producer (or first reader) to its last reader (len(ops) for subgraph outputs, which live to the end)."""
-    first: dict[FeatureMap, int] = {}
-    last: dict[FeatureMap, int] = {}
-    for pos, op in enumerate(sg.ops):
-        for access in (op.ifm, op.ifm2, op.ofm):
-            if access is None or access.tensor.is_const:
-                continue
-            fm = access.tensor
-            first.setdefault(fm, pos)
-            last[fm] = pos
-    for fm in getattr(sg, "outputs", ()) or ():
-        if fm in first:
-            last[fm] = len(sg.ops)
-    return {fm: (first[fm], last[fm]) for fm in first}
-
-
-@dataclass(frozen=True)
-class SubgraphLayout:
-    """Live ranges of one subgraph in candidate positions. ``live`` holds single feature maps and shared buffers
-    (storage keys, see ``TensorUse.storage_key``) alike; ``unit_bytes`` the bytes of each shared buffer;
-    ``grouped`` the feature maps that live in a shared buffer."""
-
-    fm_ranges: dict[FeatureMap, tuple[int, int]]
-    live: dict[Any, tuple[int, int]]
-    unit_bytes: dict[Any, int]
-    grouped: frozenset[FeatureMap]
-
-
 class NetworkFacts:
     """What every region of one network needs: tensor use, Vela's placements, a shared pricer, and per subgraph
     the scheduler's view of its passes and its live ranges (computed on first use)."""
@@ -231,7 +206,7 @@ class NetworkFacts:
         self.shared = self.fast == arch.feature_map_storage_mem_area
         self.pricer = Pricer(arch, self.base)
         self._facts: dict[int, SubgraphFacts] = {}
-        self._layouts: dict[int, SubgraphLayout] = {}
+        self._layouts: dict[int, MemoryLayout] = {}
 
     @cached_property
     def passes(self) -> int:
@@ -252,27 +227,12 @@ class NetworkFacts:
             self._facts[sgi] = SubgraphFacts(sgi, sg, sched_ops_of(sg, self.use, formats), self.use, reuse)
         return self._facts[sgi]
 
-    def layout(self, sgi: int) -> SubgraphLayout:
+    def layout(self, sgi: int) -> MemoryLayout:
+        """Every feature map of subgraph ``sgi`` laid out in positions, at its size under Vela's placements (the
+        model decides which of them are resident)."""
         if sgi not in self._layouts:
             sg = self.subgraphs[sgi]
-            fm_ranges = _fm_facts(sg)
-            live: dict[Any, tuple[int, int]] = {}
-            unit_bytes: dict[Any, int] = {}
-            grouped: set[FeatureMap] = set()
-            for fm, (a, c) in fm_ranges.items():
-                key = self.use.storage_key(fm)
-                if key is fm or key == fm:
-                    live[fm] = (a, c)
-                    continue
-                grouped.add(fm)
-                if key in live:
-                    a0, c0 = live[key]
-                    live[key] = (min(a, a0), max(c, c0))
-                else:
-                    # The member booked first sizes the shared buffer, as the evaluator books it.
-                    live[key] = (a, c)
-                    unit_bytes[key] = storage_size(fm, self.base[fm].format) if fm in self.base else 0
-            self._layouts[sgi] = SubgraphLayout(fm_ranges, live, unit_bytes, frozenset(grouped))
+            self._layouts[sgi] = memory_layout(sg.ops, sg.outputs, self.use, self.size)
         return self._layouts[sgi]
 
     def size(self, fm: FeatureMap) -> int:
@@ -396,11 +356,11 @@ def _region_data(net: NetworkFacts, region: Region, references: tuple[Schedule, 
     candidates = fixed + all_candidates(net.arch, facts, references, hint_first, lo, hi, light, priced)
     _check(deadline)
     positions = range(ext_lo, ext_hi + 1)
-    live = {key: (a, c) for key, (a, c) in layout.live.items() if a <= ext_hi and c >= ext_lo}
+    live = {key: (r.start, r.end) for key, r in layout.ranges.items() if r.start <= ext_hi and r.end >= ext_lo}
     inputs = set(getattr(sg, "inputs", ()) or ())
     # A map larger than the whole fast storage can never be resident: leaving it out keeps the price tables
     # small and the LP relaxation from holding a fraction of it.
-    movable = frozenset(fm for fm, (a, c) in layout.fm_ranges.items()
+    movable = frozenset(fm for fm, (a, c) in layout.positions.items()
                         if ext_lo <= a and c <= ext_hi and fm not in layout.grouped and not net.shared
                         and fm not in inputs and fm not in net.use.subgraph_outputs and fm in net.base
                         and net.size(fm) <= limit)
@@ -443,10 +403,10 @@ def _add_region(model: cp_model.CpModel, net: NetworkFacts, region: Region, refe
     price, after_slack = _add_price_tables(model, data, use, resident)
     _add_slack_chain(model, data, use, after_slack)
     ofm_over_ifm = _add_ofm_over_ifm(model, net, data, use, resident)
-    _add_memory_at_each_step(model, net, data, use, resident, in_rolling, ofm_over_ifm, peak)
+    memory = _add_memory_at_each_step(model, net, data, use, resident, in_rolling, ofm_over_ifm, peak)
     if cuts:
         _add_clique_cuts(model, net, data, resident, limit)
-    return _RegionModel(data, use, resident, price)
+    return _RegionModel(data, use, resident, price, memory)
 
 
 def _add_exact_cover(model: cp_model.CpModel, data: _RegionData) -> dict[int, Any]:
@@ -550,8 +510,8 @@ def _live_bytes(net: NetworkFacts, data: _RegionData, resident: dict[FeatureMap,
     layout = net.layout(data.region.sg_index)
 
     def live_bytes(key: Any) -> Any:
-        if key in layout.unit_bytes:
-            return layout.unit_bytes[key] if net.shared else 0
+        if not isinstance(key, FeatureMap):  # a buffer shared by several maps, sized by the first
+            return layout.ranges[key].size if net.shared else 0
         size = net.size(key)
         if key in resident:
             return size * resident[key]
@@ -567,7 +527,7 @@ def _live_bytes(net: NetworkFacts, data: _RegionData, resident: dict[FeatureMap,
 
 def _add_memory_at_each_step(model: cp_model.CpModel, net: NetworkFacts, data: _RegionData, use: dict[int, Any],
                              resident: dict[FeatureMap, Any], in_rolling: dict[FeatureMap, Any],
-                             saving: dict[int, Any], peak: Any) -> None:
+                             saving: dict[int, Any], peak: Any) -> tuple[tuple[Any, Any], ...]:
     """Memory at each step <= ``peak`` (the limit, or the variable minimised for Size): for every chosen
     candidate at its own step and at the odd step after it (where the next candidate's pre-buffered weights
     appear), the feature maps live there + its rolling and weight buffers - the OFM written over its IFM; and the
@@ -578,6 +538,7 @@ def _add_memory_at_each_step(model: cp_model.CpModel, net: NetworkFacts, data: _
     own_at: dict[int, list[Any]] = {pos: [] for pos in data.positions}
     own_after: dict[int, list[Any]] = {pos: [] for pos in data.positions}
     in_reach_of: dict[tuple[int, int], Any] = {}
+    counted: list[tuple[Any, Any]] = []
     ext_lo, ext_hi = data.region.ext_lo, data.region.ext_hi
     for k, c in enumerate(data.candidates):
         # The same maps are in reach of every candidate over the same passes.
@@ -590,16 +551,21 @@ def _add_memory_at_each_step(model: cp_model.CpModel, net: NetworkFacts, data: _
         own_after[c.end].append(c.mem_after * use[k] - saved)
         if c.mem_before and c.start > ext_lo:
             own_after[c.start - 1].append(c.mem_before * use[k])
-        model.add(in_reach + c.mem_at - saved <= peak).only_enforce_if(use[k])
+        counted.append((in_reach + c.mem_at - saved, use[k]))
         following = [data.candidates[m].mem_before * use[m] for m in data.starting_at.get(c.end + 1, [])
                      if data.candidates[m].mem_before]
         if c.end == ext_hi:
             following.append(data.prebuffer_after)
-        model.add(in_reach + c.mem_after - saved + sum(following) <= peak).only_enforce_if(use[k])
+        counted.append((in_reach + c.mem_after - saved + sum(following), use[k]))
     for pos in data.positions:
         covering = [c.mem_at * use[k] for k, c in enumerate(data.candidates) if c.start < pos <= c.end and c.mem_at]
-        model.add(sum(live_at[pos]) + sum(own_at[pos]) + sum(covering) <= peak)
-        model.add(sum(live_at[pos]) + sum(own_after[pos]) + (data.prebuffer_after if pos == ext_hi else 0) <= peak)
+        counted.append((sum(live_at[pos]) + sum(own_at[pos]) + sum(covering), None))
+        counted.append((sum(live_at[pos]) + sum(own_after[pos]) + (data.prebuffer_after if pos == ext_hi else 0), None))
+    for used, literal in counted:
+        constraint = model.add(used <= peak)
+        if literal is not None:
+            constraint.only_enforce_if(literal)
+    return tuple(counted)
 
 
 def _add_clique_cuts(model: cp_model.CpModel, net: NetworkFacts, data: _RegionData, resident: dict[FeatureMap, Any],
@@ -693,6 +659,16 @@ def _extract(built: CpSatModel, value: Callable[[Any], int], incumbent: Schedule
     schedule = Schedule(ops=tuple(sorted(ops, key=lambda o: o.op_index)), tensors=tensors, label="CPSAT",
                         solver="cpsat")
     return schedule, scaled
+
+
+def model_peak_bytes(region: _RegionModel, value: Callable[[Any], int]) -> int:
+    """The peak fast storage the model itself reckons for a region's solution (``value`` reads the solver's): the
+    largest amount any of its memory constraints that hold counts. For a whole subgraph it is the evaluator's
+    peak, as both read the subgraph's ``MemoryLayout``."""
+    def read(expr: Any) -> int:
+        return expr if isinstance(expr, int) else value(expr)
+
+    return max((read(used) for used, literal in region.memory if literal is None or value(literal)), default=0)
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):

@@ -60,11 +60,10 @@ from npusched.model import weights as wts
 from npusched.model.arch import ArchitectureFeatures
 from npusched.model.block_config import BlockConfig, find_block_config_for_op
 from npusched.model.graph import NpuSubgraph
-from npusched.model.ir import FeatureMap, NpuOp, Shape4D, round_up
+from npusched.model.ir import FeatureMap, NpuOp, Shape4D
 from npusched.model.options import OpOption, drop_dominated, price_options
 from npusched.model.performance import BufferKind
 from npusched.model.rules import (
-    ALLOCATION_QUANTUM,
     cascade_stripes,
     ifm_stripes,
     may_cascade,
@@ -74,6 +73,7 @@ from npusched.model.rules import (
 )
 from npusched.solver.cascades import SchedOp, rolling_buffer_shape
 from npusched.solver.evaluator import TensorUse, price_op
+from npusched.solver.memory_layout import weight_buffer_bytes
 from npusched.solver.schedule import EncodedWeightsRef, OpSchedule, Schedule, TensorPlacement, WeightBuffering
 
 BLOCK_CONFIGS_PER_OP = 3
@@ -121,21 +121,6 @@ def op_schedule(arch: ArchitectureFeatures, op: NpuOp, config: BlockConfig, ofm_
     return OpSchedule(op_index=op.index, block_config=config, ofm_stripe=ofm_stripe, ifm_stripe=ifm_stripe,
                       ifm2_stripe=ifm2_stripe, cascade=cascade, weight_buffering=buffering, encoded_weights=encoded,
                       rolling_buffer=rolling)
-
-
-def _buffer_memory(op_sched: OpSchedule) -> tuple[int, int, int]:
-    """(before, at, after) bytes of a pass's weight buffers, as the evaluator lays their live ranges."""
-    buffering = op_sched.weight_buffering
-    before = at = after = 0
-    last = buffering.last_buffer_index
-    for idx, size in enumerate(buffering.buffer_sizes):
-        size = round_up(size, ALLOCATION_QUANTUM)
-        at += size
-        if idx == 0 and buffering.pre_buffered:
-            before += size
-        if not (len(buffering.buffer_sizes) > 1 and idx != last):
-            after += size
-    return before, at, after
 
 
 @dataclass
@@ -221,8 +206,8 @@ def make_candidate(facts: SubgraphFacts, start: int, ops: Sequence[OpSchedule], 
         boundary.append(last_ofm)
     before = at = after = 0
     for k, op_sched in enumerate(fixed):
-        b, a, f = _buffer_memory(op_sched)
-        before, at, after = before + b, at + a, after + f
+        held = weight_buffer_bytes(op_sched.weight_buffering)
+        before, at, after = before + held.before, at + held.at, after + held.after
         if k > 0:
             fm = sg_ops[start + k].ifm.tensor
             assert op_sched.rolling_buffer is not None  # every cascaded pass after the first has one

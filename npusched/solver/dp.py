@@ -18,8 +18,9 @@ This module keeps that search and replaces what it measures:
   cascade is striped backwards from the OFM stripe height of its last pass as Vela's legacy scheduler does, and
   its rolling buffers are sized by ``npusched.solver.cascades.rolling_buffer_shape``;
 * cycles come from ``npusched.solver.evaluator.price_op`` (the evaluator's own price, including the previous
-  pass's slack under which weights are prefetched), and fast-storage use is computed step by step the way the
-  evaluator builds live ranges, so a candidate that the DP keeps under the limit passes ``verify``.
+  pass's slack under which weights are prefetched), and fast-storage use is computed step by step from the
+  subgraph's ``MemoryLayout`` and ``weight_buffer_bytes``, which the evaluator's walk reads too, so a candidate
+  that the DP keeps under the limit passes ``verify`` (``DpSubgraph.peak_bytes`` is the evaluator's peak).
 
 One knowingly different price: the evaluator (like Vela) leaves out the weight DMA of a cascaded pass. The DP
 ranks cascaded passes with that DMA charged (``charge_cascade_weights``), so that it cascades to save memory
@@ -43,7 +44,6 @@ from npusched.model.graph import Network, NpuSubgraph
 from npusched.model.ir import FeatureMap, NpuOp, Shape4D, ceil_div, round_up
 from npusched.model.options import drop_dominated, price_options
 from npusched.model.rules import (
-    ALLOCATION_QUANTUM,
     cascade_stripes,
     ifm_stripes,
     may_cascade,
@@ -67,6 +67,7 @@ from npusched.solver.evaluator import (
 )
 from npusched.solver.heuristic import sched_ops_of
 from npusched.solver.max_schedule import vela_tensor_placements
+from npusched.solver.memory_layout import memory_layout, weight_buffer_bytes
 from npusched.solver.schedule import EncodedWeightsRef, OpSchedule, Schedule, TensorPlacement, WeightBuffering
 
 DP_LABEL = "DP"
@@ -218,7 +219,7 @@ class _SubgraphSearch:
         self._spanning_cache: dict[tuple[int, int], int] = {}
         self._in_fast = [(self._fast_size(op.ifm.tensor) > 0, self._fast_size(op.ofm.tensor) > 0) for op in self.ops]
         self._reuse = [elementwise_reuse_source(op, arch, placements, use) is not None for op in self.ops]
-        self._ranges = self._live_positions()
+        self._layout = memory_layout(self.ops, sg.outputs, use, lambda fm: self._fast_size(fm) or None)
         self._groups = [self._groups_from(start) for start in range(self.n)]
         heights: list[set[int]] = [set() for _ in range(self.n)]
         for groups in self._groups:
@@ -238,32 +239,11 @@ class _SubgraphSearch:
             return 0
         return storage_size(fm, place.format)
 
-    def _live_positions(self) -> dict[Any, tuple[int, int, int]]:
-        """Per storage key: (first position, last position, bytes) of every fast-storage feature map; a subgraph
-        output stays live to the end."""
-        ranges: dict[Any, list[int]] = {}
-        outputs = set(self.sg.outputs)
-        for pos, op in enumerate(self.ops):
-            for access in (op.ifm, op.ifm2, op.ofm):
-                if access is None or access.tensor.is_const:
-                    continue
-                fm = access.tensor
-                size = self._fast_size(fm)
-                if size == 0:
-                    continue
-                key = self.use.storage_key(fm)
-                last = UNLIMITED if fm in outputs else pos
-                entry = ranges.setdefault(key, [pos, last, size])
-                entry[0] = min(entry[0], pos)
-                entry[1] = max(entry[1], last)
-        return {k: (v[0], v[1], v[2]) for k, v in ranges.items()}
-
     def _spanning(self, start: int, end: int) -> int:
         """Fast storage held by feature maps live across passes ``start``..``end`` that none of them touches."""
         key = (start, end)
         if key not in self._spanning_cache:
-            self._spanning_cache[key] = sum(size for first, last, size in self._ranges.values()
-                                            if first < start and last > end)
+            self._spanning_cache[key] = self._layout.held_across(start, end)
         return self._spanning_cache[key]
 
     def _touched(self, group: _Group) -> int:
@@ -441,9 +421,8 @@ class _SubgraphSearch:
             exposed, slack, _ = price_op(self.arch, op, priced_as, schedule, 0.0)
             hidden, _, _ = price_op(self.arch, op, priced_as, schedule, _ALL_HIDDEN)
             numbers = self._price_cache[key] = (float(exposed.total_cycles), float(hidden.total_cycles), float(slack))
-        sizes = [round_up(s, ALLOCATION_QUANTUM) for s in buffering.buffer_sizes]
-        kept = sizes[buffering.last_buffer_index] if sizes else 0
-        return _Priced(op_sched, *numbers, sum(sizes), kept, sizes[0] if sizes and buffering.pre_buffered else 0)
+        held = weight_buffer_bytes(buffering)
+        return _Priced(op_sched, *numbers, held.at, held.after, held.before)
 
     def _op_choices(self, group: _Group, k: int, prev_slack: float) -> list[tuple[_Priced, float]]:
         """The undominated choices, with their cycles, for the ``k``-th pass of a strategy after a pass leaving
@@ -589,7 +568,6 @@ def dp_schedule(network: Network | NpuSubgraph, arch: ArchitectureFeatures,
     limit = staging_limit(arch)
     use = tensor_use(network)
     placements = vela_tensor_placements(network, arch, use)
-    base = Schedule(ops=(), tensors=placements)
     op_by_index = {op.index: op for sg in subgraphs_of(network) for op in sg.ops}
     for op in op_by_index.values():
         if not price_options(arch, op, stripe_heights=(op.ofm.shape.height,)):
@@ -597,23 +575,12 @@ def dp_schedule(network: Network | NpuSubgraph, arch: ArchitectureFeatures,
     chosen: list[OpSchedule] = []
     notes: list[str] = []
     for sg in subgraphs_of(network):
-        search = _SubgraphSearch(arch, sg, use, base, limit, strategy, opts)
-        if search.n == 0:
-            continue
-        final, smallest = search.run()
-        names = [op.index for op in search.ops]
-        picked = _first_verified(sg, arch, placements, final, op_by_index, limit, names)
+        picked = dp_subgraph(arch, sg, use, placements, limit, strategy, opts)
         if picked is None:
-            # The smallest peak of any complete candidate: from this search when some went over the limit only
-            # at the end, and from one without a limit that ranks by memory first.
-            relaxed = _SubgraphSearch(arch, sg, use, base, UNLIMITED, OptimisationStrategy.SIZE, opts)
-            need = min([c.peak for c in relaxed.run()[0]] + [smallest])
-            raise ScheduleError(f"no schedule fits {limit} bytes of fast storage; the smallest that fits needs "
-                                f"{need} bytes", needed_bytes=need)
-        ops = picked.op_schedules(names)
-        chosen.extend(ops)
-        cascades = len({o.cascade for o in ops if o.cascade is not None})
-        notes.append(f"{sg.name}: {cascades} cascades, peak fast storage {picked.peak} bytes, "
+            continue
+        chosen.extend(picked.ops)
+        cascades = len({o.cascade for o in picked.ops if o.cascade is not None})
+        notes.append(f"{sg.name}: {cascades} cascades, peak fast storage {picked.peak_bytes} bytes, "
                      f"limit {limit} bytes")
     chosen.sort(key=lambda o: o.op_index)
     schedule = Schedule(ops=tuple(chosen), tensors=_tensors(arch, placements, chosen, op_by_index), label=DP_LABEL,
@@ -621,6 +588,38 @@ def dp_schedule(network: Network | NpuSubgraph, arch: ArchitectureFeatures,
     if opts.place_feature_maps and arch.feature_map_storage_mem_area != arch.fast_storage_mem_area:
         schedule = _place_feature_maps(network, arch, schedule, limit)
     return schedule
+
+
+@dataclass(frozen=True)
+class DpSubgraph:
+    """The DP's pick for one subgraph and the peak fast storage its own memory reckoning gives it (which the
+    evaluator's must equal: both read the subgraph's ``MemoryLayout``)."""
+
+    ops: tuple[OpSchedule, ...]
+    peak_bytes: int
+
+
+def dp_subgraph(arch: ArchitectureFeatures, sg: NpuSubgraph, use: TensorUse,
+                placements: tuple[tuple[FeatureMap, TensorPlacement], ...], limit: int,
+                strategy: OptimisationStrategy, opts: DpOptions) -> DpSubgraph | None:
+    """The best candidate of one subgraph the evaluator accepts under ``limit`` (None for a subgraph without
+    passes). Raises ScheduleError naming the smallest peak any candidate needs when none fits."""
+    base = Schedule(ops=(), tensors=placements)
+    search = _SubgraphSearch(arch, sg, use, base, limit, strategy, opts)
+    if search.n == 0:
+        return None
+    final, smallest = search.run()
+    op_by_index = {op.index: op for op in sg.ops}
+    names = [op.index for op in search.ops]
+    picked = _first_verified(sg, arch, placements, final, op_by_index, limit, names)
+    if picked is None:
+        # The smallest peak of any complete candidate: from this search when some went over the limit only
+        # at the end, and from one without a limit that ranks by memory first.
+        relaxed = _SubgraphSearch(arch, sg, use, base, UNLIMITED, OptimisationStrategy.SIZE, opts)
+        need = min([c.peak for c in relaxed.run()[0]] + [smallest])
+        raise ScheduleError(f"no schedule fits {limit} bytes of fast storage; the smallest that fits needs "
+                            f"{need} bytes", needed_bytes=need)
+    return DpSubgraph(tuple(picked.op_schedules(names)), picked.peak)
 
 
 def _place_feature_maps(network: Network | NpuSubgraph, arch: ArchitectureFeatures, schedule: Schedule,

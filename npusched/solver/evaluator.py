@@ -14,7 +14,8 @@ cascades and weight slices are consistent, and fast storage never exceeds its li
 
 This module is the front door; the work is done in ``tensor_use`` (readers, writers and placements),
 ``memory_model`` (memory over time, the only memory model of the project: the heuristic runs its candidates
-through it), ``pricing`` (one pass), ``evaluation`` (the whole schedule) and ``verification``.
+through it; it steps through the positions of ``memory_layout``, the per-subgraph layout the DP and CP-SAT read
+too), ``pricing`` (one pass), ``evaluation`` (the whole schedule) and ``verification``.
 """
 
 from npusched.model.rules import ALLOCATION_QUANTUM, storage_size, weights_need_dma

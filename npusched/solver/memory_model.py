@@ -4,9 +4,10 @@ Built the way Vela's live-range pass builds it: pass ``i`` of a subgraph runs at
 from the first step that touches it to one step after the last, an elementwise pass may write its OFM over an IFM
 it consumes, a pre-buffered weight buffer starts one step early and the buffer that does not hold the last depth
 slice of a double-buffered pass ends one step early; the passes of a cascade share one step and hold their IFMs in
-rolling buffers. ``subgraph_memory``/``network_memory`` read it off a ``Schedule``; the heuristic feeds it its
-candidates through ``PassMemory`` records (``pass_memory_walk``), so the numbers the scheduler decides on are the
-numbers the evaluator prints."""
+rolling buffers. Which passes each feature map spans comes from ``npusched.solver.memory_layout`` (the layout the
+DP and CP-SAT read), and so do the weight buffers' steps. ``subgraph_memory``/``network_memory`` read it off a
+``Schedule``; the heuristic feeds it its candidates through ``PassMemory`` records (``pass_memory_walk``), so the
+numbers the scheduler decides on are the numbers the evaluator prints."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from npusched.model.graph import Network, NpuSubgraph
 from npusched.model.ir import CpuOp, FeatureMap, NpuBlockType, NpuOp, Shape4D, TensorFormat
 from npusched.model.rules import allocation_bytes, rolling_buffer_bytes, storage_size
 from npusched.solver.cascades import rolling_buffer_shape
+from npusched.solver.memory_layout import LiveRange, memory_layout, weight_buffer_span
 from npusched.solver.schedule import OpSchedule, Schedule, TensorPlacement
 from npusched.solver.tensor_use import (
     TensorUse,
@@ -28,25 +30,6 @@ from npusched.solver.tensor_use import (
     subgraphs_of,
     tensor_use,
 )
-
-
-@dataclass(frozen=True)
-class LiveRange:
-    """One allocation in fast storage: the tensors sharing it (names, and the feature maps themselves), the steps
-    it spans (inclusive) and its size."""
-
-    tensors: tuple[str, ...]
-    start: int
-    end: int
-    size: int
-    kind: str = "feature_map"  # or "weight_buffer"
-    feature_maps: tuple[FeatureMap, ...] = ()
-    weight_of: int | None = None  # op index of the pass whose weight buffer this is
-
-    def overlaps(self, other: LiveRange) -> bool:
-        """Whether the two ranges are live together for more than a shared boundary step."""
-        return max(self.start, other.start) < min(self.end, other.end)
-
 
 
 @dataclass(frozen=True)
@@ -178,18 +161,31 @@ class _FastStorage:
         if not fm.is_const and self.in_fast(fm):
             self.range_of(fm).mark(time)
 
-    def walk(self, passes: Iterable[PassMemory], outputs: Iterable[FeatureMap], time: int
+    def fast_bytes(self, fm: FeatureMap) -> int | None:
+        """Bytes ``fm`` takes in fast storage, None when it lives elsewhere."""
+        return self.size_of(fm) if not fm.is_const and self.in_fast(fm) else None
+
+    def walk(self, passes: Sequence[PassMemory], outputs: Iterable[FeatureMap], time: int
              ) -> tuple[dict[int, int], int]:
         """Mark the passes' live ranges from step ``time`` on; (step of each op index, end step).
 
         Pass ``i`` runs at step ``time + 2 i`` except that a cascade's passes share its first pass's step; the
-        outputs are touched once more after the last pass.
+        outputs are touched once more after the last pass. Feature maps span the steps of the positions the
+        subgraph's ``MemoryLayout`` gives them.
         """
-        steps: dict[int, int] = {}
+        outputs = tuple(outputs)
+        layout = memory_layout([p.op for p in passes], outputs, self.use, self.fast_bytes)
+        step_at: list[int] = []
         cascade_step: dict[Any, int] = {}
         current = time
         for p in passes:
-            op = p.op
+            t = cascade_step.setdefault(p.cascade, current) if p.cascade is not None else current
+            step_at.append(t)
+            if t == current:
+                current += 2
+        step_at.append(current)  # where the subgraph's outputs are touched last
+        for pos, p in enumerate(passes):
+            op, t = p.op, step_at[pos]
             if p.cascade is None:
                 source = reusable_ifm(op, self.use, self.fmt_of, self.in_fast)
                 if source is not None:
@@ -200,8 +196,6 @@ class _FastStorage:
                         rng.labels.append(feature_map_label(op.ofm.tensor))
                         rng.feature_maps.append(op.ofm.tensor)
                         self.by_key[key] = rng
-            t = cascade_step.get(p.cascade, current) if p.cascade is not None else current
-            steps[op.index] = t
             for access in (op.ifm, op.ifm2, op.ofm):
                 if access is None or access.tensor.is_const:
                     continue
@@ -212,26 +206,20 @@ class _FastStorage:
                     rng = self.range_of(fm)
                     rng.size = rolling_buffer_bytes(p.rolling_ifm, fm.dtype.size_in_bytes)
                     rng.mark(t)
-                else:
-                    self.mark(fm, t)
-            several = len(p.weight_buffers) > 1
+                elif fm in layout.positions and layout.positions[fm][0] == pos:
+                    first, last = layout.positions[fm]
+                    rng = self.range_of(fm)
+                    rng.mark(step_at[first])
+                    rng.mark(step_at[last])
             for idx, size in enumerate(p.weight_buffers):
                 rng = _Range([("weights", op.index, idx)], [f"{op.name}_weight_buffer{idx + 1}"], [],
                              allocation_bytes(size), "weight_buffer", op.index)
                 self.ranges.append(rng)
-                start, length = t, 1
-                if idx == 0 and p.pre_buffered:
-                    start, length = t - 1, 2
-                if several and idx != p.last_buffer:
-                    length -= 1
-                rng.mark(start, length)
-            if t == current:
-                current += 2
-            if p.cascade is not None:
-                cascade_step[p.cascade] = t
+                starts, ends = weight_buffer_span(idx, len(p.weight_buffers), p.pre_buffered, p.last_buffer)
+                rng.mark(t + starts, ends - starts)
         for fm in outputs:
             self.mark(fm, current)
-        return steps, current
+        return {p.op.index: step_at[pos] for pos, p in enumerate(passes)}, current
 
     def usage(self, end_time: int) -> tuple[tuple[int, ...], tuple[LiveRange, ...]]:
         usage = [0] * (end_time + 2)
