@@ -17,7 +17,8 @@ from npusched import __version__
 from npusched.errors import exit_status
 from npusched.model.arch import Estimator
 
-# The time limit counts from here: the user waits for the heavy imports (done lazily, in _run) too.
+# Run as the command, the time limit counts from here: the user waits for the heavy imports (done lazily, in _run)
+# too. Called from Python with arguments, it counts from the call (a process may run many).
 STARTED = time.monotonic()
 
 SOLVERS = ("heuristic", "cpsat", "dp")
@@ -149,8 +150,9 @@ def _positive_float(text: str) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    started = STARTED if argv is None else time.monotonic()
     args = build_parser().parse_args(argv)
-    return exit_status(lambda: _run(args), str(args.model))
+    return exit_status(lambda: _run(args, started), str(args.model))
 
 
 def _progress(line: str) -> None:
@@ -158,7 +160,7 @@ def _progress(line: str) -> None:
     print(line, flush=True)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, started: float) -> int:
     from npusched.pipeline import RunOptions, run
 
     _check_plot_options(args)
@@ -183,7 +185,7 @@ def _run(args: argparse.Namespace) -> int:
         estimator=args.estimator,
     )
     if args.pareto is not None:
-        return _pareto(args, options)
+        return _pareto(args, options, started)
     if args.output_dir is not None:
         from npusched.io.vela_backend import check_output_dir
 
@@ -193,7 +195,7 @@ def _run(args: argparse.Namespace) -> int:
 
         result = replay(options, args.schedule)
     else:
-        result = run(options, log=_progress, started=STARTED)
+        result = run(options, log=_progress, started=started)
     backend = None
     if args.output_dir is not None:
         from npusched.io.vela_backend import compile_schedule
@@ -254,13 +256,13 @@ def _check_plot_options(args: argparse.Namespace) -> None:
         raise OutputError(f"--plot-memory {args.plot_memory}: the suffix must be .png or .svg")
 
 
-def _pareto(args: argparse.Namespace, options: Any) -> int:
+def _pareto(args: argparse.Namespace, options: Any, started: float) -> int:
     from npusched.io.pareto_report import format_pareto, write_pareto_csv
     from npusched.io.plots import plot_pareto
     from npusched.solver.pareto import DEFAULT_INNER_POINTS, run_pareto
 
     points = DEFAULT_INNER_POINTS if args.pareto_points is None else args.pareto_points
-    result = run_pareto(options, inner_points=points, with_vela=args.with_vela, log=_progress, started=STARTED)
+    result = run_pareto(options, inner_points=points, with_vela=args.with_vela, log=_progress, started=started)
     figures = [args.pareto.with_suffix(".png"), args.pareto.with_suffix(".svg")]
     write_pareto_csv(result, args.pareto)
     plot_pareto(result, figures)

@@ -6,10 +6,12 @@ import json
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from npusched import cli
 from npusched.cli import main
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "kws_dscnn_int8.tflite"
@@ -123,6 +125,17 @@ def test_default_solver_is_cpsat_and_reports_bound_and_heuristic(tmp_path: Path,
     assert doc["heuristic"]["cycles"] == pytest.approx(84604.5)  # Vela legacy's cycles_total for this model
     assert doc["bound_cycles"] <= doc["totals"]["cycles"] <= doc["heuristic"]["cycles"]
     assert 0.0 <= doc["gap"] <= 1.0 and doc["solve_seconds"] > 0
+
+
+def test_time_limit_counts_from_each_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """main() called from Python counts its time limit from the call, not from when the module was imported: a
+    process that has been running longer than the limit (a test run, a batch script) still gets the whole limit."""
+    monkeypatch.setattr(cli, "STARTED", time.monotonic() - 3600.0)
+    out = tmp_path / "kws.json"
+    argv = [str(EXAMPLE), *HEE[:-2], "--time-limit", "60", "--workers", "2", "--deterministic", "--json", str(out)]
+    assert main(argv) == 0
+    doc = json.loads(out.read_text())
+    assert doc["status"] == "optimal" and doc["model_stats"]["mode"] == "full"
 
 
 def test_impossible_limit_is_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
