@@ -252,6 +252,9 @@ def _check_plot_options(args: argparse.Namespace) -> None:
         if args.optimise != "Performance":
             raise NpuschedError(f"--pareto finds the fewest cycles at each size: --optimise {args.optimise} does "
                                 "not apply (the curve's first point is the smallest fit)")
+        if args.with_vela and args.estimator != Estimator.VELA.value:
+            raise NpuschedError(f"--with-vela draws Vela's own estimates: with --estimator {args.estimator} the two "
+                                "curves would be priced differently (use --estimator vela)")
     if args.plot_memory is not None and args.plot_memory.suffix.lower() not in (".png", ".svg"):
         raise OutputError(f"--plot-memory {args.plot_memory}: the suffix must be .png or .svg")
 

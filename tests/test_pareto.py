@@ -192,6 +192,7 @@ def test_cli_writes_csv_png_and_svg(tmp_path: Path, capsys: pytest.CaptureFixtur
     ("--pareto", "frontier.csv", "--optimise", "Size"),
     ("--pareto", "frontier.csv", "--json", "out.json"),
     ("--pareto", "frontier.csv", "--pareto-points", "-1"),
+    ("--pareto", "frontier.csv", "--with-vela", "--estimator", "contention"),
 ])
 def test_cli_refuses_what_makes_no_sense(extra: tuple[str, ...], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                          capsys: pytest.CaptureFixture[str]) -> None:

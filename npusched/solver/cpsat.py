@@ -823,7 +823,7 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, workers:
         if fitting is not None:
             return _fallback(fitting[0], fitting[1].total_cycles, "the candidate space has no schedule that fits",
                              solve_seconds, stats)
-        fit = smallest_fast_storage(net, references, deadline)
+        fit = smallest_fast_storage(net, references, deadline, deterministic)
         if fit.schedule is None:
             raise ScheduleError(f"no schedule fits {built.limit} bytes of fast storage")
         raise ScheduleError(f"no schedule fits {built.limit} bytes of fast storage; the smallest that fits needs "
@@ -931,14 +931,16 @@ class SmallestFit:
     schedule: Schedule | None = None
 
 
-def smallest_fast_storage(net: NetworkFacts, references: tuple[Schedule, ...], deadline: float) -> SmallestFit:
-    """The least fast storage a schedule of the candidate space needs (CP-SAT, minimising the limit)."""
+def smallest_fast_storage(net: NetworkFacts, references: tuple[Schedule, ...], deadline: float,
+                          deterministic: bool = False) -> SmallestFit:
+    """The least fast storage a schedule of the candidate space needs (CP-SAT, minimising the limit). With
+    ``deterministic`` the search stops after a fixed amount of work (half the time left), not by the clock."""
     try:
         built = build_model(net, whole_subgraph_regions(net), references,
                             limit=max(staging_limit(net.arch), 1 << 40), minimise_memory=True, deadline=deadline)
     except OutOfTime:
         return SmallestFit(-1, False)
-    solver = _solver(deadline - time.monotonic(), 1, 0, False)
+    solver = _solver(deadline - time.monotonic(), 1, 0, deterministic)
     status = solver.solve(built.model)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         schedule, _ = _extract(built, solver.boolean_value)

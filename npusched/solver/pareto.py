@@ -170,7 +170,8 @@ def pareto_frontier(network: Network, arch_at: Callable[[int], ArchitectureFeatu
 
     references = tuple(s for s in (top_hint, _max_schedule(network, top_arch)) if s is not None)
     seconds = budget.next(shares=2)
-    fit = smallest_fast_storage(NetworkFacts(network, top_arch), references, time.monotonic() + seconds)
+    fit = smallest_fast_storage(NetworkFacts(network, top_arch), references, time.monotonic() + seconds,
+                                deterministic)
     smallest, proven = fit.needed_bytes, fit.proven
     notes = []
     if smallest < 0:
