@@ -17,9 +17,12 @@ import enum
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from npusched.model.ir import Kernel, MemArea, NpuBlockType, NpuOp, Shape4D, TensorFormat, ceil_div, round_up
+
+if TYPE_CHECKING:
+    from npusched.model.arch import ArchitectureFeatures
 
 
 class Purpose(enum.Enum):
@@ -168,29 +171,28 @@ def query_for_op(
 # Reading the architecture (``ArchitectureFeatures`` mirrors Vela's attribute names, keyed by ir enums).
 
 
-def _accelerator(arch) -> str:
-    accel = getattr(arch, "accelerator_config", "")
-    return str(getattr(accel, "value", accel)).lower()
+def _accelerator(arch: ArchitectureFeatures) -> str:
+    return arch.accelerator_config.lower()
 
 
-def _bandwidth(arch, mem: MemArea) -> float:
+def _bandwidth(arch: ArchitectureFeatures, mem: MemArea) -> float:
     return arch.memory_bandwidths_per_cycle[mem]
 
 
-def _burst(arch, mem: MemArea) -> int:
+def _burst(arch: ArchitectureFeatures, mem: MemArea) -> int:
     return arch.memory_burst_length[mem]
 
 
-def _latency(arch, mem: MemArea, direction: Direction) -> int:
+def _latency(arch: ArchitectureFeatures, mem: MemArea, direction: Direction) -> int:
     """Access latency in cycles; ``memory_latency[mem]`` is (read, write) as in Vela."""
     return arch.memory_latency[mem][0 if direction is Direction.Read else 1]
 
 
-def _rounding(arch, fmt: TensorFormat) -> Shape4D:
+def _rounding(arch: ArchitectureFeatures, fmt: TensorFormat) -> Shape4D:
     return Shape4D(*arch.storage_rounding_quantums[fmt])
 
 
-def _ofm_ublock(arch) -> Shape4D:
+def _ofm_ublock(arch: ArchitectureFeatures) -> Shape4D:
     ub = arch.ofm_ublock
     return Shape4D(1, ub.height, ub.width, ub.depth)
 
@@ -263,7 +265,7 @@ def memory_transfer_efficiency(
     return to_transfer * (max_burst / burst)
 
 
-def minimum_memory_cycles(arch, query: PerformanceQuery) -> tuple[float, float]:
+def minimum_memory_cycles(arch: ArchitectureFeatures, query: PerformanceQuery) -> tuple[float, float]:
     """Cycles to fetch one IFM block and to write one OFM block (latency plus transfer)."""
     cfg = query.config
     ifm_elems = _clip(query.ifm_shape, cfg.ifm_block).elements()
@@ -289,7 +291,8 @@ def minimum_memory_cycles(arch, query: PerformanceQuery) -> tuple[float, float]:
 # Compute cycles
 
 
-def output_cycles_per_element(arch, op_type: str, activation: str | None, query: PerformanceQuery) -> float:
+def output_cycles_per_element(arch: ArchitectureFeatures, op_type: str, activation: str | None,
+                              query: PerformanceQuery) -> float:
     """Cycles the output unit spends per OFM element: the slower of the scaling stage and the activation stage."""
     block_type = query.npu_block_type
     if block_type == NpuBlockType.ElementWise and query.ifm_bits == 32:
@@ -317,7 +320,8 @@ def output_cycles_per_element(arch, op_type: str, activation: str | None, query:
     return per_elem
 
 
-def _dpu_delay(arch, acc40: bool, ublk_x: int, ublk_y: int, ublk_z: int, kernel_steps: int) -> int:
+def _dpu_delay(arch: ArchitectureFeatures, acc40: bool, ublk_x: int, ublk_y: int, ublk_z: int,
+               kernel_steps: int) -> int:
     """Pipeline stall cycles when an OFM block is a single micro-block in X and Y."""
     accel = _accelerator(arch)
     if accel == "ethos-u55-32":
@@ -340,7 +344,7 @@ def _dpu_delay(arch, acc40: bool, ublk_x: int, ublk_y: int, ublk_z: int, kernel_
     return 0
 
 
-def _sub_kernel_sizes(arch, query: PerformanceQuery) -> list[int]:
+def _sub_kernel_sizes(arch: ArchitectureFeatures, query: PerformanceQuery) -> list[int]:
     """Element counts of the sub-kernels the hardware splits a large kernel into (row-major over Y then X)."""
     limit_h, limit_w = arch.sub_kernel_limits[query.npu_block_type]
     kh, kw = query.kernel.height, query.kernel.width
@@ -349,7 +353,8 @@ def _sub_kernel_sizes(arch, query: PerformanceQuery) -> list[int]:
     return [w * h for h in heights for w in widths]
 
 
-def estimate_conv_cycles(arch, op_type: str, activation: str | None, query: PerformanceQuery) -> float:
+def estimate_conv_cycles(arch: ArchitectureFeatures, op_type: str, activation: str | None,
+                         query: PerformanceQuery) -> float:
     """NPU cycles of a MAC-array pass: per OFM block, DPU and output stages overlap, so the slower one dominates."""
     cfg = query.config
     block_type = query.npu_block_type
@@ -377,7 +382,7 @@ def estimate_conv_cycles(arch, op_type: str, activation: str | None, query: Perf
     writeback = 32 * ublock.depth // 8
     ifm_depth_steps = ceil_div(ifm_block.depth, 8)
 
-    dpu_cycles = 0
+    dpu_cycles: float = 0
     for kernel_elems in _sub_kernel_sizes(arch, query):
         if block_type == NpuBlockType.Pooling:
             kernel_steps = 1
@@ -424,7 +429,8 @@ def estimate_conv_cycles(arch, op_type: str, activation: str | None, query: Perf
     return output_cycles * ofm_blocks + dpu_cycles
 
 
-def measure_cycle_cost(arch, op_type: str, activation: str | None, query: PerformanceQuery) -> CycleCost:
+def measure_cycle_cost(arch: ArchitectureFeatures, op_type: str, activation: str | None,
+                       query: PerformanceQuery) -> CycleCost:
     """MACs and NPU cycles of a pass (Vela's ``measure_cycle_cost``)."""
     block_type = query.npu_block_type
     if block_type in _MAC_BLOCK_TYPES:
@@ -444,7 +450,7 @@ def measure_cycle_cost(arch, op_type: str, activation: str | None, query: Perfor
     raise ValueError(f"no cycle model for NPU block type {block_type}")
 
 
-def measure_element_access(arch, query: PerformanceQuery) -> ElementAccess:
+def measure_element_access(arch: ArchitectureFeatures, query: PerformanceQuery) -> ElementAccess:
     """How many elements a pass reads and writes, counting IFM re-reads per OFM block and sub-kernel."""
     block_type = query.npu_block_type
     ifm_rounding = _rounding(arch, query.ifm_format)
@@ -500,7 +506,8 @@ def measure_element_access(arch, query: PerformanceQuery) -> ElementAccess:
     raise ValueError(f"no access model for NPU block type {block_type}")
 
 
-def measure_mem2mem_cycles(arch, from_area: MemArea, to_area: MemArea, to_transfer: int) -> float:
+def measure_mem2mem_cycles(arch: ArchitectureFeatures, from_area: MemArea, to_area: MemArea,
+                           to_transfer: int) -> float:
     """DMA cycles to copy ``to_transfer`` bytes: the slower of reading (plus latency) and writing."""
     read_cycles = to_transfer // _bandwidth(arch, from_area) + _latency(arch, from_area, Direction.Read)
     write_cycles = to_transfer // _bandwidth(arch, to_area)

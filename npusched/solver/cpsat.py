@@ -357,7 +357,7 @@ def _region_data(net: NetworkFacts, region: Region, references: tuple[Schedule, 
     _check(deadline)
     positions = range(ext_lo, ext_hi + 1)
     live = {key: (r.start, r.end) for key, r in layout.ranges.items() if r.start <= ext_hi and r.end >= ext_lo}
-    inputs = set(getattr(sg, "inputs", ()) or ())
+    inputs = set(sg.inputs)
     # A map larger than the whole fast storage can never be resident: leaving it out keeps the price tables
     # small and the LP relaxation from holding a fraction of it.
     movable = frozenset(fm for fm, (a, c) in layout.positions.items()
