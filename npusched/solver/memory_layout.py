@@ -52,17 +52,20 @@ class MemoryLayout:
     """The feature-map buffers of one subgraph in pass positions.
 
     ``ranges`` holds one ``LiveRange`` per storage key; ``positions`` the first and last position of each feature
-    map on its own; ``grouped`` the feature maps that share a buffer with another (their key is not themselves).
+    map on its own; ``grouped`` the feature maps that share a buffer with another (their key is not themselves);
+    ``touched`` the storage keys each position's pass reads or writes.
     """
 
     ranges: Mapping[Any, LiveRange]
     positions: Mapping[FeatureMap, tuple[int, int]]
     grouped: frozenset[FeatureMap]
+    touched: tuple[frozenset[Any], ...]
 
     def held_across(self, start: int, end: int) -> int:
-        """Bytes of the buffers live before position ``start`` and after ``end``: what a run of passes
-        ``start..end`` that touches none of them still has to share fast storage with."""
-        return sum(r.size for r in self.ranges.values() if r.start < start and r.end > end)
+        """Bytes of the buffers live before position ``start`` and after ``end`` that no pass of ``start..end``
+        touches: what such a run still has to share fast storage with, besides its own operands."""
+        own = frozenset().union(*self.touched[start:end + 1])
+        return sum(r.size for key, r in self.ranges.items() if r.start < start and r.end > end and key not in own)
 
 
 def memory_layout(ops: Sequence[NpuOp], outputs: Iterable[FeatureMap], use: TensorUse,
@@ -74,10 +77,12 @@ def memory_layout(ops: Sequence[NpuOp], outputs: Iterable[FeatureMap], use: Tens
     members: dict[Any, list[FeatureMap]] = {}
     sizes: dict[Any, int] = {}
     positions: dict[FeatureMap, list[int]] = {}
+    touched: list[frozenset[Any]] = []
     elsewhere: set[FeatureMap] = set()
     outputs = set(outputs)
     end = len(ops)
     for pos, op in enumerate(ops):
+        keys: set[Any] = set()
         for access in (op.ifm, op.ifm2, op.ofm):
             if access is None or access.tensor.is_const or access.tensor in elsewhere:
                 continue
@@ -95,11 +100,13 @@ def memory_layout(ops: Sequence[NpuOp], outputs: Iterable[FeatureMap], use: Tens
             positions[fm][1] = end if fm in outputs else pos
             key = use.storage_key(fm)
             last[key] = max(last.get(key, pos), positions[fm][1])
+            keys.add(key)
+        touched.append(frozenset(keys))
     ranges = {key: LiveRange(tuple(feature_map_label(fm) for fm in fms), first[key], last[key], sizes[key],
                              feature_maps=tuple(fms))
               for key, fms in members.items()}
     grouped = frozenset(fm for key, fms in members.items() for fm in fms if key is not fm)
-    return MemoryLayout(ranges, {fm: (a, b) for fm, (a, b) in positions.items()}, grouped)
+    return MemoryLayout(ranges, {fm: (a, b) for fm, (a, b) in positions.items()}, grouped, tuple(touched))
 
 
 @dataclass(frozen=True)
