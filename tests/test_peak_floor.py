@@ -1,0 +1,87 @@
+"""The floor on peak fast storage: below every schedule, on the corpus and on generated networks, met by CP-SAT's
+smallest schedules, and worked by hand where it is small enough to follow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import CONFIGS, MODELS, load_corpus
+
+from npusched.netgen import generate
+from npusched.pipeline import load_network, run_options_from_vela_args
+from npusched.solver.cpsat import solve_cpsat
+from npusched.solver.dp import dp_schedule
+from npusched.solver.evaluator import evaluate
+from npusched.solver.heuristic import heuristic_schedule
+from npusched.solver.max_schedule import max_schedule
+from npusched.solver.peak_floor import network_floor
+
+SIZE = "u55-128_hee_shared_size"
+
+
+def _assert_above_floor(network, arch, schedules) -> None:
+    floor = network_floor(network, arch)
+    for schedule in schedules:
+        evaluation = evaluate(network, arch, schedule)
+        assert floor.npu.floor_bytes <= evaluation.peak_fast_storage, schedule.solver
+        assert floor.whole_bytes <= evaluation.network_peak_fast_storage, schedule.solver
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_no_schedule_goes_below_the_floor(model):
+    """Vela's own schedules (the heuristic's, for Size and for Performance), the max schedule and the DP's all
+    need at least the floor, per NPU subgraph and over the whole inference."""
+    arch, network = load_corpus(model, SIZE)
+    schedules = [heuristic_schedule(network, arch, "Size"), heuristic_schedule(network, arch, "Performance"),
+                 max_schedule(network, arch)]
+    if model != "mobilenet_v2_224_int8":  # (the DP takes minutes there)
+        schedules.append(dp_schedule(network, arch, "Size"))
+    _assert_above_floor(network, arch, schedules)
+
+
+@pytest.mark.parametrize("model", ["resnet8_ic_int8", "vww_96_int8", "person_detect", "dtln"])
+def test_cpsat_smallest_schedule_meets_the_floor(model):
+    """CP-SAT proves its least peak over its own candidate space; the floor holds over every schedule Vela's
+    cascade rules allow. Where the two meet, CP-SAT's schedule is the smallest there is."""
+    arch, network = load_corpus(model, SIZE)
+    result = solve_cpsat(network, arch, time_limit_seconds=60, workers=2, deterministic=True,
+                         hint=heuristic_schedule(network, arch, "Size"))
+    assert result.peak_proven_minimal
+    evaluation = evaluate(network, arch, result.schedule)
+    floor = network_floor(network, arch)
+    assert evaluation.peak_fast_storage == floor.npu.floor_bytes
+    assert evaluation.network_peak_fast_storage == floor.whole_bytes
+
+
+def test_resnet8_floor_by_hand():
+    """resnet8's first block: conv -> conv -> conv -> add, the add's second operand the first conv's OFM (the
+    skip). That map (32 x 32 x 16 int8, 16,384 bytes) is read by the second conv and by the add, so it is whole
+    from the first conv to the add. The add may not cascade (its second operand is a feature map), the second
+    and third conv may: at the third conv fast storage holds at least the skip (the cascade's IFM), the third
+    conv's OFM (16,384) and between the two convs a rolling buffer of twice the 3 rows a one-row stripe of a 3x3
+    conv reads, 32 wide and 16 deep (3,072). Any other run there needs more: the three maps whole (49,152)."""
+    arch, network = load_corpus("resnet8_ic_int8", SIZE)
+    floor = network_floor(network, arch).npu
+    assert floor.floor_bytes == 2 * 32 * 32 * 16 + 2 * 3 * 32 * 16 == 35_840
+    assert (floor.position, floor.run) == (2, (1, 2))
+    assert [size for _, size in floor.parts] == [16_384, 16_384, 3_072]
+    assert "rolling buffer after pass 1" in floor.describe()
+
+
+@pytest.mark.parametrize("architecture", ["mixed", "resnet", "mobilenet_v2", "nasnet", "densenet"])
+def test_floor_holds_on_generated_networks(tmp_path: Path, architecture: str):
+    """Networks the corpus does not have (CPU operators mid-graph, branching cells, concatenations): the floor
+    stays below the heuristic's and CP-SAT's smallest schedules."""
+    path = tmp_path / f"{architecture}.tflite"
+    path.write_bytes(generate(architecture, 40, 5))
+    arch, network, _ = load_network(run_options_from_vela_args(path, CONFIGS[SIZE]))
+    heuristic = heuristic_schedule(network, arch, "Size")
+    result = solve_cpsat(network, arch, time_limit_seconds=20, workers=2, deterministic=True, hint=heuristic)
+    _assert_above_floor(network, arch, [heuristic, result.schedule])
+
+
+def test_floor_needs_feature_maps_in_fast_storage():
+    arch, network = load_corpus("kws_dscnn_int8", "u65-256_mid_dedicated256k")
+    with pytest.raises(ValueError, match="every feature map in fast storage"):
+        network_floor(network, arch)
