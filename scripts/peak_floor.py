@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """The floor on peak fast storage against npusched's smallest schedules and both Vela cores.
 
-    python scripts/peak_floor.py [--csv docs/peak_floor.csv]
+    python scripts/peak_floor.py [--csv docs/peak_floor.csv] [--residual-cascades]
     python scripts/peak_floor.py --generated [--archs a,b] [--passes 40] [--seeds 0,1] [--time-limit 10]
 
 Corpus (default): per model under u55-128_hee_shared_size, the floor no schedule Vela's cascade rules allow can
 go below (``npusched.solver.peak_floor``; NPU subgraphs, and the whole inference), next to npusched's least peak
 (docs/size_vs_vela.csv, made by scripts/size_vs_vela.py) and both Vela cores' SRAM used (tests/data/baselines),
-with geomeans. --generated: networks of npusched.netgen under the same configuration; checks the floor is at or
+with geomeans. --residual-cascades: the floor if residual adds could join cascades (a what-if; Vela's rules
+forbid it). --generated: networks of npusched.netgen under the same configuration; checks the floor is at or
 below the heuristic's and CP-SAT's (--optimise Size, deterministic) peaks and counts where CP-SAT meets it.
 """
 
@@ -55,7 +56,7 @@ def corpus(args: argparse.Namespace) -> int:
     rows = []
     for path in sorted((DATA / "corpus").glob("*.tflite")):
         arch, network, _ = load_network(run_options_from_vela_args(path, config()))
-        floor = network_floor(network, arch)
+        floor = network_floor(network, arch, args.residual_cascades)
         legacy = vela[path.stem]["legacy"]
         peak, net_peak = int(ours[path.stem]["peak"]), int(ours[path.stem]["net_peak"])
         rows.append({"model": path.stem, "floor": floor.npu.floor_bytes, "net_floor": floor.whole_bytes,
@@ -116,6 +117,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--csv", type=Path, help="write the corpus table here")
     parser.add_argument("--generated", action="store_true", help="check the floor on generated networks")
+    parser.add_argument("--residual-cascades", action="store_true",
+                        help="what if residual adds could join cascades (Vela's rules forbid it)")
     parser.add_argument("--archs", default=",".join(ARCHITECTURES))
     parser.add_argument("--passes", type=int, default=40)
     parser.add_argument("--seeds", default="0")

@@ -81,6 +81,20 @@ def test_floor_holds_on_generated_networks(tmp_path: Path, architecture: str):
     _assert_above_floor(network, arch, [heuristic, result.schedule])
 
 
+def test_residual_cascades_would_not_lower_the_corpus_floors(tmp_path: Path):
+    """The what-if of residual adds joining cascades (Vela's rules forbid it) lowers no corpus model's floor:
+    what sets each one (the network input with the first cascade's output, a skip map held whole, passes that
+    cannot cascade at all) stays. It is not vacuous: on a generated NASNet it does lower the floor."""
+    for model in MODELS:
+        arch, network = load_corpus(model, SIZE)
+        assert network_floor(network, arch, residual_cascades=True) == network_floor(network, arch), model
+    path = tmp_path / "nasnet.tflite"
+    path.write_bytes(generate("nasnet", 40, 0))
+    arch, network, _ = load_network(run_options_from_vela_args(path, CONFIGS[SIZE]))
+    assert network_floor(network, arch, residual_cascades=True).npu.floor_bytes < \
+        network_floor(network, arch).npu.floor_bytes
+
+
 def test_floor_needs_feature_maps_in_fast_storage():
     arch, network = load_corpus("kws_dscnn_int8", "u65-256_mid_dedicated256k")
     with pytest.raises(ValueError, match="every feature map in fast storage"):

@@ -17,6 +17,9 @@ At the step where pass ``p`` runs, alone or in a cascade of passes ``a..b``, fas
 
 Weight buffers and the odd steps between passes are left out (they only add). ``floor(p)`` is the least of
 these over every run containing ``p``, and the subgraph's floor the largest ``floor(p)``.
+
+``residual_cascades`` asks what would change if Vela's rules also let an elementwise pass whose second operand is
+a feature map (a residual add) join a cascade, that operand held whole: a what-if, not a schedule Vela compiles.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any
 
 from npusched.model.arch import ArchitectureFeatures
 from npusched.model.graph import Network, NpuSubgraph
-from npusched.model.ir import FeatureMap, NpuOp, TensorFormat, round_up
+from npusched.model.ir import FeatureMap, NpuBlockType, NpuOp, TensorFormat, round_up
 from npusched.model.rules import BRICK_DEPTH, ifm_stripes, may_cascade, storage_size
 from npusched.solver.heuristic import sched_ops_of
 from npusched.solver.max_schedule import max_schedule, vela_tensor_placements
@@ -69,7 +72,7 @@ def minimal_rolling_bytes(producer: NpuOp, consumer: NpuOp) -> int:
 
 
 def subgraph_floor(sg: NpuSubgraph, use: TensorUse, formats: Mapping[FeatureMap, TensorFormat],
-                   live_throughout: frozenset[Any] = frozenset()) -> PeakFloor:
+                   live_throughout: frozenset[Any] = frozenset(), residual_cascades: bool = False) -> PeakFloor:
     """The floor of one subgraph whose feature maps all live in fast storage, laid out in ``formats``; the
     buffers of ``live_throughout`` (storage keys) are live at every step of it, whatever it touches."""
     def size(fm: FeatureMap) -> int:
@@ -82,6 +85,8 @@ def subgraph_floor(sg: NpuSubgraph, use: TensorUse, formats: Mapping[FeatureMap,
                   for key, r in layout.ranges.items()}
         layout = replace(layout, ranges=ranges)
     sched_ops = sched_ops_of(sg, use, formats)
+    if residual_cascades:
+        sched_ops = tuple(replace(s, cascadable_kind=s.cascadable_kind or _residual(s.op)) for s in sched_ops)
     joins = [False] + [may_cascade(sched_ops[i - 1], sched_ops[i]) for i in range(1, len(ops))]
     floors = [_least_at(pos, ops, joins, layout, use, formats, size) for pos in range(len(ops))]
     pos = max(range(len(ops)), key=lambda p: floors[p][0])
@@ -111,6 +116,12 @@ def _least_at(pos: int, ops: tuple[NpuOp, ...], joins: list[bool], layout: Memor
     return min(options, key=lambda o: (o[0], o[1]))
 
 
+def _residual(op: NpuOp) -> bool:
+    """A binary elementwise pass reading a full-size IFM and a second feature map (the what-if above)."""
+    return (op.npu_block_type == NpuBlockType.ElementWise and op.ifm2 is not None
+            and not op.ifm2.tensor.is_const and op.ifm.shape == op.ofm.shape)
+
+
 def _held(layout: MemoryLayout, first: int, last: int) -> list[tuple[str, int]]:
     """The buffers live across passes ``first..last`` that none of them touches (``MemoryLayout.held_across``)."""
     own = frozenset().union(*layout.touched[first:last + 1])
@@ -137,6 +148,10 @@ def _cascade(first: int, last: int, ops: tuple[NpuOp, ...], layout: MemoryLayout
               (feature_map_label(ops[last].ofm.tensor), size(ops[last].ofm.tensor))]
     listed += [(f"rolling buffer after pass {i}", minimal_rolling_bytes(ops[i], ops[i + 1]))
                for i in range(first, last)]
+    # A second operand that is a feature map from outside the run (residual cascades only) is held whole.
+    produced = {op.ofm.tensor for op in ops[first:last + 1]}
+    listed += [(feature_map_label(op.ifm2.tensor), size(op.ifm2.tensor)) for op in ops[first:last + 1]
+               if op.ifm2 is not None and not op.ifm2.tensor.is_const and op.ifm2.tensor not in produced]
     listed += _held(layout, first, last)
     return sum(b for _, b in listed), (first, last), tuple(listed)
 
@@ -150,14 +165,15 @@ class NetworkFloor:
     whole_bytes: int
 
 
-def network_floor(network: Network, arch: ArchitectureFeatures) -> NetworkFloor:
+def network_floor(network: Network, arch: ArchitectureFeatures, residual_cascades: bool = False) -> NetworkFloor:
     """The floors of ``network`` under ``arch``, whose feature-map storage must be its fast storage."""
     if arch.feature_map_storage_mem_area != arch.fast_storage_mem_area:
         raise ValueError("the floor assumes every feature map in fast storage (Shared_Sram or SRAM only)")
     use = tensor_use(network)
     formats = {fm: place.format for fm, place in vela_tensor_placements(network, arch, use)}
     subgraphs = [sg for sg in subgraphs_of(network) if sg.ops]
-    npu = max((subgraph_floor(sg, use, formats) for sg in subgraphs), key=lambda f: f.floor_bytes)
+    npu = max((subgraph_floor(sg, use, formats, residual_cascades=residual_cascades) for sg in subgraphs),
+              key=lambda f: f.floor_bytes)
     # What the rest of the inference holds does not depend on the NPU schedule: take it from any schedule. At a
     # CPU operator's (even) step no weight or rolling buffer is live; the buffers live from before a subgraph's
     # first step to after its last (variables, maps the CPU side passes around it) are whole at all its steps.
@@ -172,5 +188,5 @@ def network_floor(network: Network, arch: ArchitectureFeatures) -> NetworkFloor:
         inside = {access.tensor for op in sg.ops for access in (op.ifm, op.ifm2, op.ofm) if access is not None}
         touched = frozenset(use.storage_key(fm) for r in spanning for fm in r.feature_maps if fm in inside)
         around = sum(r.size for r in spanning if not inside.intersection(r.feature_maps))
-        whole = max(whole, subgraph_floor(sg, use, formats, touched).floor_bytes + around)
+        whole = max(whole, subgraph_floor(sg, use, formats, touched, residual_cascades).floor_bytes + around)
     return NetworkFloor(npu, whole)
