@@ -20,8 +20,8 @@ too), ``pricing`` (one pass), ``evaluation`` (the whole schedule) and ``verifica
 
 from npusched.model.rules import ALLOCATION_QUANTUM, storage_size, weights_need_dma
 from npusched.solver.evaluation import BandwidthKey, Evaluation, OpCost, evaluate
+from npusched.solver.memory_layout import LiveRange
 from npusched.solver.memory_model import (
-    LiveRange,
     PassMemory,
     SubgraphMemory,
     cascade_rolling_buffers,
