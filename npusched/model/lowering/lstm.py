@@ -213,6 +213,7 @@ class _LstmBuilder:
                                 quantization=cell_q, ifm_shape=cell.read,
                                 attrs=(("explicit_scaling", (False, (shift,), (mult,))),))
         if cell.read is not None:
+            assert cell.shape is not None  # a row read out of the state comes with the state's shape
             forget = replace(forget, ifm=replace(forget.ifm, shape=cell.shape, offset=cell.offset,
                                                  access_shape=cell.read))
         mult, shift = elementwise_mul_scale(Q0_15, Q0_15, cell_scale)

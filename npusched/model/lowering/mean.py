@@ -108,15 +108,15 @@ def lower_mean(op, ifm: FeatureMap, ofm: FeatureMap, ctx: LoweringContext) -> li
         # Accumulate the partial sums from the last one backwards: (last + second last), then + each earlier.
         idx = 0
         pending = list(sums)
-        total = None
+        running: FeatureMap | None = None
         while pending:
             first = pending.pop()
-            second = pending.pop() if total is None else total
+            second = pending.pop() if running is None else running
             out = ctx.new_feature_map(f"{out_tensor.name}_add_sum_{idx}", tuple(mid_shape), DataType.int32, ofm_q)
             add = elementwise_op("Add", f"{name}_add_{idx}", first, second, tflite_op=TFLITE_OP, ofm=out,
                                  attrs=(UNIT_SCALING,))
             ops.append(add)
-            total = out
+            total = running = out
             idx += 1
 
     # The Mul divides by the element count and requantises, as TFLite's reference does (shift clamped).

@@ -305,12 +305,14 @@ class VOp:
         self.ifm_shapes, self.ofm_shapes = [], []
         ifm, ifm2, ofm = self.ifm, self.ifm2, self.ofm
         if self.type == "FullyConnected":
+            assert ifm is not None and ofm is not None  # reads one tensor, writes one
             if len(ifm.shape) == 2:
                 self.ifm_shapes.append(Shape4D(ifm.shape[0], 1, 1, ifm.shape[1]))
             else:
                 self.ifm_shapes.append(Shape4D.from_list(ifm.full_shape()))
             self.ofm_shapes.append(Shape4D.from_list(ofm.full_shape()))
         elif self.type == "Softmax":
+            assert ifm is not None and ofm is not None  # reads one tensor, writes one
             self.ifm_shapes.append(Shape4D.from_list(ifm.full_shape()))
             self.ofm_shapes.append(Shape4D.from_list(ofm.full_shape()))
         elif self.type in SPLIT_TYPES or self.type in CONCAT_TYPES:
@@ -447,6 +449,7 @@ def rewrite_pre_order(sg: VSubgraph, op_rewrites: Sequence[Callable], tensor_rew
         res.outputs = new_outputs
         for t in old_outputs:
             visited = visit_tensor(t)
+            assert visited is not None  # a rewrite replaces a tensor, never removes it
             new_outputs.append(visited)
         return res
 
@@ -471,7 +474,9 @@ def rewrite_pre_order(sg: VSubgraph, op_rewrites: Sequence[Callable], tensor_rew
                 new_ops.append(visited)
         return res
 
-    sg.output_tensors = [visit_tensor(t) for t in sg.output_tensors]
+    outputs = [visit_tensor(t) for t in sg.output_tensors]
+    sg.output_tensors = [t for t in outputs if t is not None]
+    assert len(sg.output_tensors) == len(outputs)  # a rewrite replaces a tensor, never removes it
     update_consumers(sg)
 
 
