@@ -61,11 +61,15 @@ class MemoryLayout:
     grouped: frozenset[FeatureMap]
     touched: tuple[frozenset[Any], ...]
 
-    def held_across(self, start: int, end: int) -> int:
-        """Bytes of the buffers live before position ``start`` and after ``end`` that no pass of ``start..end``
-        touches: what such a run still has to share fast storage with, besides its own operands."""
+    def held_ranges(self, start: int, end: int) -> list[LiveRange]:
+        """The buffers live before position ``start`` and after ``end`` that no pass of ``start..end`` touches:
+        what such a run still has to share fast storage with, besides its own operands."""
         own = frozenset().union(*self.touched[start:end + 1])
-        return sum(r.size for key, r in self.ranges.items() if r.start < start and r.end > end and key not in own)
+        return [r for key, r in self.ranges.items() if r.start < start and r.end > end and key not in own]
+
+    def held_across(self, start: int, end: int) -> int:
+        """Bytes of ``held_ranges``."""
+        return sum(r.size for r in self.held_ranges(start, end))
 
 
 def memory_layout(ops: Sequence[NpuOp], outputs: Iterable[FeatureMap], use: TensorUse,

@@ -98,21 +98,14 @@ def _least_at(pos: int, ops: tuple[NpuOp, ...], joins: list[bool], layout: Memor
               formats: Mapping[FeatureMap, TensorFormat], size: Callable[[FeatureMap], int]
               ) -> tuple[int, tuple[int, int], tuple[tuple[str, int], ...]]:
     """(bytes, run, parts) of the run containing ``pos`` that needs the least fast storage."""
+    lo, hi = pos, pos  # the longest chain of passes that may cascade through ``pos``
+    while lo > 0 and joins[lo]:
+        lo -= 1
+    while hi + 1 < len(ops) and joins[hi + 1]:
+        hi += 1
     options = [_alone(pos, ops[pos], layout, use, formats, size)]
-    first = pos
-    while True:
-        last = pos
-        while True:
-            if last > first:
-                options.append(_cascade(first, last, ops, layout, size))
-            if last + 1 < len(ops) and joins[last + 1]:
-                last += 1
-            else:
-                break
-        if first > 0 and joins[first]:
-            first -= 1
-        else:
-            break
+    options += [_cascade(first, last, ops, layout, size)
+                for first in range(lo, pos + 1) for last in range(max(pos, first + 1), hi + 1)]
     return min(options, key=lambda o: (o[0], o[1]))
 
 
@@ -123,10 +116,7 @@ def _residual(op: NpuOp) -> bool:
 
 
 def _held(layout: MemoryLayout, first: int, last: int) -> list[tuple[str, int]]:
-    """The buffers live across passes ``first..last`` that none of them touches (``MemoryLayout.held_across``)."""
-    own = frozenset().union(*layout.touched[first:last + 1])
-    return [(" + ".join(r.tensors), r.size) for key, r in layout.ranges.items()
-            if r.start < first and r.end > last and key not in own]
+    return [(" + ".join(r.tensors), r.size) for r in layout.held_ranges(first, last)]
 
 
 def _alone(pos: int, op: NpuOp, layout: MemoryLayout, use: TensorUse, formats: Mapping[FeatureMap, TensorFormat],
