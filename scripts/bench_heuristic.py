@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from npusched.pipeline import vela_hardware_args
+from npusched.app.pipeline import vela_hardware_args
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 
@@ -51,7 +51,7 @@ def main() -> int:
     ratios = []
     with tempfile.TemporaryDirectory() as out_dir:
         for model in models:
-            ours_cmd = [sys.executable, "-m", "npusched.cli", str(model), *hw, "--solver", "heuristic", "--quiet"]
+            ours_cmd = [sys.executable, "-m", "npusched.app.cli", str(model), *hw, "--solver", "heuristic", "--quiet"]
             vela_cmd = ["vela", str(model), *hw, "--debug-force-legacy-core", "--output-dir", out_dir]
             ours, vela = [], []
             try:

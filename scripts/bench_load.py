@@ -12,9 +12,9 @@ import statistics
 import time
 from pathlib import Path
 
-from npusched.io.tflite_reader import read_tflite
-from npusched.model.arch import load_architecture
-from npusched.model.graph import lower_model
+from npusched.frontend.tflite_reader import read_tflite
+from npusched.lowering.graph import lower_model
+from npusched.target.arch import load_architecture
 
 DEFAULT_MODEL = Path(__file__).resolve().parents[1] / "tests" / "data" / "corpus" / "mobilenet_v2_224_int8.tflite"
 

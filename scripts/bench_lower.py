@@ -13,11 +13,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from npusched.io.tflite_reader import read_tflite
-from npusched.model.graph import lower_model
-from npusched.model.validate import validate_model
+from npusched.app.pipeline import RunOptions, architecture
+from npusched.frontend.tflite_reader import read_tflite
+from npusched.frontend.validate import validate_model
+from npusched.lowering.graph import lower_model
 from npusched.netgen import generate
-from npusched.pipeline import RunOptions, architecture
 
 
 def main() -> None:

@@ -19,11 +19,12 @@ import statistics
 import time
 from pathlib import Path
 
-from npusched.io.tflite_reader import read_tflite
-from npusched.model import block_config, options, weights
-from npusched.model.arch import load_architecture
-from npusched.model.graph import lower_model
-from npusched.solver.max_schedule import vela_tensor_placements
+from npusched.frontend.tflite_reader import read_tflite
+from npusched.lowering.graph import lower_model
+from npusched.schedule import options
+from npusched.solvers.max_schedule import vela_tensor_placements
+from npusched.target import block_config, weights
+from npusched.target.arch import load_architecture
 
 DEFAULT_MODEL = Path(__file__).resolve().parents[1] / "tests" / "data" / "corpus" / "mobilenet_v2_224_int8.tflite"
 

@@ -21,15 +21,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from npusched.app.pipeline import vela_hardware_args
 from npusched.netgen import generate
-from npusched.pipeline import vela_hardware_args
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "tests" / "data" / "golden" / "configs.json"
 
 
 def run_cell(model: Path, config: dict, limit: float, out: Path) -> dict:
-    command = [sys.executable, "-m", "npusched.cli", str(model), "--quiet", "--json", str(out),
+    command = [sys.executable, "-m", "npusched.app.cli", str(model), "--quiet", "--json", str(out),
                "--time-limit", str(limit), "--workers", "2",
                *vela_hardware_args(config)]
     start = time.monotonic()

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from npusched.errors import NpuschedError
-from npusched.fidelity import ModelComparison, compare_model, load_config
+from npusched.vela.fidelity import ModelComparison, compare_model, load_config
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 

@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from npusched.app.pipeline import vela_hardware_args
 from npusched.netgen import ARCHITECTURES, generate
-from npusched.pipeline import vela_hardware_args
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,7 +43,7 @@ def main() -> None:
                     for name, config in configs.items():
                         out = Path(tmp) / "out.json"
                         out.unlink(missing_ok=True)
-                        command = [sys.executable, "-m", "npusched.cli", str(model), "--quiet", "--json", str(out),
+                        command = [sys.executable, "-m", "npusched.app.cli", str(model), "--quiet", "--json", str(out),
                                    "--time-limit", str(args.time_limit), "--workers", "2",
                                    *vela_hardware_args(config)]
                         start = time.monotonic()

@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from npusched.app.pipeline import run, run_options_from_vela_args
 from npusched.errors import NpuschedError
-from npusched.fidelity import compare_model
-from npusched.io.vela_report import read_cpu_operator_count, read_per_layer, read_verbose_schedule
 from npusched.netgen import ARCHITECTURES, generate
-from npusched.netgen.oracle import run_vela
-from npusched.pipeline import run, run_options_from_vela_args
+from npusched.vela.fidelity import compare_model
+from npusched.vela.golden import run_vela
+from npusched.vela.report import read_cpu_operator_count, read_per_layer, read_verbose_schedule
 
 DEFAULT_GOLDEN_CONFIGS = Path(__file__).resolve().parents[1] / "tests" / "data" / "golden" / "configs.json"
 WITHIN_PERCENT = 1.0

@@ -5,7 +5,7 @@
     python scripts/peak_floor.py --generated [--archs a,b] [--passes 40] [--seeds 0,1] [--time-limit 10]
 
 Corpus (default): per model under u55-128_hee_shared_size, the floor no schedule Vela's cascade rules allow can
-go below (``npusched.solver.peak_floor``; NPU subgraphs, and the whole inference), next to npusched's least peak
+go below (``npusched.solvers.peak_floor``; NPU subgraphs, and the whole inference), next to npusched's least peak
 (docs/size_vs_vela.csv, made by scripts/size_vs_vela.py) and both Vela cores' SRAM used (tests/data/baselines),
 with geomeans. --residual-cascades: the floor if residual adds could join cascades (a what-if; Vela's rules
 forbid it). --generated: networks of npusched.netgen under the same configuration; checks the floor is at or
@@ -28,12 +28,12 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 from size_vs_vela import BASELINE, vela_sram_bytes  # noqa: E402
 
+from npusched.app.pipeline import load_network, run_options_from_vela_args  # noqa: E402
 from npusched.netgen import ARCHITECTURES, generate  # noqa: E402
-from npusched.pipeline import load_network, run_options_from_vela_args  # noqa: E402
-from npusched.solver.cpsat import solve_cpsat  # noqa: E402
-from npusched.solver.evaluator import evaluate  # noqa: E402
-from npusched.solver.heuristic import heuristic_schedule  # noqa: E402
-from npusched.solver.peak_floor import network_floor  # noqa: E402
+from npusched.schedule.evaluator import evaluate  # noqa: E402
+from npusched.solvers.cpsat.model import solve_cpsat  # noqa: E402
+from npusched.solvers.heuristic import heuristic_schedule  # noqa: E402
+from npusched.solvers.peak_floor import network_floor  # noqa: E402
 
 DATA = REPO / "tests" / "data"
 CONFIG_NAME = "u55-128_hee_shared_size"

@@ -20,11 +20,11 @@ import statistics
 import time
 from pathlib import Path
 
+from npusched.app.pipeline import load_network, run_options_from_vela_args
 from npusched.errors import ScheduleError
-from npusched.pipeline import load_network, run_options_from_vela_args
-from npusched.solver.cpsat import solve_cpsat
-from npusched.solver.evaluator import evaluate, verify
-from npusched.solver.heuristic import heuristic_schedule
+from npusched.schedule.evaluator import evaluate, verify
+from npusched.solvers.cpsat.model import solve_cpsat
+from npusched.solvers.heuristic import heuristic_schedule
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 

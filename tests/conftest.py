@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from npusched.model.graph import Network, NpuSubgraph
-from npusched.pipeline import RunOptions, architecture, load_network, run_options_from_vela_args
+from npusched.app.pipeline import RunOptions, architecture, load_network, run_options_from_vela_args
+from npusched.lowering.graph import Network, NpuSubgraph
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 CORPUS_DIR = DATA_DIR / "corpus"

@@ -10,7 +10,8 @@ import pytest
 from conftest import CONFIGS, golden_arch, golden_cases, golden_path
 
 from npusched.errors import ConfigError
-from npusched.model.arch import (
+from npusched.ir import MemArea
+from npusched.target.arch import (
     BandwidthDirection,
     MemPort,
     known_accelerator_configs,
@@ -18,7 +19,6 @@ from npusched.model.arch import (
     list_system_configs,
     load_architecture,
 )
-from npusched.model.ir import MemArea
 
 
 def _summary_rows(config_name: str) -> list[dict[str, str]]:

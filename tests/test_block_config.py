@@ -8,18 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import CONFIGS, golden_arch, golden_cases, golden_path
 
-from npusched.io.vela_report import read_verbose_schedule
-from npusched.model.arch import load_architecture
-from npusched.model.block_config import (
-    BlockConfig,
-    enumerate_block_configs,
-    find_block_config,
-    find_block_config_for_op,
-    get_ifm_area_required,
-    try_block_config,
-    vela_choice,
-)
-from npusched.model.ir import (
+from npusched.ir import (
     DataType,
     FeatureMap,
     Kernel,
@@ -29,6 +18,17 @@ from npusched.model.ir import (
     ResamplingMode,
     Shape4D,
 )
+from npusched.target.arch import load_architecture
+from npusched.target.block_config import (
+    BlockConfig,
+    enumerate_block_configs,
+    find_block_config,
+    find_block_config_for_op,
+    get_ifm_area_required,
+    try_block_config,
+    vela_choice,
+)
+from npusched.vela.report import read_verbose_schedule
 
 # ----------------------------------------------------------------------------------------------------------------
 # Golden verbose schedules

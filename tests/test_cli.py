@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from npusched import cli
-from npusched.cli import main
+from npusched.app import cli
+from npusched.app.cli import main
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "kws_dscnn_int8.tflite"
 HEE = ["--accelerator-config", "ethos-u55-128", "--config", "Arm/vela.ini",
@@ -107,7 +107,7 @@ def test_console_script_exit_status(tmp_path: Path) -> None:
     """The installed entry point behaves as main() does: no traceback, status 2."""
     bad = tmp_path / "bad.tflite"
     bad.write_bytes(b"\0" * 64)
-    proc = subprocess.run([sys.executable, "-m", "npusched.cli", str(bad)], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "npusched.app.cli", str(bad)], capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
 

@@ -8,13 +8,13 @@ from dataclasses import replace
 import pytest
 from conftest import run_options
 
-from npusched.model.arch import Estimator
-from npusched.model.contention import contention_slack
-from npusched.model.ir import MemArea
-from npusched.model.performance import OpPerformance
-from npusched.pipeline import architecture, load_network, run
-from npusched.solver.evaluator import evaluate, price_op, verify
-from npusched.solver.heuristic import heuristic_schedule
+from npusched.app.pipeline import architecture, load_network, run
+from npusched.ir import MemArea
+from npusched.schedule.evaluator import evaluate, price_op, verify
+from npusched.solvers.heuristic import heuristic_schedule
+from npusched.target.arch import Estimator
+from npusched.target.contention import contention_slack
+from npusched.target.performance import OpPerformance
 
 CASES = [("u55-128_hee_shared", "micro_speech_int8"), ("u55-128_hee_shared", "str_ww_int8"),
          ("u65-256_mid_dedicated256k", "kws_dscnn_int8"), ("u55-256_hee_shared_arena128k", "ad01_int8")]

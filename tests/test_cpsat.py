@@ -9,14 +9,14 @@ import pytest
 from conftest import assert_names_the_peak, first_passes, load_corpus
 from ortools.sat.python import cp_model
 
+import npusched.solvers.cpsat.model as cpsat
 from npusched.errors import ScheduleError
-from npusched.solver import cpsat
-from npusched.solver.cpsat import SCALE, solve_cpsat
-from npusched.solver.cpsat_candidates import SubgraphFacts, all_candidates
-from npusched.solver.evaluator import elementwise_reuse_source, evaluate, storage_size, tensor_use, verify
-from npusched.solver.heuristic import heuristic_schedule, sched_ops_of
-from npusched.solver.max_schedule import max_schedule, vela_tensor_placements
-from npusched.solver.schedule import Schedule, TensorPlacement
+from npusched.schedule.evaluator import elementwise_reuse_source, evaluate, storage_size, tensor_use, verify
+from npusched.schedule.schedule import Schedule, TensorPlacement
+from npusched.solvers.cpsat.candidates import SubgraphFacts, all_candidates
+from npusched.solvers.cpsat.model import SCALE, solve_cpsat
+from npusched.solvers.heuristic import heuristic_schedule, sched_ops_of
+from npusched.solvers.max_schedule import max_schedule, vela_tensor_placements
 
 
 def test_three_pass_slice_matches_brute_force(corpus_dir):
@@ -129,7 +129,7 @@ def test_single_pass_optimum_by_hand(corpus_dir, arena):
     copied into SRAM first. With 16 bytes of SRAM no weight buffer fits, so the optimum is the fastest block config
     reading its weights in place (13972 cycles); with the default 256 KiB copying them first wins (13551). Both
     minima come from ``price_options`` (the option pricer, a separate path from the evaluator's ``price_op``)."""
-    from npusched.model.options import price_options
+    from npusched.schedule.options import price_options
 
     overrides = {"arena_cache_size": arena} if arena is not None else {}
     arch, network = load_corpus("kws_dscnn_int8", "u65-256_mid_dedicated256k", **overrides)

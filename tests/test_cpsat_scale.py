@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from conftest import CONFIGS
 
-import npusched.solver.cpsat as cpsat
+import npusched.solvers.cpsat.model as cpsat
+from npusched.app.pipeline import load_network, run, run_options_from_vela_args, vela_hardware_args
 from npusched.netgen import generate
-from npusched.netgen.oracle import run_vela
-from npusched.pipeline import load_network, run, run_options_from_vela_args, vela_hardware_args
-from npusched.solver.evaluator import evaluate, verify
-from npusched.solver.heuristic import heuristic_schedule
+from npusched.schedule.evaluator import evaluate, verify
+from npusched.solvers.heuristic import heuristic_schedule
+from npusched.vela.golden import run_vela
 
 DEDICATED = ("u65-256_mid_dedicated256k", "u65-512_high_dedicated384k")
 
@@ -107,7 +107,7 @@ def test_heuristic_over_the_arena_reproduces_vela(tmp_path, arch):
     assert run_vela(path, config, golden, timeout_seconds=600) == ""
     with (golden / "summary.csv").open() as f:
         vela_cycles = float(next(csv.DictReader(f))["cycles_total"])
-    out = subprocess.run([sys.executable, "-m", "npusched.cli", str(path), "--solver", "heuristic", "--quiet",
+    out = subprocess.run([sys.executable, "-m", "npusched.app.cli", str(path), "--solver", "heuristic", "--quiet",
                           *vela_hardware_args(config), "--json", str(tmp_path / "s.json")],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr

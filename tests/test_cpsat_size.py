@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 from conftest import first_passes, load_corpus
 
-import npusched.solver.cpsat as cpsat
-from npusched.model.graph import Network
-from npusched.solver.cpsat_candidates import Candidate, SubgraphFacts, all_candidates
-from npusched.solver.evaluator import elementwise_reuse_source, evaluate, storage_size, tensor_use, verify
-from npusched.solver.heuristic import heuristic_schedule, sched_ops_of
-from npusched.solver.max_schedule import max_schedule, vela_tensor_placements
-from npusched.solver.schedule import Schedule
+import npusched.solvers.cpsat.model as cpsat
+from npusched.lowering.graph import Network
+from npusched.schedule.evaluator import elementwise_reuse_source, evaluate, storage_size, tensor_use, verify
+from npusched.schedule.schedule import Schedule
+from npusched.solvers.cpsat.candidates import Candidate, SubgraphFacts, all_candidates
+from npusched.solvers.heuristic import heuristic_schedule, sched_ops_of
+from npusched.solvers.max_schedule import max_schedule, vela_tensor_placements
 
 SIZE = "u55-128_hee_shared_size"
 

@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 from conftest import GOLDEN_DIR, model_path
 
-from npusched.io.tflite_reader import read_tflite
-from npusched.model.ir import DataType, NpuOp, Shape4D
-from npusched.model.lowering.context import LoweringContext
-from npusched.model.lowering.lstm import lower_lstm
-from npusched.model.lowering.mean import lower_mean
-from npusched.model.lowering.softmax import lower_softmax
+from npusched.frontend.tflite_reader import read_tflite
+from npusched.ir import DataType, NpuOp, Shape4D
+from npusched.lowering.context import LoweringContext
+from npusched.lowering.lstm import lower_lstm
+from npusched.lowering.mean import lower_mean
+from npusched.lowering.softmax import lower_softmax
 
 GOLDEN = GOLDEN_DIR / "u55-128_hee_shared"
 LOWER = {"SOFTMAX": lower_softmax, "MEAN": lower_mean, "UNIDIRECTIONAL_SEQUENCE_LSTM": lower_lstm}
@@ -182,8 +182,8 @@ def test_mean_matches_golden_schedule_and_weights():
 def test_mean_weights_encode_to_golden_size():
     """The all-ones weights are in the layout the encoder expects: Vela's 21952 encoded bytes, with the golden
     block depth (96) and depth slices."""
-    from npusched.model.arch import load_architecture
-    from npusched.model.weights import encode_op_weights
+    from npusched.target.arch import load_architecture
+    from npusched.target.weights import encode_op_weights
 
     arch = load_architecture("ethos-u55-128", system_config="Ethos_U55_High_End_Embedded", memory_mode="Shared_Sram")
     conv = lowered("mobilenet_v2_224_int8", "MEAN")[0]
@@ -236,8 +236,8 @@ def test_lstm_types_and_state_writes():
 
 def test_lstm_fc_weights_encode_to_golden_sizes():
     """Transposed [in, out] FC weights encode to the sizes Vela printed (block depth 128, one slice)."""
-    from npusched.model.arch import load_architecture
-    from npusched.model.weights import encode_op_weights
+    from npusched.target.arch import load_architecture
+    from npusched.target.weights import encode_op_weights
 
     arch = load_architecture("ethos-u55-128", system_config="Ethos_U55_High_End_Embedded", memory_mode="Shared_Sram")
     fcs = [o for o in lowered("dtln", "UNIDIRECTIONAL_SEQUENCE_LSTM") if o.op_type == "FullyConnected"]

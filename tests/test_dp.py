@@ -14,12 +14,12 @@ import functools
 import pytest
 from conftest import CONFIGS, golden_path, run_options
 
+from npusched.app.pipeline import load_network
 from npusched.errors import ScheduleError
-from npusched.model.arch import OptimisationStrategy
-from npusched.pipeline import load_network
-from npusched.solver.dp import DpOptions, dp_schedule, dp_subgraph
-from npusched.solver.evaluator import evaluate, staging_limit, tensor_use, verify
-from npusched.solver.max_schedule import max_schedule, vela_tensor_placements
+from npusched.schedule.evaluator import evaluate, staging_limit, tensor_use, verify
+from npusched.solvers.dp import DpOptions, dp_schedule, dp_subgraph
+from npusched.solvers.max_schedule import max_schedule, vela_tensor_placements
+from npusched.target.arch import OptimisationStrategy
 
 MODELS = ("kws_dscnn_int8", "micro_speech_int8", "resnet8_ic_int8", "vww_96_int8")
 UNLIMITED_CONFIG = "u55-128_hee_shared"

@@ -15,13 +15,13 @@ from dataclasses import replace
 import pytest
 from conftest import MODELS, golden_cases, golden_path, model_path, run_options
 
-from npusched.io.tflite_reader import read_tflite
-from npusched.io.vela_report import read_summary, read_verbose_schedule
-from npusched.model.graph import lower_model
-from npusched.pipeline import architecture
-from npusched.solver.evaluator import cascade_rolling_buffers, evaluate, verify
-from npusched.solver.heuristic import heuristic_schedule
-from npusched.solver.schedule import TensorPlacement
+from npusched.app.pipeline import architecture
+from npusched.frontend.tflite_reader import read_tflite
+from npusched.lowering.graph import lower_model
+from npusched.schedule.evaluator import cascade_rolling_buffers, evaluate, verify
+from npusched.schedule.schedule import TensorPlacement
+from npusched.solvers.heuristic import heuristic_schedule
+from npusched.vela.report import read_summary, read_verbose_schedule
 
 CONFIG_NAMES = ("u55-128_hee_shared", "u55-128_hee_shared_size", "u55-256_hee_shared_arena128k",
                 "u65-256_mid_dedicated256k", "u65-512_high_dedicated384k")

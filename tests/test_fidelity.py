@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from npusched.fidelity import compare_model, load_config
+from npusched.vela.fidelity import compare_model, load_config
 
 CONFIG = "u55-128_hee_shared"
 

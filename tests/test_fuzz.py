@@ -32,12 +32,12 @@ import pytest
 import tflite
 from conftest import CORPUS_DIR
 
+from npusched.app.pipeline import RunOptions, run
 from npusched.errors import NpuschedError
+from npusched.frontend.tflite_reader import _OPTIONS_NAMES, _tflite_class
 from npusched.io.report_json import document
 from npusched.io.report_text import format_summary
-from npusched.io.tflite_reader import _OPTIONS_NAMES, _tflite_class
-from npusched.model.arch import resolve_config_file
-from npusched.pipeline import RunOptions, run
+from npusched.target.arch import resolve_config_file
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = CORPUS_DIR
@@ -290,7 +290,7 @@ def test_fuzzed_inputs_give_a_schedule_or_one_clear_error(tmp_path: Path) -> Non
 
 def _cli(args: list[str], limit_seconds: float) -> subprocess.CompletedProcess[str]:
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "npusched.cli", *args], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "npusched.app.cli", *args], capture_output=True, text=True,
                           timeout=limit_seconds + 30, cwd=REPO)
     elapsed = time.monotonic() - started
     # Interpreter start-up and imports come on top of the run's own limit.

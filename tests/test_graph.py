@@ -11,10 +11,10 @@ import networkx as nx
 import pytest
 from conftest import MODELS, golden_arch, golden_cases, golden_path
 
-from npusched.io.tflite_reader import read_tflite
-from npusched.io.vela_report import read_cpu_operator_count, read_verbose_schedule
-from npusched.model.graph import lower_model
-from npusched.model.ir import CpuOp, NpuBlockType, NpuOp, TensorFormat
+from npusched.frontend.tflite_reader import read_tflite
+from npusched.ir import CpuOp, NpuBlockType, NpuOp, TensorFormat
+from npusched.lowering.graph import lower_model
+from npusched.vela.report import read_cpu_operator_count, read_verbose_schedule
 
 CONFIG = "u55-128_hee_shared"
 SYNTHETIC_DIR = Path(__file__).parent / "data" / "lowering"

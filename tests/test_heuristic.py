@@ -14,17 +14,17 @@ import re
 import pytest
 from conftest import VELA_FAILED, assert_names_the_peak, golden_cases, golden_path, model_path, run_options
 
+from npusched.app.pipeline import architecture
 from npusched.errors import ScheduleError
-from npusched.io.tflite_reader import read_tflite
-from npusched.io.vela_report import read_per_layer, read_summary, read_verbose_schedule
-from npusched.model.arch import load_architecture
-from npusched.model.graph import lower_model
-from npusched.model.ir import Shape4D
-from npusched.pipeline import architecture
-from npusched.solver.cascades import rolling_buffer_shape
-from npusched.solver.evaluator import evaluate
-from npusched.solver.heuristic import heuristic_schedule, memory_over_time, schedule_subgraphs
-from npusched.solver.max_schedule import max_schedule
+from npusched.frontend.tflite_reader import read_tflite
+from npusched.ir import Shape4D
+from npusched.lowering.graph import lower_model
+from npusched.schedule.cascades import rolling_buffer_shape
+from npusched.schedule.evaluator import evaluate
+from npusched.solvers.heuristic import heuristic_schedule, memory_over_time, schedule_subgraphs
+from npusched.solvers.max_schedule import max_schedule
+from npusched.target.arch import load_architecture
+from npusched.vela.report import read_per_layer, read_summary, read_verbose_schedule
 
 CONFIG_NAMES = ("u55-128_hee_shared_size", "u55-256_hee_shared_arena128k", "u65-256_mid_dedicated256k",
                 "u65-512_high_dedicated384k")

@@ -13,15 +13,15 @@ import functools
 import pytest
 from conftest import golden_arch, golden_cases, golden_path, model_path
 
-from npusched.io.tflite_reader import read_tflite
-from npusched.io.vela_report import read_per_layer, read_summary, read_verbose_schedule
-from npusched.model.arch import load_architecture
-from npusched.model.graph import lower_model
-from npusched.model.ir import MemArea
-from npusched.model.performance import Direction, Purpose
-from npusched.solver.evaluator import evaluate, verify
-from npusched.solver.max_schedule import max_schedule
-from npusched.solver.schedule import WeightBuffering
+from npusched.frontend.tflite_reader import read_tflite
+from npusched.ir import MemArea
+from npusched.lowering.graph import lower_model
+from npusched.schedule.evaluator import evaluate, verify
+from npusched.schedule.schedule import WeightBuffering
+from npusched.solvers.max_schedule import max_schedule
+from npusched.target.arch import load_architecture
+from npusched.target.performance import Direction, Purpose
+from npusched.vela.report import read_per_layer, read_summary, read_verbose_schedule
 
 # Configurations whose golden runs use Vela's max schedule: for every model on the first; on the second only for
 # the models that fit the 128 KiB arena (MAX_CASES below).

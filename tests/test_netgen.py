@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from conftest import CONFIGS
 
-from npusched.fidelity import compare_model
-from npusched.io.vela_report import read_cpu_operator_count, read_verbose_schedule
+from npusched.app.pipeline import RunOptions, load_network, run, run_options_from_vela_args
 from npusched.netgen import ARCHITECTURES, SPLIT_BY_DEFAULT, GenerationError, generate
-from npusched.netgen.oracle import run_vela
-from npusched.pipeline import RunOptions, load_network, run, run_options_from_vela_args
+from npusched.vela.fidelity import compare_model
+from npusched.vela.golden import run_vela
+from npusched.vela.report import read_cpu_operator_count, read_verbose_schedule
 
 SMALL_PASSES = 40
 

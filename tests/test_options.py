@@ -17,13 +17,11 @@ import numpy as np
 import pytest
 from conftest import golden_path, model_path
 
-from npusched.io.tflite_reader import read_tflite
-from npusched.io.vela_report import read_per_layer, read_verbose_schedule
-from npusched.model.arch import load_architecture
-from npusched.model.block_config import enumerate_block_configs, find_block_config, op_block_inputs
-from npusched.model.graph import lower_model
-from npusched.model.ir import MemArea, NpuBlockType, ResamplingMode, ceil_div
-from npusched.model.options import (
+from npusched.frontend.tflite_reader import read_tflite
+from npusched.ir import MemArea, NpuBlockType, ResamplingMode, ceil_div
+from npusched.lowering.graph import lower_model
+from npusched.schedule.evaluator import evaluate
+from npusched.schedule.options import (
     ACCESS_AREAS,
     dominated,
     drop_dominated,
@@ -31,8 +29,10 @@ from npusched.model.options import (
     striped_op_cycles,
     vela_choice,
 )
-from npusched.solver.evaluator import evaluate
-from npusched.solver.max_schedule import max_schedule
+from npusched.solvers.max_schedule import max_schedule
+from npusched.target.arch import load_architecture
+from npusched.target.block_config import enumerate_block_configs, find_block_config, op_block_inputs
+from npusched.vela.report import read_per_layer, read_verbose_schedule
 
 CONFIGS = {
     "u55-128_hee_shared": ("ethos-u55-128", "Ethos_U55_High_End_Embedded", "Shared_Sram", "Performance"),

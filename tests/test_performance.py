@@ -23,10 +23,8 @@ import numpy as np
 import pytest
 from conftest import CONFIGS, golden_arch, golden_cases, golden_path, model_path
 
-from npusched.io.tflite_reader import TfliteModel, read_tflite
-from npusched.io.vela_report import read_verbose_schedule
-from npusched.model import performance as P
-from npusched.model.ir import (
+from npusched.frontend.tflite_reader import TfliteModel, read_tflite
+from npusched.ir import (
     ConstTensor,
     DataType,
     Kernel,
@@ -36,6 +34,8 @@ from npusched.model.ir import (
     TensorFormat,
     round_up,
 )
+from npusched.target import performance as P
+from npusched.vela.report import read_verbose_schedule
 
 BLOCK_TYPES = {
     "Conv2DBias": NpuBlockType.ConvolutionMxN,
@@ -495,7 +495,7 @@ class _Resolver:
 
     def _encode(self, op: GoldenOp, block_type: NpuBlockType, ifm_bits: int):
         """(full-depth encoded bytes, first-slice bytes per core) from the real codec, for split weights."""
-        from npusched.model import weights as W
+        from npusched.target import weights as W
 
         found = self._weights_tensor(op)
         if found is None:

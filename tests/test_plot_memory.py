@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from conftest import CONFIGS, model_path, run_options
 
-from npusched.cli import main
-from npusched.pipeline import run, vela_hardware_args
-from npusched.solver.evaluator import cascade_rolling_buffers, subgraphs_of
-from npusched.solver.memory_breakdown import memory_breakdown
+from npusched.app.cli import main
+from npusched.app.pipeline import run, vela_hardware_args
+from npusched.schedule.evaluator import cascade_rolling_buffers, subgraphs_of
+from npusched.schedule.memory_breakdown import memory_breakdown
 
 CONFIG = "u55-128_hee_shared"
 ARENA_BYTES = 32768

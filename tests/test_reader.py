@@ -10,8 +10,8 @@ import tflite
 from conftest import MODELS
 
 from npusched.errors import ModelError
-from npusched.io.tflite_reader import parse_tflite, read_tflite
-from npusched.model.ir import DataType
+from npusched.frontend.tflite_reader import parse_tflite, read_tflite
+from npusched.ir import DataType
 
 NUMPY = {DataType.int8: np.int8, DataType.uint8: np.uint8, DataType.int16: np.int16, DataType.int32: np.int32,
          DataType.int64: np.int64, DataType.float32: np.float32}
@@ -124,7 +124,7 @@ def test_every_options_table_of_the_schema_decodes():
     the schema defaults (an empty Conv2DOptions has dilation factors 1 and SAME padding, enum value 0)."""
     import flatbuffers
 
-    from npusched.io.tflite_reader import _decode_options
+    from npusched.frontend.tflite_reader import _decode_options
 
     decoded = {}
     for union in (tflite.BuiltinOptions, tflite.BuiltinOptions2):

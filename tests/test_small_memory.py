@@ -13,12 +13,12 @@ import textwrap
 import pytest
 from conftest import CONFIGS, golden_path, load_corpus, model_path
 
+from npusched.app.pipeline import load_network, run_options_from_vela_args
 from npusched.errors import ScheduleError
 from npusched.netgen import generate
-from npusched.pipeline import load_network, run_options_from_vela_args
-from npusched.solver.cpsat import NetworkFacts, solve_cpsat
-from npusched.solver.evaluator import evaluate, verify
-from npusched.solver.heuristic import heuristic_schedule
+from npusched.schedule.evaluator import evaluate, verify
+from npusched.solvers.cpsat.model import NetworkFacts, solve_cpsat
+from npusched.solvers.heuristic import heuristic_schedule
 
 SIZE = "u55-128_hee_shared_size"
 ARENA_128K = "u55-256_hee_shared_arena128k"

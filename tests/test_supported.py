@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from conftest import MODELS, golden_cases, model_path
 
-from npusched.io.tflite_reader import TfliteOperator, TfliteSubgraph, read_tflite
-from npusched.model.ir import DataType, Quantization
-from npusched.model.supported import NPU_OPERATORS, cpu_operators, npu_support, vela_cpu_reason
+from npusched.frontend.supported import NPU_OPERATORS, cpu_operators, npu_support, vela_cpu_reason
+from npusched.frontend.tflite_reader import TfliteOperator, TfliteSubgraph, read_tflite
+from npusched.ir import DataType, Quantization
 
 # Vela's own placement messages in vela_stdout.txt: semantic failures, failed support rules, CPU-only types.
 _VELA_CPU_LINE = re.compile(r"^(?:Warning: Unsupported TensorFlow Lite semantics for (\w+) '(.*)'\. Placing on CPU"

@@ -18,16 +18,16 @@ from pathlib import Path
 import pytest
 from test_fuzz import CORPUS, REPO, model_sites
 
-from npusched.cli import main
+from npusched.app.cli import main
+from npusched.app.pipeline import RunOptions, SolverReport, architecture, run
 from npusched.errors import ConfigError, ModelError
+from npusched.frontend.tflite_reader import parse_tflite, read_tflite
+from npusched.frontend.validate import MAX_LSTM_STEPS
 from npusched.io.report_json import document
 from npusched.io.report_text import format_summary
-from npusched.io.tflite_reader import parse_tflite, read_tflite
-from npusched.model.arch import resolve_config_file
-from npusched.model.graph import RECURSION_LIMIT, lower_model
-from npusched.model.validate import MAX_LSTM_STEPS
+from npusched.lowering.graph import RECURSION_LIMIT, lower_model
 from npusched.netgen import generate
-from npusched.pipeline import RunOptions, SolverReport, architecture, run
+from npusched.target.arch import resolve_config_file
 
 KWS = CORPUS / "kws_dscnn_int8.tflite"
 MICRO = CORPUS / "micro_speech_int8.tflite"
@@ -249,7 +249,7 @@ def test_json_on_a_full_disk_leaves_the_old_file_and_no_temporary(tmp_path: Path
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000))
 
-    done = subprocess.run([sys.executable, "-m", "npusched.cli", str(MICRO), *HEE, "--solver", "heuristic",
+    done = subprocess.run([sys.executable, "-m", "npusched.app.cli", str(MICRO), *HEE, "--solver", "heuristic",
                            "--json", str(out)], capture_output=True, text=True, preexec_fn=small_files, cwd=REPO,
                           timeout=120)
     assert done.returncode == 2, done.stderr

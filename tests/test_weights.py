@@ -15,10 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from npusched.io.tflite_reader import TfliteModel, read_tflite
-from npusched.model import weights as W
-from npusched.model.arch import load_architecture
-from npusched.model.ir import (
+from npusched.frontend.tflite_reader import TfliteModel, read_tflite
+from npusched.ir import (
     ConstTensor,
     DataType,
     FeatureMap,
@@ -29,6 +27,8 @@ from npusched.model.ir import (
     Quantization,
     Shape4D,
 )
+from npusched.target import weights as W
+from npusched.target.arch import load_architecture
 
 CONFIGS = {
     "u55-128_hee_shared": "ethos-u55-128",

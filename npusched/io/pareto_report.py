@@ -1,4 +1,4 @@
-"""The cycles-vs-fast-storage frontier (``npusched.solver.pareto``) as CSV and as the table `--pareto` prints.
+"""The cycles-vs-fast-storage frontier (``npusched.solvers.pareto``) as CSV and as the table `--pareto` prints.
 
 CSV columns, one row per limit tried, ascending:
 
@@ -21,7 +21,7 @@ import math
 from pathlib import Path
 
 from npusched.errors import OutputError
-from npusched.solver.pareto import ParetoRun, VelaPoint
+from npusched.solvers.pareto import ParetoRun, VelaPoint
 
 COLUMNS = ("limit_bytes", "cycles", "peak_fast_storage_bytes", "bound_cycles", "gap", "on_frontier",
            "found_at_limit_bytes", "vela_cycles", "vela_sram_used_bytes", "vela_error")

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from npusched.errors import OutputError
-from npusched.solver.memory_breakdown import PARTS, MemoryBreakdown
-from npusched.solver.pareto import ParetoRun
+from npusched.schedule.memory_breakdown import PARTS, MemoryBreakdown
+from npusched.solvers.pareto import ParetoRun
 
 SUFFIXES = (".png", ".svg")
 _PART_COLOURS = ("tab:blue", "tab:orange", "tab:green")

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from npusched.errors import OutputError
-from npusched.model.ir import CpuOp, NpuOp
-from npusched.model.performance import ACCESS_AREAS, Direction
+from npusched.ir import CpuOp, NpuOp
+from npusched.target.performance import ACCESS_AREAS, Direction
 
 FORMAT = "npusched.schedule/1"
 
@@ -47,9 +47,9 @@ def op_record(op: NpuOp | CpuOp) -> dict[str, Any]:
 
 def scheduled_op_record(op: NpuOp, result: Any, rolling_buffer: Any = None) -> dict[str, Any]:
     """What the schedule chose for one NPU pass and what the evaluator says it costs: every choice is here, so
-    ``npusched.io.schedule_reader`` rebuilds the same schedule from it. ``rolling_buffer`` is the shape of the
+    ``npusched.app.replay`` rebuilds the same schedule from it. ``rolling_buffer`` is the shape of the
     cascade buffer the pass reads its IFM from (the evaluator's, also where the schedule leaves it implicit)."""
-    from npusched.solver.evaluator import slack_buffering_cycles
+    from npusched.schedule.evaluator import slack_buffering_cycles
 
     choice = result.schedule.op(op.index)
     cost = result.evaluation.op(op.index)
@@ -91,13 +91,13 @@ def _placement_record(result: Any, fm: Any) -> dict[str, str]:
 
 
 def _placement(result: Any, fm: Any) -> Any:
-    from npusched.solver.evaluator import placement_of
+    from npusched.schedule.evaluator import placement_of
 
     return placement_of(result.arch, result.schedule, fm)
 
 
 def document(result: Any, vela_backend: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Build the whole document from a finished run (npusched.pipeline.RunResult); ``vela_backend`` is what
+    """Build the whole document from a finished run (npusched.app.pipeline.RunResult); ``vela_backend`` is what
     compiling it with Vela's backend gave (``BackendResult.as_json``), when that was asked for."""
     arch = result.arch
     options = result.options
@@ -105,7 +105,7 @@ def document(result: Any, vela_backend: dict[str, Any] | None = None) -> dict[st
                  for index, sg in enumerate(result.network.subgraphs) for position, op in enumerate(sg.ops)}
     rolling: dict[int, Any] = {}
     if result.schedule is not None:
-        from npusched.solver.evaluator import cascade_rolling_buffers
+        from npusched.schedule.evaluator import cascade_rolling_buffers
 
         for sg in result.network.subgraphs:
             rolling.update(cascade_rolling_buffers(sg, result.schedule))

@@ -8,8 +8,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from npusched.model.ir import NpuOp
-from npusched.model.performance import ACCESS_AREAS, Direction, Purpose
+from npusched.ir import NpuOp
+from npusched.target.performance import ACCESS_AREAS, Direction, Purpose
 
 _COLUMNS = (
     ("TFLite_operator", 20, "<"), ("NNG Operator", 20, "<"), ("SRAM Usage", 10, ">"), ("Peak%", 6, ">"),

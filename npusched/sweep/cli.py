@@ -210,7 +210,7 @@ def _grid(settings: dict[str, Any]) -> tuple[Any, int]:
 
 def _check_hardware(grid: Any) -> None:
     """Fail before running anything if a configuration, arena size or strategy is not a valid architecture."""
-    from npusched.model.arch import load_architecture
+    from npusched.target.arch import load_architecture
 
     for config in grid.configurations:
         for arena in config.arena_cache_sizes or grid.arena_cache_sizes:

@@ -211,7 +211,7 @@ def _configuration_label(config: HardwareConfig, arena: int | None, optimise: st
 
 def _config_files_sha256(config_files: tuple[str, ...]) -> str:
     """Hash of the configuration files' contents (as Vela resolves their names), so an edited .ini reruns."""
-    from npusched.model.arch import resolve_config_file
+    from npusched.target.arch import resolve_config_file
 
     digest = hashlib.sha256()
     for name in config_files:

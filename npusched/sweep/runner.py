@@ -45,7 +45,7 @@ def failure(status: str, error: str, wall_seconds: float | None = None) -> dict[
 
 
 def run_options(cell: Cell) -> Any:
-    from npusched.pipeline import RunOptions
+    from npusched.app.pipeline import RunOptions
 
     return RunOptions(
         model_path=Path(cell.model_path), accelerator_config=cell.accelerator_config,
@@ -57,8 +57,8 @@ def run_options(cell: Cell) -> Any:
 
 
 def _run_npusched(cell: Cell) -> dict[str, Any]:
-    from npusched.model.ir import MemArea
-    from npusched.pipeline import run
+    from npusched.app.pipeline import run
+    from npusched.ir import MemArea
 
     result = run(run_options(cell))
     evaluation = result.evaluation

@@ -2,7 +2,8 @@
 
 import importlib
 
-for _module in ("npusched.sweep.runner", "npusched.pipeline", "npusched.solver.heuristic", "npusched.solver.cpsat"):
+for _module in ("npusched.sweep.runner", "npusched.app.pipeline", "npusched.solvers.heuristic",
+                "npusched.solvers.cpsat.model"):
     try:
         importlib.import_module(_module)
     except Exception:  # noqa: S110 - a module that fails to import fails each cell instead, where it is recorded

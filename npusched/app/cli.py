@@ -1,0 +1,278 @@
+"""`solve-schedule`: schedule an int8 TFLite model for an Ethos-U NPU and report the result.
+
+Option names follow Vela's command line so that a Vela user's habits carry over.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from npusched import __version__
+from npusched.errors import exit_status
+from npusched.target.arch import Estimator
+
+# Run as the command, the time limit counts from here: the user waits for the heavy imports (done lazily, in _run)
+# too. Called from Python with arguments, it counts from the call (a process may run many).
+STARTED = time.monotonic()
+
+SOLVERS = ("heuristic", "cpsat", "dp")
+DEFAULT_SOLVER = "cpsat"
+SEED_RANGE = (-(2 ** 31), 2 ** 31 - 1)  # CP-SAT's random_seed is an int32
+WORKERS_MAX = 256  # more search threads than this only thrash; a typo like 10000 should not start them
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """Argument errors become one `error: ...` line and exit status 2, like every other bad input."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"error: {message} (see 'solve-schedule --help')\n")
+        sys.exit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _OneLineParser(
+        prog="solve-schedule",
+        description=(
+            "Choose block configs, stripes, cascades and fast-storage residency for every NPU operator of "
+            "an int8 TFLite model on an Arm Ethos-U55/U65, and report the estimated cycles."
+        ),
+    )
+    parser.add_argument("model", type=Path, help="the .tflite model to schedule")
+    parser.add_argument("--version", action="version", version=f"npusched {__version__}")
+    hw = parser.add_argument_group("hardware (as Vela's options)")
+    hw.add_argument("--accelerator-config", default="ethos-u55-256",
+                    help="ethos-u55-32/64/128/256 or ethos-u65-256/512 (default: %(default)s)")
+    hw.add_argument("--config", action="append", metavar="FILE",
+                    help="Vela-format .ini file; 'Arm/vela.ini' is the one shipped with ethos-u-vela (repeatable)")
+    hw.add_argument("--system-config", default=None,
+                    help="[System_Config.NAME] section to use (default: Vela's internal default)")
+    hw.add_argument("--memory-mode", default=None,
+                    help="[Memory_Mode.NAME] section to use (default: Vela's internal default)")
+    hw.add_argument("--arena-cache-size", type=_non_negative_int, default=None, metavar="BYTES",
+                    help="override the memory mode's arena cache size (fast-storage limit)")
+    sched = parser.add_argument_group("scheduling")
+    sched.add_argument("--optimise", choices=("Performance", "Size"), default="Performance",
+                       help="Performance: fewest cycles within the fast-storage limit; Size: least peak fast "
+                            "storage first, then fewest cycles at that peak (CP-SAT; the heuristic follows Vela's "
+                            "strategy of that name) (default: %(default)s)")
+    sched.add_argument("--solver", choices=SOLVERS, default=DEFAULT_SOLVER,
+                       help="scheduler to run (default: %(default)s)")
+    sched.add_argument("--time-limit", type=_positive_float, default=30.0, metavar="SECONDS",
+                       help="wall-clock limit for the whole run, loading included (default: %(default)s)")
+    sched.add_argument("--workers", type=_workers, default=None,
+                       help=f"CP-SAT search workers, 1-{WORKERS_MAX} (default: the number of CPUs)")
+    sched.add_argument("--seed", type=_seed, default=0,
+                       help="CP-SAT random seed, a 32-bit signed integer (default: %(default)s)")
+    sched.add_argument("--estimator", choices=[e.value for e in Estimator], default=Estimator.VELA.value,
+                       help="how passes are priced: 'vela' as Vela's estimate (its figures, its backend's), "
+                            "'contention' with prefetched weights sharing the memory bandwidth of the pass they "
+                            "hide under; the summary shows both (default: vela)")
+    sched.add_argument("--deterministic", action="store_true",
+                       help="reproducible CP-SAT search: same inputs, seed and workers give the same schedule")
+    out = parser.add_argument_group("output")
+    out.add_argument("--json", type=_output_path, metavar="PATH",
+                     help="write the schedule document (npusched.schedule/1)")
+    out.add_argument("--quiet", action="store_true", help="print only the network totals, not the per-layer table")
+    out.add_argument("--output-dir", type=_output_path, metavar="DIR",
+                     help="compile the schedule with Vela 5.2.0's backend (legacy core) into DIR: <model>_vela.tflite, "
+                          "<model>_summary_<system config>.csv and <model>_per-layer.csv, and check Vela's estimate "
+                          "against npusched's (Vela's option; Vela writes to output/ by default)")
+    out.add_argument("--schedule", type=_output_path, metavar="JSON",
+                     help="take the schedule from a document --json wrote (same model and hardware options) "
+                          "instead of solving")
+    out.add_argument("--plot-memory", type=_output_path, metavar="PATH",
+                     help="draw the schedule's fast-storage use per step, stacked by what holds it (.png or .svg)")
+    curve = parser.add_argument_group("cycles against fast storage (instead of one schedule)")
+    curve.add_argument("--pareto", type=_output_path, metavar="CSV",
+                       help="CP-SAT's fewest cycles at fast-storage limits from the smallest fit up to where more "
+                            "memory stops helping, each schedule verified; written to CSV and drawn beside it (same "
+                            "name, .png and .svg). --time-limit is split across the points; --arena-cache-size is "
+                            "ignored")
+    curve.add_argument("--pareto-points", type=_pareto_points, default=None, metavar="N",
+                       help="limits between the smallest fit and the top of the curve (default: 5)")
+    curve.add_argument("--with-vela", action="store_true",
+                       help="with --pareto: also run Vela's legacy core (the vela CLI) at each limit")
+    return parser
+
+
+def _pareto_points(text: str) -> int:
+    return _int_in_range(text, 0, 50)
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of bytes, got '{text}'") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
+def _int_in_range(text: str, low: int, high: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"must be between {low} and {high}, got {value}")
+    return value
+
+
+def _workers(text: str) -> int:
+    return _int_in_range(text, 1, WORKERS_MAX)
+
+
+def _seed(text: str) -> int:
+    return _int_in_range(text, *SEED_RANGE)
+
+
+def _output_path(text: str) -> Path:
+    if not text.strip():  # Path("") would silently mean the current directory
+        raise argparse.ArgumentTypeError("expected a file path, got an empty one")
+    return Path(text)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got '{text}'") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    started = STARTED if argv is None else time.monotonic()
+    args = build_parser().parse_args(argv)
+    return exit_status(lambda: _run(args, started), str(args.model))
+
+
+def _progress(line: str) -> None:
+    """Progress of long solves goes to stdout, ahead of the summary; stderr carries only errors."""
+    print(line, flush=True)
+
+
+def _run(args: argparse.Namespace, started: float) -> int:
+    from npusched.app.pipeline import RunOptions, run
+
+    _check_plot_options(args)
+    if args.json is not None:  # refuse a bad output path before spending the time limit
+        from npusched.io.report_json import check_output_path
+
+        check_output_path(args.json, inputs=(args.model, *(args.config or ())))
+
+    options = RunOptions(
+        model_path=args.model,
+        accelerator_config=args.accelerator_config,
+        config_files=tuple(args.config or ()),
+        system_config=args.system_config,
+        memory_mode=args.memory_mode,
+        arena_cache_size=args.arena_cache_size,
+        optimise=args.optimise,
+        solver=args.solver,
+        time_limit_seconds=args.time_limit,
+        workers=args.workers,
+        seed=args.seed,
+        deterministic=args.deterministic,
+        estimator=args.estimator,
+    )
+    if args.pareto is not None:
+        return _pareto(args, options, started)
+    if args.output_dir is not None:
+        from npusched.vela.backend import check_output_dir
+
+        check_output_dir(args.output_dir)
+    if args.schedule is not None:
+        from npusched.app.replay import replay
+
+        result = replay(options, args.schedule)
+    else:
+        result = run(options, log=_progress, started=started)
+    backend = None
+    if args.output_dir is not None:
+        from npusched.vela.backend import compile_schedule
+
+        backend = compile_schedule(result, args.output_dir)
+        for warning in backend.warnings():
+            sys.stderr.write(f"warning: {warning}\n")
+    for warning in result.warnings:
+        sys.stderr.write(f"warning: {warning}\n")
+
+    from npusched.io.report_text import format_summary
+
+    summary = format_summary(result, per_layer=not args.quiet)
+    if args.json is not None:  # written before the summary is printed, so a failed write prints only the error
+        from npusched.io.report_json import write_json
+
+        write_json(result, args.json, inputs=args.config or (),
+                   vela_backend=backend.as_json() if backend is not None else None)
+    if args.plot_memory is not None:
+        from npusched.io.plots import plot_memory
+        from npusched.schedule.memory_breakdown import memory_breakdown
+
+        plot_memory(memory_breakdown(result.network, result.schedule, result.evaluation),
+                    result.evaluation.staging_limit, f"{args.model.stem}: fast storage per step ({args.solver})",
+                    args.plot_memory)
+    print(summary)
+    if backend is not None:
+        verdict = "agrees with npusched's" if backend.agreed else "DISAGREES with npusched's (see the warnings)"
+        print(f"Vela's backend wrote {backend.tflite_path}, {backend.summary_csv_path.name} and "
+              f"{backend.per_layer_csv_path.name}; Vela's estimate, {backend.vela_total_cycles:,.0f} cycles, {verdict}")
+    if args.json is not None:
+        print(f"schedule written to {args.json}")
+    if args.plot_memory is not None:
+        print(f"memory plot written to {args.plot_memory}")
+    return 0
+
+
+def _check_plot_options(args: argparse.Namespace) -> None:
+    """Refuse option combinations that make no sense, and plot paths that cannot be drawn, before any work."""
+    from npusched.errors import NpuschedError, OutputError
+
+    if args.pareto is None:
+        if args.pareto_points is not None or args.with_vela:
+            raise NpuschedError("--pareto-points and --with-vela apply only with --pareto")
+    else:
+        if args.pareto.suffix.lower() != ".csv":
+            raise OutputError(f"--pareto {args.pareto}: give a .csv path (the plots are written beside it)")
+        if args.json is not None or args.plot_memory is not None or args.output_dir is not None \
+                or args.schedule is not None:
+            raise NpuschedError("--pareto makes many schedules: it cannot be combined with --json, --plot-memory, "
+                                "--output-dir or --schedule")
+        if args.solver != "cpsat":
+            raise NpuschedError(f"--pareto is CP-SAT's curve: --solver {args.solver} does not apply")
+        if args.optimise != "Performance":
+            raise NpuschedError(f"--pareto finds the fewest cycles at each size: --optimise {args.optimise} does "
+                                "not apply (the curve's first point is the smallest fit)")
+        if args.with_vela and args.estimator != Estimator.VELA.value:
+            raise NpuschedError(f"--with-vela draws Vela's own estimates: with --estimator {args.estimator} the two "
+                                "curves would be priced differently (use --estimator vela)")
+    if args.plot_memory is not None and args.plot_memory.suffix.lower() not in (".png", ".svg"):
+        raise OutputError(f"--plot-memory {args.plot_memory}: the suffix must be .png or .svg")
+
+
+def _pareto(args: argparse.Namespace, options: Any, started: float) -> int:
+    from npusched.io.pareto_report import format_pareto, write_pareto_csv
+    from npusched.io.plots import plot_pareto
+    from npusched.solvers.pareto import DEFAULT_INNER_POINTS, run_pareto
+
+    points = DEFAULT_INNER_POINTS if args.pareto_points is None else args.pareto_points
+    result = run_pareto(options, inner_points=points, with_vela=args.with_vela, log=_progress, started=started)
+    figures = [args.pareto.with_suffix(".png"), args.pareto.with_suffix(".svg")]
+    write_pareto_csv(result, args.pareto)
+    plot_pareto(result, figures)
+    print(format_pareto(result))
+    print(f"frontier written to {args.pareto} ({', '.join(map(str, figures))})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""Lookup tables for activations the NPU evaluates through its LUT (sigmoid, tanh, exp, hard-swish, ...).
+
+Only the table's size and type matter to the cost model (it is DMA'd into SHRAM); the values follow the
+TFLite reference semantics so that the table is also right for a command-stream generator. Sigmoid, tanh
+and exp use the same real-valued evaluation and away-from-zero rounding as Vela; hard-swish and leaky
+ReLU are evaluated in floating point (Vela mirrors TFLite's fixed-point kernels there, so a few entries
+may differ by one LSB).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from npusched.ir import ConstTensor, DataType, Quantization
+
+
+def round_away_from_zero(x: float) -> float:
+    return float(np.trunc(x + (-0.5 if x < 0 else 0.5)))
+
+
+def sigmoid_clamped(x: float) -> float:
+    """Logistic with the saturation TFLite applies outside [-8, 8]."""
+    if x <= -8:
+        return 0.0
+    if x >= 8:
+        return 1.0
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+def hard_swish(x: float) -> float:
+    return x * min(max(x + 3.0, 0.0), 6.0) / 6.0
+
+
+def _scale(q: Quantization) -> float:
+    return float(q.scale[0]) if q.scale else 1.0
+
+
+def _zp(q: Quantization) -> int:
+    return int(q.zero_point[0]) if q.zero_point else 0
+
+
+def lut8_values(fn: Callable[[float], float], ifm_q: Quantization, ofm_q: Quantization, dtype: DataType,
+                zero_point_after_rounding: bool = False) -> list[int]:
+    """256 entries: each possible 8-bit input dequantised, mapped by ``fn``, requantised and clamped.
+
+    Vela rounds ``zp + y/scale`` for the activation tables but adds the zero point after rounding for the
+    exp table; ``zero_point_after_rounding`` selects the latter.
+    """
+    qrange = range(256) if dtype == DataType.uint8 else range(-128, 128)
+    lo, hi = min(qrange), max(qrange)
+    in_scale, out_scale = _scale(ifm_q), _scale(ofm_q)
+    zp_in, zp_out = _zp(ifm_q), _zp(ofm_q)
+    values = []
+    for x in qrange:
+        y = fn(in_scale * (x - zp_in))
+        if zero_point_after_rounding:
+            q = round_away_from_zero(y / out_scale) + zp_out
+        else:
+            q = round_away_from_zero(zp_out + y / out_scale)
+        values.append(int(min(hi, max(lo, q))))
+    return values
+
+
+def lut16_values(fn: Callable[[float], float], ifm_q: Quantization, ofm_q: Quantization) -> list[int]:
+    """512 base/slope entries for a 16-bit input, interpolated by the hardware (Vela's int16 table layout:
+    the base in the low half-word, the slope to the next sample in the high half-word)."""
+    in_scale, out_scale = _scale(ifm_q), _scale(ofm_q)
+    zp_in, zp_out = _zp(ifm_q), _zp(ofm_q)
+    in_min, in_max = in_scale * (-32768 - zp_in), in_scale * (32767 - zp_in)
+    out_min, out_max = out_scale * (-32768 - zp_out), out_scale * (32767 - zp_out)
+    step = (in_max - in_min) / 512
+    inv = 65536.0 / (out_max - out_min)
+    samples = []
+    for i in range(513):
+        y = fn(in_min + i * step)
+        samples.append(int(min(32767, max(-32768, round_away_from_zero(y * inv)))))
+    values = []
+    for i in range(512):
+        base = samples[i]
+        slope = samples[i + 1] - base
+        values.append(((slope & 0xFFFF) << 16) | (base & 0xFFFF))
+    return values
+
+
+def lut_tensor(name: str, values: list[int], dtype: DataType) -> ConstTensor:
+    """A LUT constant shaped [1, 1, 1, N] as Vela makes it; 16-bit tables are 32-bit words."""
+    if dtype == DataType.int16:
+        arr = np.array(values, dtype=np.int64).astype(np.uint32).view(np.int32)
+        dt = DataType.int32
+    else:
+        arr = np.array(values, dtype=np.int64)
+        arr = arr.astype(np.uint8 if dtype == DataType.uint8 else np.int8)
+        dt = dtype
+    arr = arr.reshape(1, 1, 1, len(values))
+    arr.setflags(write=False)
+    return ConstTensor(name=name, shape=(1, 1, 1, len(values)), dtype=dt, quantization=Quantization(),
+                       values=arr)
+
+
+def activation_lut(kind: str, ifm_q: Quantization, ofm_q: Quantization, dtype: DataType,
+                   alpha: float = 0.0) -> list[int]:
+    """Table values for ``kind`` in {"sigmoid", "tanh", "exp", "hardswish", "lrelu"}."""
+    fns: dict[str, Callable[[float], float]] = {
+        "sigmoid": sigmoid_clamped,
+        "tanh": math.tanh,
+        "exp": math.exp,
+        "hardswish": hard_swish,
+        "lrelu": lambda x: x if x >= 0 else alpha * x,
+    }
+    fn = fns[kind]
+    if dtype == DataType.int16:
+        return lut16_values(fn, ifm_q, ofm_q)
+    return lut8_values(fn, ifm_q, ofm_q, dtype, zero_point_after_rounding=(kind == "exp"))

@@ -1,0 +1,539 @@
+"""Priced options: every (block config x OFM stripe height) an NPU op can run with, and what each one costs.
+
+The solvers choose from these. An option fixes the OFM stripe (how many rows of the OFM the op produces per
+step of a cascade), the IFM/IFM2 stripes that stripe needs, and one block config that fits in SHRAM for that
+stripe. Its price comes from the same pure functions the evaluator uses, so a solver ranking options ranks them
+on the evaluator's terms:
+
+* cycles are Vela 5.2.0's: the block config is chosen for the stripe, but the op is priced with the shapes of
+  the whole op (Vela's scheduler and per-layer report both do this; a striped op is never priced stripe by
+  stripe). Options that share a block config therefore share one price, whatever their stripe height;
+  :func:`striped_op_cycles` gives the stripe-by-stripe estimate for callers that want it;
+* weights are encoded for the block config's OFM depth over the whole OFM depth (one depth slice), as Vela
+  encodes them when it creates a stripe's scheduling info; buffered weights are priced as one buffer filled
+  before the op starts (no prefetch under the previous op, which depends on the schedule);
+* memory per option is what Vela's cascade builder counts for a striped op: the IFM, IFM2 and OFM stripes with
+  the depth rounded up to 16 channels (rolling buffers are brick-formatted), plus the weight buffer.
+
+Everything is pure. Within one call each block config is priced once and the weights are encoded once per
+block depth; whole results are memoised per (architecture, op, stripe heights, placements, buffering), and
+:func:`clear_caches` empties that memo. Which blocks fit does not depend on the stripe height except through
+the cap a stripe puts on the block height, so the whole OFM's block list is searched once per op and capped per
+stripe; Vela's own choice is searched per stripe, since its ranking does depend on the stripe.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from npusched.ir import FeatureMap, MemArea, NpuBlockType, NpuOp, Shape4D, TensorFormat, ceil_div, round_up
+from npusched.schedule.rules import (
+    ALLOCATION_QUANTUM,
+    allocation_bytes,
+    brick_padded_bytes,
+    ifm_stripes,
+    pareto_front,
+    pricing_weight_stream,
+    storage_size,
+    weights_need_dma,
+)
+from npusched.target import performance as perf
+from npusched.target import weights as wts
+from npusched.target.arch import ArchitectureFeatures
+from npusched.target.block_config import (
+    BlockConfig,
+    enumerate_block_configs,
+    find_block_config,
+    op_block_inputs,
+)
+
+__all__ = [
+    "ACCESS_AREAS",
+    "OpOption",
+    "OptionPrice",
+    "StripeChoice",
+    "clear_caches",
+    "dominated",
+    "drop_dominated",
+    "option_key",
+    "price_options",
+    "stripe_choice",
+    "striped_op_cycles",
+    "vela_choice",
+    "weights_buffered_by_default",
+]
+
+# Order of the per-memory access cycles in ``OptionPrice.access_cycles``.
+ACCESS_AREAS: tuple[MemArea, ...] = perf.ACCESS_AREAS
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Values
+
+
+@dataclass(frozen=True, slots=True)
+class StripeChoice:
+    """One OFM stripe height of an op and the stripes it needs; shared by every block config at that height.
+
+    ``ifm``/``ifm2`` are the input rows (and columns) the OFM stripe reads, kernel skirt included, clamped to the
+    input tensors; at full height they are the full input shapes, as in Vela. ``count`` is how many stripes
+    cover the OFM. The ``*_bytes`` are the stripe sizes Vela's cascade builder counts (depth rounded up to 16).
+    ``vela_block`` is the (height, width, depth) of Vela's block config for this stripe (None: nothing fits).
+    """
+
+    op_index: int
+    ofm: Shape4D
+    ifm: Shape4D
+    ifm2: Shape4D | None
+    count: int
+    ofm_bytes: int
+    ifm_bytes: int
+    ifm2_bytes: int
+    vela_block: tuple[int, int, int] | None
+
+    @property
+    def height(self) -> int:
+        return self.ofm.height
+
+    @property
+    def is_full(self) -> bool:
+        return self.count == 1
+
+
+@dataclass(frozen=True, slots=True)
+class OptionPrice:
+    """What running the whole op with one block config costs.
+
+    ``op_cycles`` is the compute estimate (Vela's ``measure_cycle_cost``); ``npu_cycles`` adds the weight, LUT
+    and memcpy DMA with nothing hidden under the previous op; ``access_cycles`` are per memory of
+    :data:`ACCESS_AREAS`; ``total_cycles`` is the largest of them all, as in Vela's per-layer report.
+    ``encoded_weight_bytes`` is the whole encoded stream (scales included) for this block depth,
+    ``weight_buffer_bytes`` the fast storage it occupies when buffered (0 when read in place).
+    """
+
+    op_cycles: int
+    npu_cycles: float
+    access_cycles: tuple[float, ...]
+    total_cycles: float
+    macs: int
+    encoded_weight_bytes: int
+    weight_buffer_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class OpOption:
+    """One way to run an op: a block config at one OFM stripe height, with its price.
+
+    ``is_vela_choice`` marks the block config Vela's search picks for this stripe. The flat attributes the
+    solvers read (``op_cycles``, ``ofm_stripe``, ...) are forwarded from the shared stripe and price values.
+    """
+
+    block_config: BlockConfig
+    stripe: StripeChoice
+    price: OptionPrice
+    is_vela_choice: bool
+
+    # stripe
+    @property
+    def op_index(self) -> int:
+        return self.stripe.op_index
+
+    @property
+    def ofm_stripe(self) -> Shape4D:
+        return self.stripe.ofm
+
+    @property
+    def ifm_stripe(self) -> Shape4D:
+        return self.stripe.ifm
+
+    @property
+    def ifm2_stripe(self) -> Shape4D | None:
+        return self.stripe.ifm2
+
+    @property
+    def stripe_height(self) -> int:
+        return self.stripe.ofm.height
+
+    @property
+    def num_stripes(self) -> int:
+        return self.stripe.count
+
+    @property
+    def ofm_stripe_bytes(self) -> int:
+        return self.stripe.ofm_bytes
+
+    @property
+    def ifm_stripe_bytes(self) -> int:
+        return self.stripe.ifm_bytes
+
+    @property
+    def ifm2_stripe_bytes(self) -> int:
+        return self.stripe.ifm2_bytes
+
+    # price
+    @property
+    def op_cycles(self) -> int:
+        return self.price.op_cycles
+
+    @property
+    def npu_cycles(self) -> float:
+        return self.price.npu_cycles
+
+    @property
+    def total_cycles(self) -> float:
+        return self.price.total_cycles
+
+    @property
+    def access_cycles(self) -> dict[MemArea, float]:
+        return dict(zip(ACCESS_AREAS, self.price.access_cycles, strict=True))
+
+    @property
+    def macs(self) -> int:
+        return self.price.macs
+
+    @property
+    def encoded_weight_bytes(self) -> int:
+        return self.price.encoded_weight_bytes
+
+    @property
+    def weight_buffer_bytes(self) -> int:
+        return self.price.weight_buffer_bytes
+
+    @property
+    def ofm_block(self) -> Shape4D:
+        return self.block_config.ofm_block
+
+    def __str__(self) -> str:
+        return (f"op {self.op_index} stripe {self.stripe.height}/{self.stripe.count} block "
+                f"{self.block_config.old_style()} cycles {self.price.total_cycles:g}")
+
+
+def option_key(option: OpOption) -> tuple[int, int, int, int]:
+    """(stripe height, OFM block height, width, depth): identifies an option within its op."""
+    blk = option.block_config.ofm_block
+    return (option.stripe.ofm.height, blk.height, blk.width, blk.depth)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Placement (where the op's operands live while it runs)
+
+
+def weights_buffered_by_default(arch: ArchitectureFeatures, op: NpuOp) -> bool:
+    """Vela buffers an op's weights in fast storage when they sit in a slower, separate permanent memory, except
+    for fully connected ops (their weights are read once, in place)."""
+    return op.op_type != "FullyConnected" and weights_need_dma(arch, op)
+
+
+def _placement(arch: ArchitectureFeatures, fm: FeatureMap,
+               placements: Mapping[FeatureMap, Any] | None) -> tuple[MemArea, TensorFormat]:
+    """(memory, layout) of a feature map: constants in permanent storage, otherwise ``placements`` or the
+    architecture's feature-map storage in NHWC."""
+    if fm.is_const:
+        return arch.permanent_storage_mem_area, TensorFormat.NHWC
+    place = placements.get(fm) if placements is not None else None
+    if place is None:
+        return arch.feature_map_storage_mem_area, TensorFormat.NHWC
+    return place.mem_area, place.format
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Stripes
+
+
+def stripe_choice(arch: ArchitectureFeatures, op: NpuOp, height: int) -> StripeChoice:
+    """The stripes of ``op`` at OFM stripe ``height`` (clamped to 1..OFM height) and Vela's block for it."""
+    full = op.ofm.shape
+    height = max(1, min(int(height), full.height))
+    ofm = full.with_height(height)
+    ifm, ifm2 = ifm_stripes(op, ofm)
+    config = find_block_config(arch, ofm_shape=ofm, ifm_shape=ifm, ifm2_shape=ifm2, **op_block_inputs(op))
+    vela_block = None
+    if config is not None:
+        blk = config.ofm_block
+        vela_block = (blk.height, blk.width, blk.depth)
+    return StripeChoice(
+        op_index=op.index, ofm=ofm, ifm=ifm, ifm2=ifm2, count=ceil_div(full.height, height),
+        ofm_bytes=brick_padded_bytes(ofm, op.ofm.tensor.dtype.size_in_bytes),
+        ifm_bytes=brick_padded_bytes(ifm, op.ifm.tensor.dtype.size_in_bytes),
+        ifm2_bytes=(brick_padded_bytes(ifm2, op.ifm2.tensor.dtype.size_in_bytes)
+                    if op.ifm2 is not None and ifm2 is not None else 0),
+        vela_block=vela_block,
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Pricing one block config
+
+
+@dataclass(frozen=True)
+class _OpContext:
+    """Everything about an op's pricing that does not depend on the block config."""
+
+    op: NpuOp
+    query: perf.PerformanceQuery  # config left as None
+    buffered: bool
+    lut: perf.DmaTransfer | None
+    memcpy: perf.DmaTransfer | None
+
+
+def _op_context(arch: ArchitectureFeatures, op: NpuOp, placements: Mapping[FeatureMap, Any] | None,
+                weights_buffered: bool | None) -> _OpContext:
+    buffered = weights_buffered_by_default(arch, op) if weights_buffered is None else bool(weights_buffered)
+    buffered = buffered and op.weights is not None
+    ifm_area, ifm_fmt = _placement(arch, op.ifm.tensor, placements)
+    ofm_area, ofm_fmt = _placement(arch, op.ofm.tensor, placements)
+    ifm2_area, ifm2_fmt = (None, TensorFormat.NHWC)
+    if op.ifm2 is not None:
+        ifm2_area, ifm2_fmt = _placement(arch, op.ifm2.tensor, placements)
+    const_area = arch.fast_storage_mem_area if buffered else arch.permanent_storage_mem_area
+    query = perf.query_for_op(op, None, ifm_format=ifm_fmt, ofm_format=ofm_fmt, ifm2_format=ifm2_fmt,
+                              ifm_area=ifm_area, ofm_area=ofm_area, ifm2_area=ifm2_area, const_area=const_area)
+    lut = None
+    if op.activation_lut is not None:
+        lut = perf.DmaTransfer(arch.permanent_storage_mem_area, MemArea.Shram,
+                               allocation_bytes(op.activation_lut.size_in_bytes))
+    memcpy = None
+    if op.npu_block_type == NpuBlockType.Dma:
+        memcpy = perf.DmaTransfer(ifm_area, ofm_area, storage_size(op.ifm.tensor, ifm_fmt))
+    return _OpContext(op, query, buffered, lut, memcpy)
+
+
+def _weight_stream(arch: ArchitectureFeatures, ctx: _OpContext,
+                   block_depth: int) -> tuple[perf.WeightStream | None, int]:
+    op = ctx.op
+    if op.weights is None:
+        return None, 0
+    encoded = wts.encode_op_weights(arch, op, block_depth, (0, op.ofm.shape.depth))
+    if not ctx.buffered:
+        return pricing_weight_stream(arch, op, encoded, perf.BufferKind.NONE), encoded.total_bytes
+    transfer = perf.measure_mem2mem_cycles(arch, arch.permanent_storage_mem_area, arch.fast_storage_mem_area,
+                                           encoded.total_bytes)
+    return pricing_weight_stream(arch, op, encoded, perf.BufferKind.SINGLE, transfer), encoded.total_bytes
+
+
+def _price(arch: ArchitectureFeatures, ctx: _OpContext, config: BlockConfig,
+           streams: dict[int, tuple[perf.WeightStream | None, int]]) -> OptionPrice:
+    op = ctx.op
+    depth = config.ofm_block.depth
+    stream = streams.get(depth)
+    if stream is None:
+        stream = streams[depth] = _weight_stream(arch, ctx, depth)
+    weights, encoded_bytes = stream
+    query = _with_config(ctx.query, config)
+    result = perf.estimate_full_op_performance(arch, op.op_type, op.activation, query, weights=weights,
+                                               lut=ctx.lut, memcpy=ctx.memcpy)
+    access = tuple(result.access_cycles[m] for m in ACCESS_AREAS)
+    return OptionPrice(
+        op_cycles=int(result.op_cycles), npu_cycles=result.npu_cycles, access_cycles=access,
+        total_cycles=result.total_cycles, macs=result.macs, encoded_weight_bytes=encoded_bytes,
+        weight_buffer_bytes=round_up(encoded_bytes, ALLOCATION_QUANTUM) if ctx.buffered else 0,
+    )
+
+
+def _with_config(query: perf.PerformanceQuery, config: BlockConfig) -> perf.PerformanceQuery:
+    """A copy of ``query`` for another block config (skipping dataclass ``replace``'s re-validation)."""
+    clone = object.__new__(perf.PerformanceQuery)
+    clone.__dict__.update(query.__dict__)
+    clone.__dict__["config"] = config
+    return clone
+
+
+def striped_op_cycles(arch: ArchitectureFeatures, op: NpuOp, option: OpOption,
+                      placements: Mapping[FeatureMap, Any] | None = None) -> float:
+    """Compute cycles of the op run stripe by stripe: one stripe's estimate (stripe shapes, the option's block
+    config) times the number of stripes. Not Vela's price (see the module docstring); for solvers that want
+    the overhead of partial blocks at stripe edges to show."""
+    ctx = _op_context(arch, op, placements, None)
+    query = _with_config(ctx.query, option.block_config)
+    stripe = option.stripe
+    query.__dict__.update(ifm_shape=stripe.ifm, ofm_shape=stripe.ofm, ifm2_shape=stripe.ifm2)
+    cost = perf.measure_cycle_cost(arch, op.op_type, op.activation, query)
+    return float(cost.op_cycles) * stripe.count
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Enumeration
+
+
+_RESULTS: OrderedDict[tuple, tuple[Any, NpuOp, tuple[OpOption, ...]]] = OrderedDict()
+_RESULTS_LIMIT = 512
+
+
+def clear_caches() -> None:
+    """Forget memoised option lists (block-config and weight-encoding caches belong to their modules)."""
+    _RESULTS.clear()
+
+
+def _placement_signature(arch: ArchitectureFeatures, op: NpuOp, placements: Mapping[FeatureMap, Any] | None) -> tuple:
+    fms = [op.ifm.tensor, op.ofm.tensor] + ([op.ifm2.tensor] if op.ifm2 is not None else [])
+    return tuple(_placement(arch, fm, placements) for fm in fms)
+
+
+def _normalise_heights(op: NpuOp, stripe_heights: Iterable[int] | None) -> tuple[int, ...]:
+    full = op.ofm.shape.height
+    if stripe_heights is None:
+        return tuple(range(1, full + 1))
+    return tuple(sorted({max(1, min(int(h), full)) for h in stripe_heights}))
+
+
+def price_options(arch: ArchitectureFeatures, op: NpuOp, *, stripe_heights: Iterable[int] | None = None,
+                  placements: Mapping[FeatureMap, Any] | None = None,
+                  weights_buffered: bool | None = None) -> tuple[OpOption, ...]:
+    """Every (block config x OFM stripe height) option of ``op``, priced.
+
+    ``stripe_heights`` defaults to every height 1..OFM height (the heights Vela's cascade search can give an op:
+    its own stripe candidates, and its consumer's stripe times the consumer's stride); heights are clamped to
+    that range. ``placements`` maps feature maps to objects with ``mem_area`` and ``format`` (e.g. the
+    ``TensorPlacement`` values of a schedule); unlisted feature maps live in feature-map storage, NHWC.
+    ``weights_buffered`` says whether the weights are read from a fast-storage buffer (default: Vela's rule,
+    :func:`weights_buffered_by_default`).
+
+    Options come grouped by stripe height (ascending), each group in Vela's block search order. Within a group
+    exactly one option is Vela's choice, unless no block config fits at that height (then the group is empty).
+    """
+    heights = _normalise_heights(op, stripe_heights)
+    # Keyed by identity (ops may carry unhashable attributes); the entry keeps arch and op alive so the ids
+    # cannot be reused while it exists.
+    key = (id(arch), id(op), heights, _placement_signature(arch, op, placements), weights_buffered)
+    entry = _RESULTS.get(key)
+    if entry is not None and entry[0] is arch and entry[1] is op:
+        _RESULTS.move_to_end(key)
+        return entry[2]
+    result = _price_options(arch, op, heights, placements, weights_buffered)
+    _RESULTS[key] = (arch, op, result)
+    if len(_RESULTS) > _RESULTS_LIMIT:
+        _RESULTS.popitem(last=False)
+    return result
+
+
+def _price_options(arch: ArchitectureFeatures, op: NpuOp, heights: tuple[int, ...],
+                   placements: Mapping[FeatureMap, Any] | None,
+                   weights_buffered: bool | None) -> tuple[OpOption, ...]:
+    block_inputs = op_block_inputs(op)
+    full = op.ofm.shape
+    ifm2_full = op.ifm2.shape if op.ifm2 is not None else None
+    # Which blocks fit in SHRAM does not depend on the stripe height, except that a stripe caps the block height
+    # (and a 1-high stripe with a 1-high kernel on 2-high micro-block hardware accumulates in 1-high blocks).
+    # So the whole OFM's candidates, capped per stripe, are every stripe's candidates.
+    everything = enumerate_block_configs(arch, ofm_shape=full, ifm_shape=op.ifm.shape, ifm2_shape=ifm2_full,
+                                         **block_inputs)
+    configs = [c.config for c in everything]
+    config_heights = [c.ofm_block.height for c in configs]
+    ub_height = arch.ofm_ublock.height
+    max_height = arch.ofm_block_max.height
+    one_high_kernel = op.kernel.height == 1 and ub_height == 2
+
+    ctx = _op_context(arch, op, placements, weights_buffered)
+    streams: dict[int, tuple[perf.WeightStream | None, int]] = {}
+    prices: dict[tuple[int, int, int], OptionPrice] = {}
+    options: list[OpOption] = []
+    append = options.append
+    for height in heights:
+        stripe = stripe_choice(arch, op, height)
+        if one_high_kernel and height == 1 and full.height != 1:
+            group = [c.config for c in enumerate_block_configs(arch, ofm_shape=stripe.ofm, ifm_shape=stripe.ifm,
+                                                               ifm2_shape=stripe.ifm2, **block_inputs)]
+        elif height >= max_height or height == full.height:
+            group = configs
+        else:
+            cap = round_up(height, ub_height)
+            group = [c for c, h in zip(configs, config_heights, strict=True) if h <= cap]
+        vela = stripe.vela_block
+        for config in group:
+            blk = config.ofm_block
+            dims = (blk.height, blk.width, blk.depth)
+            price = prices.get(dims)
+            if price is None:
+                price = prices[dims] = _price(arch, ctx, config, streams)
+            append(OpOption(config, stripe, price, dims == vela))
+    return tuple(options)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Selection helpers
+
+
+def vela_choice(options: Sequence[OpOption], stripe_height: int | None = None) -> OpOption | None:
+    """Vela's option among ``options`` (of one op): its block config at ``stripe_height`` (default: the full
+    OFM height, i.e. the op not striped)."""
+    for option in options:
+        if not option.is_vela_choice:
+            continue
+        if option.stripe.is_full if stripe_height is None else option.stripe.ofm.height == stripe_height:
+            return option
+    return None
+
+
+def _default_costs(option: OpOption) -> tuple[float, ...]:
+    price = option.price
+    stripe = option.stripe
+    return (*_price_row(price), float(stripe.ifm_bytes), float(stripe.ifm2_bytes), float(stripe.ofm_bytes))
+
+
+def _price_row(price: OptionPrice) -> tuple[float, ...]:
+    return (price.total_cycles, price.npu_cycles, float(price.op_cycles), *price.access_cycles,
+            float(price.encoded_weight_bytes), float(price.weight_buffer_bytes))
+
+
+def _group_by_stripe(option: OpOption) -> object:
+    return (option.stripe.op_index, option.stripe.ofm.height)
+
+
+def _front_mask(table: np.ndarray) -> list[bool]:
+    """Keep-mask over the rows of ``table`` (``pareto_front``)."""
+    keep = [False] * len(table)
+    for idx in pareto_front(table):
+        keep[idx] = True
+    return keep
+
+
+def drop_dominated(options: Sequence[OpOption], *, costs: Callable[[OpOption], Sequence[float]] | None = None,
+                   group: Callable[[OpOption], object] | None = _group_by_stripe) -> tuple[OpOption, ...]:
+    """``options`` without those another option beats or equals in every cost and memory figure.
+
+    ``costs`` gives the figures to compare (lower is better; default: total, NPU, compute and per-memory access
+    cycles, encoded weight bytes, weight buffer and stripe bytes). Options are compared within a ``group``
+    (default: the same op and stripe height, since a cascade fixes an op's stripe height, so options at
+    different heights are not interchangeable); pass ``group=None`` to compare all. Of options equal in every
+    figure the first stays. Vela's choices are always kept. Order is preserved.
+    """
+    groups: dict[object, list[int]] = {}
+    for i, option in enumerate(options):
+        groups.setdefault(group(option) if group is not None else None, []).append(i)
+    # With the default figures and groups, the stripe figures are the same throughout a group, so only the
+    # prices decide, and stripe heights that offer the same block configs share one answer.
+    by_prices = costs is None and group is _group_by_stripe
+    rows: dict[int, tuple[float, ...]] = {}
+    masks: dict[tuple[int, ...], list[bool]] = {}
+    keep = [False] * len(options)
+    for members in groups.values():
+        members_options = [options[i] for i in members]
+        if by_prices:
+            key = tuple(id(o.price) for o in members_options)
+            mask = masks.get(key)
+            if mask is None:
+                table = []
+                for option in members_options:
+                    row = rows.get(id(option.price))
+                    if row is None:
+                        row = rows[id(option.price)] = _price_row(option.price)
+                    table.append(row)
+                mask = masks[key] = _front_mask(np.asarray(table, dtype=np.float64))
+        else:
+            cost_fn = costs if costs is not None else _default_costs
+            mask = _front_mask(np.asarray([cost_fn(o) for o in members_options], dtype=np.float64))
+        for i, option, kept in zip(members, members_options, mask, strict=True):
+            keep[i] = kept or option.is_vela_choice
+    return tuple(o for o, k in zip(options, keep, strict=True) if k)
+
+
+def dominated(options: Sequence[OpOption], *, costs: Callable[[OpOption], Sequence[float]] | None = None,
+              group: Callable[[OpOption], object] | None = _group_by_stripe) -> tuple[OpOption, ...]:
+    """The options :func:`drop_dominated` drops (same arguments)."""
+    kept = {id(o) for o in drop_dominated(options, costs=costs, group=group)}
+    return tuple(o for o in options if id(o) not in kept)

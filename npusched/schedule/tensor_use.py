@@ -1,0 +1,97 @@
+"""Who reads and writes each feature map, and where a feature map lives under a schedule.
+
+The memory model, the pricing and the solvers all need these two facts; they do not depend on any choice a
+solver makes beyond a tensor's placement."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from npusched.ir import FeatureMap, TensorFormat
+from npusched.lowering.graph import Network, NpuSubgraph
+from npusched.schedule.schedule import Schedule, TensorPlacement
+from npusched.target.arch import ArchitectureFeatures
+
+
+def subgraphs_of(network_or_subgraph: Network | NpuSubgraph) -> tuple[NpuSubgraph, ...]:
+    """The NPU subgraphs to evaluate: all of a Network's, or the one given."""
+    if isinstance(network_or_subgraph, Network):
+        return network_or_subgraph.subgraphs
+    return (network_or_subgraph,)
+
+
+def feature_map_label(fm: FeatureMap) -> str:
+    """How reports name a feature map (an unnamed one by its id)."""
+    return fm.name if fm.name else f"<tensor {fm.uid}>"
+
+
+@dataclass(frozen=True)
+class TensorUse:
+    """Producers and consumers of every feature map of the evaluated subgraphs (by op index)."""
+
+    producers: dict[FeatureMap, tuple[int, ...]]
+    consumers: dict[FeatureMap, tuple[int, ...]]
+    subgraph_outputs: frozenset[FeatureMap]
+    subgraph_inputs: frozenset[FeatureMap]
+    variables: frozenset[str] = frozenset()
+    variable_writes: dict[FeatureMap, str] = field(default_factory=dict)
+
+    def consumer_count(self, fm: FeatureMap) -> int:
+        """Consumers as Vela counts them: a subgraph output has one more (the CPU side or the network output)."""
+        return len(self.consumers.get(fm, ())) + (1 if fm in self.subgraph_outputs else 0)
+
+    def storage_key(self, fm: FeatureMap) -> Any:
+        """Identity of the buffer holding ``fm``: a pass that writes a variable (LSTM state) writes into the
+        variable's own buffer, so its OFM and the variable share one allocation."""
+        name = self.variable_writes.get(fm)
+        if name is not None:
+            return ("variable", name)
+        if fm.name in self.variables:
+            return ("variable", fm.name)
+        return fm
+
+
+def tensor_use(network_or_subgraph: Network | NpuSubgraph) -> TensorUse:
+    producers: dict[FeatureMap, list[int]] = {}
+    consumers: dict[FeatureMap, list[int]] = {}
+    outputs: set[FeatureMap] = set()
+    inputs: set[FeatureMap] = set()
+    writes: dict[FeatureMap, str] = {}
+    for sg in subgraphs_of(network_or_subgraph):
+        outputs.update(sg.outputs)
+        inputs.update(sg.inputs)
+        for op in sg.ops:
+            for access in (op.ifm, op.ifm2):
+                if access is not None and not access.tensor.is_const:
+                    users = consumers.setdefault(access.tensor, [])
+                    if op.index not in users:
+                        users.append(op.index)
+            producers.setdefault(op.ofm.tensor, []).append(op.index)
+            if op.attr("memory_function") == "VariableTensorWrite" and op.attr("variable_tensor") is not None:
+                var = op.attr("variable_tensor")
+                writes[op.ofm.tensor] = var.name if isinstance(var, FeatureMap) else str(var)
+    return TensorUse({k: tuple(v) for k, v in producers.items()}, {k: tuple(v) for k, v in consumers.items()},
+                     frozenset(outputs), frozenset(inputs), frozenset(writes.values()), writes)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Storage
+
+
+def default_placement(arch: ArchitectureFeatures, fm: FeatureMap) -> TensorPlacement:
+    """Where a feature map lives before any schedule moves it: constants in permanent storage, the rest in
+    feature-map storage, both NHWC."""
+    if fm.is_const:
+        return TensorPlacement(arch.permanent_storage_mem_area, TensorFormat.NHWC)
+    return TensorPlacement(arch.feature_map_storage_mem_area, TensorFormat.NHWC)
+
+
+def placement_of(arch: ArchitectureFeatures, schedule: Schedule, fm: FeatureMap) -> TensorPlacement:
+    if fm.is_const:
+        return default_placement(arch, fm)
+    return schedule.placement(fm) or default_placement(arch, fm)
+
+
+def in_fast_storage(arch: ArchitectureFeatures, placement: TensorPlacement) -> bool:
+    return placement.mem_area == arch.fast_storage_mem_area

@@ -1,0 +1,470 @@
+"""Candidates for the CP-SAT scheduler: ways to run an interval of consecutive passes of one subgraph.
+
+A candidate fixes every choice for the passes ``start..end`` (positions in the subgraph's execution order): one
+pass run whole (``start == end``, no cascade) or a cascade of several. What it leaves open is where the feature
+maps on its boundary live (fast storage or their default area) and what the pass before it leaves as slack for
+prefetching weights; its price is a table over exactly those, filled by the evaluator's own ``price_op``.
+
+Where candidates come from (and how many, per subgraph of n passes):
+
+* every pass alone: its best few block configs (``BLOCK_CONFIGS_PER_OP`` by cycles, ranked once with weights
+  copied into one buffer and once with weights read in place, plus Vela's), each both ways: <= 2 x (2 x 3 + 1);
+  in the quick first sweep over a large network (``light``), Vela's block config alone;
+* the passes of the hint (the heuristic's schedule) and of Vela's MAX_BUFFERED schedule, verbatim: the hint is a
+  solution of the model whenever it fits and avoids the artefact below, and Vela's own weight slicings are on
+  offer;
+* cascades: every run of 2..``MAX_CASCADE_LENGTH`` consecutive passes Vela's rules let cascade (cascadable kinds,
+  single consumer, the consumer reads the producer's OFM as its IFM, brick-format stripes), at a few final stripe
+  heights (1..``SMALL_STRIPES`` and the ``STRIPE_HEIGHTS`` largest powers of two above, below the OFM height),
+  each pass with Vela's block config for its stripe or the fastest one that fits it, weights all buffered or all
+  in place: <= n x (MAX_CASCADE_LENGTH - 1) x (SMALL_STRIPES + STRIPE_HEIGHTS) x 4;
+* and every such run with smallest stripes, for memory (Vela's block configs, weights buffered or in place:
+  <= n x (MAX_CASCADE_LENGTH - 1) x 4): Vela's minimal stripes (each pass as many rows as the next pass's vertical
+  stride, even for a nearest-neighbour upscaling pass: the stripes of its ``--optimise Size`` schedule) and
+  one-row stripes (two for an upscaling pass). A rolling buffer holds round_up(producer rows + consumer IFM rows,
+  consumer IFM rows) rows, so one-row stripes give the smallest buffers: a producer writing one row before a
+  stride-2 consumer needs half the rows of one writing two. Vela never proposes them, but its backend compiles
+  them (tests/test_small_memory.py runs Vela 5.2.0 legacy with one-row minimal stripes: it compiles
+  mobilenet_v2_224_int8 in 358,400 bytes of SRAM). Stripes derived backwards from a final height double at every
+  stride-2 pass and are even throughout a cascade with an upscaling pass: with them alone mobilenet_v2_224_int8's
+  smallest fit was 376,320 bytes; with Vela's minimal stripes it is 361,984, with one-row stripes 358,400.
+
+Longer cascades were measured (before one-row stripes were added) and left out: allowing 32 passes lowered the
+smallest fit of none of kws_dscnn_int8, person_detect, str_ww_int8, vww_96_int8, mobilenet_v2_224_int8 and
+resnet_large_ic_int8 (nor 24 of generated U-Net, ResNet and 1-D audio networks): a longer run adds a rolling
+buffer per pass and seldom ends in a smaller feature map. Allowing 16 (32) passes made person_detect's model take
+1.7x (2.3x) as long to build.
+
+Generated buffered weights are not pre-buffered (their buffer is live from their own step): Vela does the same
+whenever memory is short, and its estimate (the evaluator's) credits the prefetch under the previous pass either
+way, so a pre-buffered variant would cost the same and only take more memory.
+
+Dominated block configs are dropped before ranking (``drop_dominated``). Candidates that would profit from an
+artefact of Vela's estimate are kept out of the model, the hint's own included: a cascaded pass with buffered
+weights is priced with its weight transfer at zero but still credited with the part of it hidden under the
+previous pass, which can price it below its own compute time (allowing it, CP-SAT "finds" schedules 3x faster
+than Vela's on str_ww_int8). Keeping the candidate space independent of the hint this way also keeps it
+independent of the memory limit, so more memory never shrinks it. The hint stays the fallback: the result is
+the better of the two by the evaluator.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Any
+
+from npusched.ir import FeatureMap, NpuOp, Shape4D
+from npusched.lowering.graph import NpuSubgraph
+from npusched.schedule.cascades import SchedOp, rolling_buffer_shape
+from npusched.schedule.evaluator import TensorUse, price_op
+from npusched.schedule.memory_layout import weight_buffer_bytes
+from npusched.schedule.options import OpOption, drop_dominated, price_options
+from npusched.schedule.rules import (
+    cascade_stripes,
+    ifm_stripes,
+    may_cascade,
+    minimal_stripe_height,
+    rolling_buffer_bytes,
+    weights_need_dma,
+)
+from npusched.schedule.schedule import EncodedWeightsRef, OpSchedule, Schedule, TensorPlacement, WeightBuffering
+from npusched.target import weights as wts
+from npusched.target.arch import ArchitectureFeatures
+from npusched.target.block_config import BlockConfig, find_block_config_for_op
+from npusched.target.performance import BufferKind
+
+BLOCK_CONFIGS_PER_OP = 3
+MAX_CASCADE_LENGTH = 8
+STRIPE_HEIGHTS = 3
+SMALL_STRIPES = 8
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way to run passes ``start..end`` of subgraph ``sg``.
+
+    ``boundary`` are the feature maps it reads from or writes to outside itself; ``internal`` those that live
+    only in its rolling buffers. Memory of its own (rolling and weight buffers) is split by step: ``mem_before``
+    at the odd step before it (pre-buffered weights), ``mem_at`` at its own step, ``mem_after`` at the odd step
+    after it. ``reuse`` is (IFM, OFM, bytes) when a lone elementwise pass may write its OFM over its IFM.
+    """
+
+    sg: int
+    start: int
+    end: int
+    ops: tuple[OpSchedule, ...]
+    source: str
+    boundary: tuple[FeatureMap, ...]
+    internal: frozenset[FeatureMap]
+    mem_before: int
+    mem_at: int
+    mem_after: int
+    reuse: tuple[FeatureMap, FeatureMap, int] | None = None
+    key: tuple = field(default=(), compare=False)
+
+
+def op_schedule(arch: ArchitectureFeatures, op: NpuOp, config: BlockConfig, ofm_stripe: Shape4D, ifm_stripe: Shape4D,
+                ifm2_stripe: Shape4D | None, *, buffered: bool, cascade: int | None = None,
+                rolling: Shape4D | None = None, pre_buffered: bool = False) -> OpSchedule:
+    """A pass with whole-depth weights, read in place or copied whole into one fast-storage buffer."""
+    encoded = None
+    buffering = WeightBuffering()
+    if op.weights is not None:
+        enc = wts.encode_op_weights(arch, op, config.ofm_block.depth, (0, ofm_stripe.depth))
+        encoded = EncodedWeightsRef.of(enc, config.ofm_block.depth)
+        if buffered:
+            buffering = WeightBuffering(BufferKind.SINGLE, (0, ofm_stripe.depth), (enc.double_buffer_sizes[0],),
+                                        pre_buffered)
+    return OpSchedule(op_index=op.index, block_config=config, ofm_stripe=ofm_stripe, ifm_stripe=ifm_stripe,
+                      ifm2_stripe=ifm2_stripe, cascade=cascade, weight_buffering=buffering, encoded_weights=encoded,
+                      rolling_buffer=rolling)
+
+
+@dataclass
+class SubgraphFacts:
+    """What candidate building needs to know about one subgraph."""
+
+    index: int
+    sg: NpuSubgraph
+    sched_ops: tuple[SchedOp, ...]
+    use: TensorUse
+    reuse: dict[int, tuple[FeatureMap, FeatureMap, int]]  # position -> (ifm, ofm, bytes) when fusable
+    # position -> its options at full height per weight buffering, and (buffered, height) -> fastest block config
+    priced: dict[int, tuple[dict[bool, list[OpOption]], dict[tuple[bool, int], Any]]] = field(default_factory=dict)
+
+    @cached_property
+    def cascade_runs(self) -> tuple[tuple[int, int, tuple[Shape4D, ...]], ...]:
+        """Every cascade of the module docstring Vela's rules allow in the subgraph, as (start, end, OFM stripe
+        of each pass), without duplicates."""
+        return tuple(self._run_kinds)
+
+    @cached_property
+    def minimal_only(self) -> frozenset[tuple[int, int, tuple[Shape4D, ...]]]:
+        """The runs with minimal or one-row stripes that no final stripe height gives: they are there for memory,
+        so they take Vela's block configs only (half as many candidates keeps the model's solve time)."""
+        return frozenset(run for run, derived in self._run_kinds.items() if not derived)
+
+    @cached_property
+    def _run_kinds(self) -> dict[tuple[int, int, tuple[Shape4D, ...]], bool]:
+        """Every run of ``cascade_runs`` -> whether a final stripe height gives its stripes."""
+        n = len(self.sg.ops)
+        links = cascade_links(self)
+        runs: dict[tuple[int, int, tuple[Shape4D, ...]], bool] = {}
+        for start in range(n):
+            end = start
+            while end + 1 < n and end - start + 1 < MAX_CASCADE_LENGTH and links[end]:
+                end += 1
+                for h in stripe_heights(self.sched_ops[end].ofm_shape.height):
+                    if (stripes := _cascade_stripes(self, start, end, h)) is not None:
+                        runs[start, end, tuple(stripes)] = True
+                for follow_stride in (True, False):
+                    if (stripes := _minimal_stripes(self, start, end, follow_stride)) is not None:
+                        runs.setdefault((start, end, tuple(stripes)), False)
+        return runs
+
+    @cached_property
+    def stripe_heights(self) -> dict[int, tuple[int, ...]]:
+        """Per position, its full OFM height and every stripe height a cascade through it gives it: the same
+        whichever window asks, so pricing is shared between windows."""
+        heights: dict[int, set[int]] = {pos: {op.ofm.shape.height} for pos, op in enumerate(self.sg.ops)}
+        for start, _, stripes in self.cascade_runs:
+            for k, stripe in enumerate(stripes):
+                heights[start + k].add(stripe.height)
+        return {pos: tuple(sorted(hs)) for pos, hs in heights.items()}
+
+
+def make_candidate(facts: SubgraphFacts, start: int, ops: Sequence[OpSchedule], source: str) -> Candidate:
+    """A candidate from explicit pass choices (rolling buffers filled in where missing)."""
+    end = start + len(ops) - 1
+    sg_ops = facts.sg.ops
+    internal: set[FeatureMap] = set()
+    fixed: list[OpSchedule] = []
+    cascade = sg_ops[end].index if len(ops) > 1 else None
+    for k, op_sched in enumerate(ops):
+        if len(ops) > 1:
+            rolling = op_sched.rolling_buffer
+            if k > 0:
+                internal.add(sg_ops[start + k].ifm.tensor)
+                if rolling is None:
+                    rolling = rolling_buffer_shape(ops[k - 1].ofm_stripe, op_sched.ifm_stripe)
+            else:
+                rolling = None
+            op_sched = replace(op_sched, cascade=cascade, rolling_buffer=rolling)
+        fixed.append(op_sched)
+    boundary: list[FeatureMap] = []
+    for k in range(len(ops)):
+        op = sg_ops[start + k]
+        for access in (op.ifm, op.ifm2):
+            if access is not None and not access.tensor.is_const and access.tensor not in internal:
+                if access.tensor not in boundary:
+                    boundary.append(access.tensor)
+    last_ofm = sg_ops[end].ofm.tensor
+    if last_ofm not in boundary:
+        boundary.append(last_ofm)
+    before = at = after = 0
+    for k, op_sched in enumerate(fixed):
+        held = weight_buffer_bytes(op_sched.weight_buffering)
+        before, at, after = before + held.before, at + held.at, after + held.after
+        if k > 0:
+            fm = sg_ops[start + k].ifm.tensor
+            assert op_sched.rolling_buffer is not None  # every cascaded pass after the first has one
+            size = rolling_buffer_bytes(op_sched.rolling_buffer, fm.dtype.size_in_bytes)
+            at += size
+            after += size
+    reuse = facts.reuse.get(start) if len(ops) == 1 else None
+    if start == 0:
+        before = 0  # a pre-buffer of the first pass starts at step 0 with everything else
+    key = (start, tuple(fixed))
+    return Candidate(facts.index, start, end, tuple(fixed), source, tuple(boundary), frozenset(internal),
+                     before, at, after, reuse, key)
+
+
+def single_candidates(arch: ArchitectureFeatures, facts: SubgraphFacts, pos: int,
+                      options: Mapping[bool, Sequence[OpOption]]) -> list[Candidate]:
+    """A pass alone: its best few block configs (``options``: its full-height options per weight buffering),
+    each with every weight buffering of ``_lone_pass``."""
+    chosen: list[OpOption] = []
+    for group in options.values():
+        ranked = sorted(drop_dominated(group), key=lambda o: (o.total_cycles, not o.is_vela_choice))
+        chosen += ranked[:BLOCK_CONFIGS_PER_OP] + [o for o in group if o.is_vela_choice]
+    seen: set = set()
+    out = []
+    for option in chosen:
+        dims = option.block_config.ofm_block
+        if dims in seen:
+            continue
+        seen.add(dims)
+        out.extend(_lone_pass(arch, facts, pos, option.block_config))
+    return out
+
+
+def _lone_pass(arch: ArchitectureFeatures, facts: SubgraphFacts, pos: int, config: BlockConfig) -> list[Candidate]:
+    """A pass alone with ``config``, weights in place or in one buffer."""
+    op = facts.sg.ops[pos]
+    ifm2 = op.ifm2.shape if op.ifm2 is not None else None
+    return [make_candidate(facts, pos, (op_schedule(arch, op, config, op.ofm.shape, op.ifm.shape, ifm2,
+                                                    buffered=buffered),), "single")
+            for buffered in ((False, True) if weights_need_dma(arch, op) else (False,))]
+
+
+def vela_single_candidates(arch: ArchitectureFeatures, facts: SubgraphFacts, pos: int) -> list[Candidate]:
+    """A pass alone with Vela's block config for its whole OFM (see ``_lone_pass``)."""
+    config = find_block_config_for_op(arch, facts.sg.ops[pos])
+    return _lone_pass(arch, facts, pos, config) if config is not None else []
+
+
+def cascade_links(facts: SubgraphFacts) -> list[bool]:
+    """links[k]: may pass k+1 join a cascade with pass k (Vela's rules that do not depend on the stripe)."""
+    sops = facts.sched_ops
+    return [may_cascade(sops[k], sops[k + 1]) for k in range(len(sops) - 1)]
+
+
+def _cascade_stripes(facts: SubgraphFacts, start: int, end: int, final_height: int) -> list[Shape4D] | None:
+    """OFM stripes of passes start..end derived backwards from the last pass's stripe height (Vela's rule:
+    each producer's stripe is its consumer's stripe times the consumer's vertical stride)."""
+    return cascade_stripes([sop.op for sop in facts.sched_ops[start:end + 1]], final_height)
+
+
+def _minimal_stripes(facts: SubgraphFacts, start: int, end: int, follow_stride: bool) -> list[Shape4D] | None:
+    """Smallest OFM stripes of passes start..end: with ``follow_stride`` as Vela's minimal (``--optimise Size``)
+    schedule sets them (as many rows as the next pass steps over), else one row; even for an upscaling pass."""
+    sops = facts.sched_ops
+    stripes = []
+    for pos in range(start, end + 1):
+        after = sops[pos + 1].op if follow_stride and pos + 1 < len(sops) else None
+        height = minimal_stripe_height(sops[pos].op, after)  # without a next pass: one row
+        if height >= sops[pos].ofm_shape.height:
+            return None  # that pass would not be striped
+        stripes.append(sops[pos].ofm_shape.with_height(height))
+    return stripes
+
+
+def cascade_candidate(arch: ArchitectureFeatures, facts: SubgraphFacts, start: int, stripes: Sequence[Shape4D],
+                      buffered: bool,
+                      fastest: dict[tuple[int, bool, int], Any] | None = None) -> Candidate | None:
+    """A cascade of passes from ``start`` with these OFM ``stripes``; each pass takes Vela's block config for its
+    stripe, or with ``fastest`` ((position, buffered, stripe height) -> block config) the one that fits its stripe
+    with the lowest price."""
+    ops = []
+    for k, stripe in enumerate(stripes):
+        op = facts.sg.ops[start + k]
+        buf = buffered and weights_need_dma(arch, op)
+        ifm_stripe, ifm2_stripe = ifm_stripes(op, stripe)
+        if fastest is not None:
+            config = fastest.get((start + k, buf, stripe.height))
+        else:
+            config = find_block_config_for_op(arch, op, stripe, ifm_stripe, ifm2_stripe)
+        if config is None:
+            return None
+        ops.append(op_schedule(arch, op, config, stripe, ifm_stripe, ifm2_stripe, buffered=buf))
+    return make_candidate(facts, start, ops, "cascade-fastest" if fastest is not None else "cascade")
+
+
+def price_positions(arch: ArchitectureFeatures, facts: SubgraphFacts, positions: Iterable[int]
+               ) -> tuple[dict[int, dict[bool, list[OpOption]]], dict[tuple[int, bool, int], Any]]:
+    """Every pass's options at full height (per weight buffering) and, for every stripe a cascade may give it,
+    the cheapest block config that fits ((position, buffered, height) -> config). Each pass's block configs are
+    priced once per weight buffering, for all its heights together, and kept in ``facts`` for other windows."""
+    full: dict[int, dict[bool, list[OpOption]]] = {}
+    fastest: dict[tuple[int, bool, int], Any] = {}
+    for pos in positions:
+        if pos not in facts.priced:
+            facts.priced[pos] = _price_pass(arch, facts.sg.ops[pos], facts.stripe_heights[pos])
+        full[pos], best = facts.priced[pos]
+        fastest.update(((pos, buf, h), config) for (buf, h), config in best.items())
+    return full, fastest
+
+
+def _price_pass(arch: ArchitectureFeatures, op: NpuOp, heights: Sequence[int]
+                ) -> tuple[dict[bool, list[OpOption]], dict[tuple[bool, int], Any]]:
+    full: dict[bool, list[OpOption]] = {}
+    best: dict[tuple[bool, int], Any] = {}
+    for buf in ((True, False) if weights_need_dma(arch, op) else (False,)):
+        full[buf] = []
+        for option in price_options(arch, op, stripe_heights=heights, weights_buffered=buf):
+            if option.stripe.is_full:
+                full[buf].append(option)
+            key = (buf, option.stripe_height)
+            rank = (option.total_cycles, not option.is_vela_choice)
+            if key not in best or rank < best[key][0]:
+                best[key] = (rank, option.block_config)
+    return full, {key: config for key, (_, config) in best.items()}
+
+
+def stripe_heights(full: int) -> list[int]:
+    """Final stripe heights tried for a cascade ending in a pass ``full`` rows high: every height up to
+    ``SMALL_STRIPES`` (where memory is tight, Vela's own choices fall) and the larger powers of two, the largest
+    ``STRIPE_HEIGHTS`` of them. The same whatever the memory limit, so more memory never shrinks the choice."""
+    powers = []
+    h = SMALL_STRIPES * 2
+    while h < full:
+        powers.append(h)
+        h *= 2
+    return sorted({h for h in range(1, min(SMALL_STRIPES, full - 1) + 1)} | set(powers[-STRIPE_HEIGHTS:]))
+
+
+def segments_of(schedule: Schedule, sg: NpuSubgraph) -> list[tuple[int, tuple[OpSchedule, ...]]]:
+    """The (start position, pass choices) runs of a schedule over one subgraph: cascades and lone passes."""
+    out: list[tuple[int, list[OpSchedule]]] = []
+    for pos, op in enumerate(sg.ops):
+        if not schedule.has_op(op.index):
+            return []
+        op_sched = schedule.op(op.index)
+        if op_sched.block_config is None:
+            return []
+        if out and op_sched.cascade is not None and out[-1][1][-1].cascade == op_sched.cascade:
+            out[-1][1].append(op_sched)
+        else:
+            out.append((pos, [op_sched]))
+    return [(start, tuple(ops)) for start, ops in out]
+
+
+def all_candidates(arch: ArchitectureFeatures, facts: SubgraphFacts, references: Sequence[Schedule],
+                   hint_first: bool = False,
+                   lo: int = 0, hi: int | None = None, light: bool = False,
+                   priced: tuple[dict[int, Any], dict[tuple[int, bool, int], Any]] | None = None) -> list[Candidate]:
+    """Every candidate of one subgraph (see the module docstring) that lies within positions ``lo..hi`` (default:
+    the whole subgraph), without duplicates; with ``hint_first`` the first reference is the hint and its
+    candidates are marked "hint". ``light`` keeps to Vela's block configs (no option is priced to find faster
+    ones), for a first quick pass over a large network. ``priced`` is ``price_positions`` over ``lo..hi`` when the
+    caller has it already."""
+    hi = len(facts.sg.ops) - 1 if hi is None else hi
+    cands: list[Candidate] = []
+    for number, ref in enumerate(references):
+        for start, ops in segments_of(ref, facts.sg):
+            if lo <= start and start + len(ops) - 1 <= hi:
+                cands.append(make_candidate(facts, start, ops, "hint" if number == 0 and hint_first else "reference"))
+    runs = [(start, stripes, (start, end, stripes) not in facts.minimal_only)
+            for start, end, stripes in facts.cascade_runs if lo <= start and end <= hi]
+    fastest: dict[tuple[int, bool, int], Any] | None = None
+    if light:
+        for pos in range(lo, hi + 1):
+            cands.extend(vela_single_candidates(arch, facts, pos))
+    else:
+        full, fastest = priced if priced is not None else price_positions(arch, facts, range(lo, hi + 1))
+        for pos in range(lo, hi + 1):
+            cands.extend(single_candidates(arch, facts, pos, full[pos]))
+    for start, stripes, any_config in runs:
+        for buffered, best in itertools.product((True, False), (None, fastest) if fastest and any_config else (None,)):
+            cand = cascade_candidate(arch, facts, start, stripes, buffered, best)
+            if cand is not None:
+                cands.append(cand)
+    unique: dict[tuple, Candidate] = {}
+    for cand in cands:
+        unique.setdefault(cand.key, cand)
+    return list(unique.values())
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Pricing
+
+
+def _price_key(op_sched: OpSchedule) -> tuple:
+    """What a pass's price depends on: the evaluator prices whole-op shapes, so the stripe heights and rolling
+    buffer do not matter, only the block config, the weights and whether the pass is in a cascade."""
+    return (op_sched.op_index, op_sched.block_config, op_sched.weight_buffering, op_sched.encoded_weights,
+            op_sched.cascade is None, op_sched.tail_slack_cycles, op_sched.ofm_stripe.depth)
+
+
+class Pricer:
+    """Per-pass prices from the evaluator's ``price_op``, memoised by (choices, operand placements, slack)."""
+
+    def __init__(self, arch: ArchitectureFeatures, base: Mapping[FeatureMap, TensorPlacement]) -> None:
+        self.arch = arch
+        self.base = dict(base)
+        self.memo: dict[tuple, tuple[float, float, bool]] = {}
+        self.interned: dict[int, int] = {}
+        self.keys: dict[tuple, int] = {}
+        self.alive: list[OpSchedule] = []
+        self.operands: dict[int, tuple[FeatureMap, ...]] = {}
+
+    def _key(self, op: NpuOp, op_sched: OpSchedule, places: Mapping[FeatureMap, TensorPlacement],
+             prev_slack: float) -> tuple[tuple, tuple]:
+        """(memo key, operand placements). Choices are interned once per OpSchedule object and placements
+        reduced to memory names, so building a key does not hash block configs and enums every time."""
+        ident = self.interned.get(id(op_sched))
+        if ident is None:
+            ident = self.keys.setdefault(_price_key(op_sched), len(self.keys))
+            self.interned[id(op_sched)] = ident
+            self.alive.append(op_sched)
+        operands = self.operands.get(op.index)
+        if operands is None:
+            operands = self.operands[op.index] = tuple(
+                access.tensor for access in (op.ifm, op.ifm2, op.ofm)
+                if access is not None and not access.tensor.is_const)
+        local = tuple((fm, places.get(fm) or self.base.get(fm)) for fm in operands)
+        # The op fixes which maps its operands are; their memory and layout (by identity: enum hashing is slow).
+        where = tuple((id(p.mem_area), id(p.format)) if p is not None else None for _, p in local)
+        return (ident, where, prev_slack), local
+
+    def price_pass(self, op: NpuOp, op_sched: OpSchedule, places: Mapping[FeatureMap, TensorPlacement],
+                   prev_slack: float) -> tuple[float, float, bool]:
+        """(total cycles, slack left for the next pass, priced below its own compute time) of one pass."""
+        key, local = self._key(op, op_sched, places, prev_slack)
+        hit = self.memo.get(key)
+        if hit is not None:
+            return hit
+        schedule = Schedule(ops=(op_sched,), tensors=tuple((fm, p) for fm, p in local if p is not None))
+        result, slack, _ = price_op(self.arch, op, op_sched, schedule, prev_slack)
+        # Vela's estimate subtracts the weight DMA hidden under the previous pass even from a cascaded pass whose
+        # own transfer it prices at zero, which can price it below its compute time.
+        value = (float(result.total_cycles), float(slack), bool(result.npu_cycles < result.op_cycles - 1e-6))
+        self.memo[key] = value
+        return value
+
+    def price(self, sg_ops: Sequence[NpuOp], cand: Candidate, places: Mapping[FeatureMap, TensorPlacement],
+              prev_slack: float) -> tuple[list[float], float, bool]:
+        """Per-pass totals of a candidate, the slack its last pass leaves and whether any pass profits from the
+        DMA-credit artefact (see ``price_pass``)."""
+        totals = []
+        slack = prev_slack
+        artefact = False
+        for k, op_sched in enumerate(cand.ops):
+            op = sg_ops[cand.start + k]
+            total, slack, credited = self.price_pass(op, op_sched, places, slack)
+            artefact = artefact or credited
+            totals.append(total)
+        return totals, slack, artefact

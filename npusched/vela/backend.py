@@ -1,0 +1,473 @@
+"""Compile npusched's schedule with Vela 5.2.0's backend (legacy core) and read Vela's own estimate back.
+
+Vela's compiler driver runs its scheduler, then allocates tensors, generates the command streams and packs the
+``_vela.tflite``. This module swaps the scheduling step for one that takes every decision from npusched's
+``Schedule`` instead (block config, OFM stripes and cascades with their rolling buffers, the weight encoding and
+its buffering, where each feature map lives) and leaves the rest of Vela untouched, so the files Vela writes are
+Vela's own: the ``_vela.tflite``, ``_summary_<system config>.csv`` and ``_per-layer.csv``.
+
+Only Vela's public modules are used, patched for the duration of one compilation. Vela is not thread-safe and
+keeps global state (its debug database), so one compilation runs at a time in a process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import shutil
+import tempfile
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from npusched.errors import OutputError, ScheduleError
+from npusched.ir import NpuOp
+from npusched.schedule.evaluator import cascade_rolling_buffers, evaluate, placement_of
+from npusched.schedule.schedule import OpSchedule, Schedule
+from npusched.target.arch import Estimator
+
+# Estimates agree when they differ by at most this fraction (relative to the larger of the two).
+AGREEMENT_TOLERANCE = 1e-4
+
+
+class VelaRefusal(ScheduleError):
+    """Vela's backend does not accept one of the schedule's decisions (nothing is written)."""
+
+
+@dataclass(frozen=True)
+class OpAgreement:
+    """One NPU pass: Vela's estimated op cycles next to the evaluator's."""
+
+    op_index: int
+    name: str
+    subgraph: str
+    vela_cycles: float
+    npusched_cycles: float
+
+    @property
+    def agrees(self) -> bool:
+        return _close(self.vela_cycles, self.npusched_cycles)
+
+
+@dataclass(frozen=True)
+class BackendResult:
+    """What one compilation wrote and how Vela's estimate compares with the evaluator's (Vela's estimator)."""
+
+    tflite_path: Path
+    summary_csv_path: Path
+    per_layer_csv_path: Path
+    ops: tuple[OpAgreement, ...]
+    vela_total_cycles: float
+    npusched_total_cycles: float
+
+    @property
+    def total_agrees(self) -> bool:
+        return _close(self.vela_total_cycles, self.npusched_total_cycles)
+
+    @property
+    def agreed(self) -> bool:
+        return self.total_agrees and all(op.agrees for op in self.ops)
+
+    def warnings(self) -> tuple[str, ...]:
+        """One line per disagreeing op and for the total: a difference means one of the two estimates is wrong."""
+        lines = [f"Vela's estimate of op {op.op_index} '{op.name}' ({op.subgraph}) is {op.vela_cycles:,.1f} cycles, "
+                 f"npusched's {op.npusched_cycles:,.1f} ({_relative(op.vela_cycles, op.npusched_cycles):+.4%})"
+                 for op in self.ops if not op.agrees]
+        if not self.total_agrees:
+            lines.append(f"Vela's estimate of the network is {self.vela_total_cycles:,.1f} cycles, npusched's "
+                         f"{self.npusched_total_cycles:,.1f} "
+                         f"({_relative(self.vela_total_cycles, self.npusched_total_cycles):+.4%})")
+        return tuple(lines)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"tflite": str(self.tflite_path), "summary_csv": str(self.summary_csv_path),
+                "per_layer_csv": str(self.per_layer_csv_path), "agreed": self.agreed,
+                "vela_cycles": self.vela_total_cycles, "npusched_cycles": self.npusched_total_cycles,
+                "disagreeing_ops": [op.op_index for op in self.ops if not op.agrees]}
+
+
+def _relative(a: float, b: float) -> float:
+    return (a - b) / max(abs(b), 1e-9)
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= AGREEMENT_TOLERANCE * max(abs(a), abs(b), 1.0)
+
+
+def output_paths(model_path: Path, system_config: str, output_dir: Path) -> tuple[Path, Path, Path]:
+    """Where Vela writes for ``model_path``: ``<model>_vela.tflite``, ``<model>_summary_<system config>.csv``
+    and ``<model>_per-layer.csv``."""
+    stem = model_path.stem
+    return (output_dir / f"{stem}_vela.tflite", output_dir / f"{stem}_summary_{system_config}.csv",
+            output_dir / f"{stem}_per-layer.csv")
+
+
+def vela_arguments(options: Any, output_dir: Path) -> list[str]:
+    """Vela's command line for a run's options: the same hardware and strategy, legacy core, per-layer CSV."""
+    args = [str(options.model_path), "--accelerator-config", options.accelerator_config,
+            "--optimise", options.optimise, "--output-dir", str(output_dir),
+            "--debug-force-legacy-core", "--verbose-performance"]
+    for config in options.config_files:
+        args += ["--config", str(config)]
+    if options.system_config is not None:
+        args += ["--system-config", options.system_config]
+    if options.memory_mode is not None:
+        args += ["--memory-mode", options.memory_mode]
+    if options.arena_cache_size is not None:
+        args += ["--arena-cache-size", str(options.arena_cache_size)]
+    return args
+
+
+def check_output_dir(output_dir: Path) -> None:
+    """Refuse, before any work, an output directory that is a file."""
+    if output_dir.exists() and not output_dir.is_dir():
+        raise OutputError(f"--output-dir {output_dir}: is not a directory")
+
+
+def compile_schedule(result: Any, output_dir: Path) -> BackendResult:
+    """Compile ``result``'s schedule (a npusched.app.pipeline.RunResult) with Vela's backend into ``output_dir``.
+
+    Vela writes into a private directory first; the three files are moved into ``output_dir`` only when the
+    whole compilation succeeded, so a refusal leaves nothing behind (and earlier files of the same name whole).
+    """
+    check_output_dir(output_dir)
+    options, network, schedule = result.options, result.network, result.schedule
+    # Vela's figures are Vela's estimator's; the evaluator is asked the same question.
+    arch = result.arch if result.arch.estimator is Estimator.VELA else replace(result.arch, estimator=Estimator.VELA)
+    evaluation = result.evaluation if arch is result.arch else evaluate(network, arch, schedule)
+    created = not output_dir.exists()
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".npusched-vela-", dir=output_dir))
+    except OSError as exc:
+        raise OutputError(f"--output-dir {output_dir}: cannot write ({exc.strerror or exc})") from None
+    try:
+        forcing = _ForcedScheduler(network, arch, schedule)
+        log = io.StringIO()
+        with _patched_vela(forcing), contextlib.redirect_stdout(log):
+            from ethosu.vela import vela
+
+            try:
+                status = vela.main(vela_arguments(options, staging))
+            except VelaRefusal:
+                raise
+            except Exception as exc:  # an assertion or error deep in Vela's backend: name the op it was at
+                raise VelaRefusal(f"Vela's backend rejects the schedule{_op_in_traceback(exc)}: "
+                                  f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
+        if status != 0:
+            lines = [line for line in log.getvalue().splitlines() if line.strip()]
+            raise VelaRefusal(f"Vela's backend stopped: {lines[-1] if lines else f'exit status {status}'}")
+        staged = output_paths(options.model_path, arch.system_config, staging)
+        final = output_paths(options.model_path, arch.system_config, output_dir)
+        for source, target in zip(staged, final, strict=True):
+            source.replace(target)
+    except OSError as exc:
+        raise OutputError(f"--output-dir {output_dir}: cannot write ({exc.strerror or exc})") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        if created and not any(output_dir.iterdir()):  # a refused compilation leaves no trace
+            output_dir.rmdir()
+    agreements = tuple(
+        OpAgreement(op.index, op.name, sg.name, forcing.vela_cycles[op.index], evaluation.op(op.index).total_cycles)
+        for sg in network.subgraphs for op in sg.ops)
+    return BackendResult(*final, ops=agreements, vela_total_cycles=sum(op.vela_cycles for op in agreements),
+                         npusched_total_cycles=evaluation.total_cycles)
+
+
+def _op_in_traceback(exc: BaseException) -> str:
+    """' at op NAME' (or tensor) for the innermost frame of Vela's that was handling an operation or tensor."""
+    for frame, _ in reversed(list(traceback.walk_tb(exc.__traceback__))):
+        for key, what in (("sched_op", "op"), ("op", "op"), ("tens", "tensor"), ("tensor", "tensor")):
+            name = getattr(frame.f_locals.get(key), "name", None)
+            if isinstance(name, str):
+                return f" at {what} '{name}'"
+    return ""
+
+
+@contextlib.contextmanager
+def _patched_vela(forcing: _ForcedScheduler) -> Iterator[None]:
+    """Vela's scheduling step replaced by ``forcing``, and its per-op estimate recorded, for one compilation.
+
+    Vela caches encoded weight tensors process-wide; a tensor of an earlier compilation would be allocated twice,
+    so each compilation starts, as the ``vela`` command does, with an empty cache."""
+    from ethosu.vela import npu_performance, scheduler
+    from ethosu.vela.weight_compressor import CompressedWeightCache
+
+    original_schedule, original_estimate = scheduler.schedule_passes, npu_performance.estimate_full_op_performance
+
+    def recording_estimate(arch: Any, schedule: Any, sched_op: Any, prev_op: Any, block_config: Any) -> Any:
+        bws, macs, cycles = original_estimate(arch, schedule, sched_op, prev_op, block_config)
+        forcing.record(sched_op, float(cycles[npu_performance.PassCycles.Total]))
+        return bws, macs, cycles
+
+    scheduler.schedule_passes = forcing.schedule_passes
+    npu_performance.estimate_full_op_performance = recording_estimate
+    CompressedWeightCache.cache.clear()
+    try:
+        yield
+    finally:
+        scheduler.schedule_passes, npu_performance.estimate_full_op_performance = original_schedule, original_estimate
+        CompressedWeightCache.cache.clear()
+
+
+class _ForcedScheduler:
+    """Vela's scheduling step with npusched's decisions: one forced ``Schedule`` per NPU subgraph.
+
+    Stateful only for the length of one compilation: it remembers which Vela operation is which npusched pass so
+    that Vela's per-op estimate can be read back.
+    """
+
+    def __init__(self, network: Any, arch: Any, schedule: Schedule) -> None:
+        self.network, self.arch, self.schedule = network, arch, schedule
+        self.op_of: dict[Any, NpuOp] = {}
+        self.vela_cycles: dict[int, float] = {}
+
+    def record(self, sched_op: Any, cycles: float) -> None:
+        op = self.op_of.get(sched_op)
+        if op is not None:
+            self.vela_cycles[op.index] = cycles
+
+    def schedule_passes(self, nng: Any, vela_arch: Any, options: Any, scheduler_options: Any) -> None:
+        from ethosu.vela import scheduler
+        from ethosu.vela.nn_graph import CascadedPass, PassPlacement, SchedulingStrategy
+
+        npu_subgraphs = [sg for sg in nng.subgraphs if sg.placement == PassPlacement.Npu]
+        if len(npu_subgraphs) != len(self.network.subgraphs):
+            raise VelaRefusal(f"Vela makes {len(npu_subgraphs)} NPU subgraphs of the model, npusched "
+                              f"{len(self.network.subgraphs)}")
+        ours = iter(self.network.subgraphs)
+        schedulers = {}
+        for sg in nng.subgraphs:
+            if sg.placement != PassPlacement.Npu:
+                # A CPU subgraph: each pass is a cascaded pass of its own, in order.
+                sg.cascaded_passes = []
+                for time, ps in enumerate(sg.passes):
+                    cps = CascadedPass(ps.name, SchedulingStrategy.WeightStream, ps.inputs, [], ps.outputs, [ps],
+                                       ps.placement, False)
+                    cps.time, ps.cascade = time, cps
+                    sg.cascaded_passes.append(cps)
+                continue
+            vela_scheduler = scheduler.Scheduler(nng, sg, vela_arch, scheduler_options)
+            vela_scheduler.create_scheduler_representation(vela_arch)
+            sg.sched_ops = vela_scheduler.sched_ops
+            sg.schedule = self._subgraph_schedule(vela_scheduler, next(ours))
+            vela_scheduler.apply_schedule(sg.schedule)
+            self._place_feature_maps(vela_scheduler, sg.schedule)
+            vela_scheduler.update_op_memory_snapshot(sg.schedule)
+            if scheduler_options.verbose_schedule:
+                vela_scheduler.print_schedule(sg.schedule)
+            schedulers[sg] = vela_scheduler
+        scheduler._update_memory_snapshot_for_all_npu_graphs(nng, vela_arch, schedulers)
+        scheduler._update_tensor_allocation(nng, vela_arch, options)
+
+    # -- one subgraph -----------------------------------------------------------------------------------------
+
+    def _subgraph_schedule(self, vela_scheduler: Any, subgraph: Any) -> Any:
+        from ethosu.vela import scheduler
+
+        sched_ops = vela_scheduler.sched_ops
+        if len(sched_ops) != len(subgraph.ops):
+            raise VelaRefusal(f"subgraph {subgraph.name}: Vela has {len(sched_ops)} NPU operations, npusched "
+                              f"{len(subgraph.ops)} passes")
+        forced = scheduler.Schedule(vela_scheduler.sg, self.schedule.label or "NPUSCHED")
+        vela_id: dict[int, int] = {}  # npusched cascade id -> Vela's (the index of the cascade's last operation)
+        for sched_op, op in zip(sched_ops, subgraph.ops, strict=True):
+            if sched_op.op_type.name != op.op_type or list(sched_op.ofm.shape) != op.ofm.shape.as_list():
+                raise VelaRefusal(f"op {op.index} '{op.name}': Vela's operation {sched_op.index} is a "
+                                  f"{sched_op.op_type.name} with OFM {list(sched_op.ofm.shape)}, npusched's pass a "
+                                  f"{op.op_type} with OFM {op.ofm.shape.as_list()}")
+            self.op_of[sched_op] = op
+            choice = self.schedule.op(op.index)
+            if choice.cascade is not None:
+                vela_id[choice.cascade] = sched_op.index
+        for sched_op, op in zip(sched_ops, subgraph.ops, strict=True):
+            choice = self.schedule.op(op.index)
+            info = self._op_info(vela_scheduler, sched_op, op, choice)
+            info.cascade = vela_id[choice.cascade] if choice.cascade is not None else 0
+            forced.cost_map[sched_op] = info
+        forced.cascades = self._cascades(sched_ops, subgraph, vela_id)
+        return forced
+
+    def _op_info(self, vela_scheduler: Any, sched_op: Any, op: NpuOp, choice: OpSchedule) -> Any:
+        """Vela's per-op record of a schedule, holding npusched's choices for ``op``."""
+        from ethosu.vela import weight_compressor
+        from ethosu.vela.tensor import TensorSubPurpose
+
+        stripe = _vela_shape(choice.ofm_stripe)
+        info = sched_op.create_scheduler_info(vela_scheduler.nng, stripe)
+        if list(info.stripe_input) != choice.ifm_stripe.as_list():
+            raise VelaRefusal(f"op {op.index} '{op.name}': for OFM stripe {list(stripe)} Vela reads an IFM stripe "
+                              f"{list(info.stripe_input)}, npusched {choice.ifm_stripe.as_list()}")
+        info.block_config = self._block_config(sched_op, op, info, choice)
+        sched_op.parent_ps.block_config = info.block_config.old_style_representation()
+        weights = sched_op.parent_op.weights
+        if weights is not None:
+            slices = list(choice.depth_slices)
+            info.ofm_depth_slices = slices
+            info.npu_weights_tensor, info.npu_scales_tensor = weight_compressor.encode_weight_and_scale_tensor(
+                vela_scheduler.arch, sched_op.parent_op, weights, sched_op.parent_op.bias, sched_op.kernel,
+                info.block_config, slices)
+            buffering = choice.weight_buffering
+            if buffering.is_buffered:
+                encoded = info.npu_weights_tensor
+                purpose = TensorSubPurpose.DoubleBuffer if buffering.kind == "double" else TensorSubPurpose.Standard
+                count = 2 if buffering.kind == "double" else 1
+                sizes = [encoded.double_buffer_sizes[i] for i in range(count)]
+                if tuple(sizes) != tuple(buffering.buffer_sizes):
+                    raise VelaRefusal(f"op {op.index} '{op.name}': Vela encodes weight buffers of {sizes} bytes for "
+                                      f"depth slices {slices}, npusched {list(buffering.buffer_sizes)}")
+                names = [f"{weights.name}_buffer", f"{weights.name}_buffer2"]
+                info.buffered_weight_tensors = [vela_scheduler.buffer_tensor(encoded, purpose, size, name)
+                                                for size, name in zip(sizes, names[:count], strict=True)]
+                info.buffered_weight_tensors[0].pre_buffer = buffering.pre_buffered
+                if choice.cascade is None:  # Vela times the whole unsliced stream, outside cascades only
+                    info.full_weight_transfer_cycles = self._full_transfer_cycles(vela_scheduler, sched_op, info)
+        info.slack_buffering_cycles = self._prefetch_window_cycles(vela_scheduler, sched_op, info, choice)
+        return info
+
+    @staticmethod
+    def _full_transfer_cycles(vela_scheduler: Any, sched_op: Any, info: Any) -> float:
+        """Vela's DMA time of the op's whole weight stream encoded unsliced."""
+        from ethosu.vela import npu_performance, weight_compressor
+
+        parent, arch = sched_op.parent_op, vela_scheduler.arch
+        whole_depth = [0, sched_op.ofm.shape.depth]
+        full, _ = weight_compressor.encode_weight_and_scale_tensor(
+            arch, parent, parent.weights, parent.bias, sched_op.kernel, info.block_config, whole_depth)
+        return npu_performance.measure_mem2mem_cycles(arch, parent.weights.mem_area, arch.fast_storage_mem_area,
+                                                      len(full.buffer))
+
+    @staticmethod
+    def _prefetch_window_cycles(vela_scheduler: Any, sched_op: Any, info: Any, choice: OpSchedule) -> float:
+        """The NPU time the next op may prefetch its first weights under, priced by Vela's scheduler estimate: of
+        the schedule's ``slack_ofm_depth``, else its ``tail_slack_cycles``, else of the last weight slice (the
+        whole op when its weights are not sliced). The feature maps are still where Vela's scheduler prices them."""
+        depth = choice.slack_ofm_depth
+        if depth is None and choice.tail_slack_cycles is not None:
+            return choice.tail_slack_cycles
+        if depth is None:
+            slices = info.ofm_depth_slices
+            depth = slices[-1] - slices[-2] if len(slices) > 2 else sched_op.ofm.shape.depth
+        return vela_scheduler.estimate_op_performance(sched_op, info.block_config, depth).op_cycles
+
+    def _block_config(self, sched_op: Any, op: NpuOp, info: Any, choice: OpSchedule) -> Any:
+        """Vela's block config for the stripe when it is npusched's, else the one Vela builds for npusched's."""
+        from ethosu.vela.architecture_allocator import try_block_config
+        from ethosu.vela.architecture_features import Block
+
+        chosen = choice.block_config
+        if chosen is None:
+            raise ScheduleError(f"op {op.index} ({op.name}) has no block config to compile")
+        wanted = chosen.old_style()
+        if info.block_config.old_style_representation() == wanted:
+            return info.block_config
+        ofm_block = chosen.ofm_block
+        parent = sched_op.parent_op
+        config = try_block_config(
+            Block(ofm_block.width, ofm_block.height, ofm_block.depth), sched_op.arch,
+            sched_op.op_type.npu_block_type, info.stripe, info.stripe_input, info.stripe_input2,
+            sched_op.uses_scalar, sched_op.ifm.dtype.size_in_bits(), chosen.is_partkernel,
+            sched_op.kernel, 2 if parent.activation_lut else 0, parent.has_scaling(), sched_op.resampling_mode)
+        if config is not None:  # Vela keeps the OFM block as a shape
+            config.ofm_block = _vela_shape(ofm_block)
+        if config is None or config.old_style_representation() != wanted:
+            got = "does not fit it" if config is None else f"makes it {config.old_style_representation()}"
+            raise VelaRefusal(f"op {op.index} '{op.name}': Vela rejects block config {wanted} ({got})")
+        return config
+
+    def _cascades(self, sched_ops: list[Any], subgraph: Any, vela_id: dict[int, int]) -> dict[int, Any]:
+        from ethosu.vela.cascade_builder import CascadeInfo
+
+        rolling = cascade_rolling_buffers(subgraph, self.schedule)
+        members: dict[int, list[tuple[Any, NpuOp]]] = {}
+        for sched_op, op in zip(sched_ops, subgraph.ops, strict=True):
+            cascade = self.schedule.op(op.index).cascade
+            if cascade is not None:
+                members.setdefault(vela_id[cascade], []).append((sched_op, op))
+        cascades = {}
+        for end, group in members.items():
+            indices = [sched_op.index for sched_op, _ in group]
+            if indices != list(range(indices[0], end + 1)) or len(group) < 2:
+                raise VelaRefusal(f"op {group[0][1].index} '{group[0][1].name}': cascade of operations {indices} "
+                                  "is not a run of two or more consecutive operations")
+            buffers = {}
+            for sched_op, op in group[1:]:
+                if op.index not in rolling:
+                    raise VelaRefusal(f"op {op.index} '{op.name}': cascaded without a rolling buffer for its IFM")
+                buffers[sched_op] = _vela_shape(rolling[op.index])
+            # Vela records the cascade's own fast-storage need only to print it; the buffers are what it allocates.
+            size = sum(shape.elements() for shape in buffers.values())
+            cascades[end] = CascadeInfo(indices[0], end, buffers, size)
+        return cascades
+
+    def _place_feature_maps(self, vela_scheduler: Any, forced: Any) -> None:
+        """Put every OFM where npusched's schedule does (rolling buffers are placed by Vela's apply step)."""
+        from ethosu.vela.tensor import MemArea, MemType
+
+        fast = vela_scheduler.arch.fast_storage_mem_area
+        for sched_op in vela_scheduler.sched_ops:
+            op = self.op_of[sched_op]
+            tensor = sched_op.ofm.connection.parent_tens
+            wanted = placement_of(self.arch, self.schedule, op.ofm.tensor)
+            cascade = forced.cost_map[sched_op].cascade  # Vela's id: the index of the cascade's last operation
+            if cascade in (0, sched_op.index):  # not a rolling buffer
+                if wanted.mem_area.value == fast.name and tensor.mem_area != fast:
+                    tensor.mem_area, tensor.mem_type = fast, MemType.Scratch_fast
+            if tensor.mem_area != MemArea[wanted.mem_area.value] or tensor.format.name != wanted.format.value:
+                raise VelaRefusal(f"op {op.index} '{op.name}': Vela keeps its OFM in {tensor.mem_area.name} "
+                                  f"{tensor.format.name}, npusched in {wanted.mem_area.value} {wanted.format.value}")
+
+
+def _vela_shape(shape: Any) -> Any:
+    from ethosu.vela.shape4d import Shape4D
+
+    return Shape4D(shape.batch, shape.height, shape.width, shape.depth)
+
+
+def tflite_contents(path: Path) -> tuple[Any, ...]:
+    """What a ``_vela.tflite`` holds, independent of the order its tensors are listed in: per subgraph the
+    tensors (name, shape, type, data) and operators (operator code, input and output tensor names, custom
+    options, which carry nothing for Vela's custom operator; its command stream is a tensor), and the metadata.
+    Two files with equal contents run the same command streams on the same data."""
+    import numpy as np
+    import tflite
+
+    model = tflite.Model.GetRootAs(Path(path).read_bytes(), 0)
+
+    def data(index: int) -> bytes:
+        buffer = model.Buffers(index)
+        return buffer.DataAsNumpy().tobytes() if buffer is not None and buffer.DataLength() else b""
+
+    subgraphs, tensor_names = [], []
+    for s in range(model.SubgraphsLength()):
+        graph = model.Subgraphs(s)
+        tensors = [graph.Tensors(t) for t in range(graph.TensorsLength())]
+        names = [t.Name().decode() for t in tensors]
+        tensor_names += [(s, name) for name in names]
+
+        def named(indices: Any, names: list[str] = names) -> tuple[str, ...]:
+            return tuple(names[i] if i >= 0 else "" for i in indices)
+
+        operators = []
+        for o in range(graph.OperatorsLength()):
+            op = graph.Operators(o)
+            code = model.OperatorCodes(op.OpcodeIndex())
+            custom = op.CustomOptionsAsNumpy().tobytes() if op.CustomOptionsLength() else b""
+            operators.append((max(code.BuiltinCode(), code.DeprecatedBuiltinCode()), code.CustomCode(),
+                              named(op.InputsAsNumpy() if op.InputsLength() else ()),
+                              named(op.OutputsAsNumpy() if op.OutputsLength() else ()), custom))
+        tensor_set = sorted((name, tuple(t.ShapeAsNumpy().tolist()) if t.ShapeLength() else (), t.Type(),
+                             data(t.Buffer())) for name, t in zip(names, tensors, strict=True))
+        subgraphs.append((tuple(tensor_set), tuple(operators), named(graph.InputsAsNumpy()),
+                          named(graph.OutputsAsNumpy())))
+    metadata = []
+    for m in range(model.MetadataLength()):
+        name, raw = model.Metadata(m).Name().decode(), data(model.Metadata(m).Buffer())
+        payload: bytes | tuple[Any, ...] = raw
+        if name == "OfflineMemoryAllocation":  # [version, subgraphs, tensors, one arena offset per tensor in order]
+            offsets = np.frombuffer(raw, dtype="<i4")
+            payload = tuple(offsets[:3].tolist()) + tuple(sorted(zip(tensor_names, offsets[3:].tolist(), strict=True)))
+        metadata.append((name, payload))
+    return tuple(subgraphs), tuple(sorted(metadata))
