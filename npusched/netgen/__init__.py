@@ -24,11 +24,13 @@ class GenerationError(NpuschedError):
     """The generator was asked for something it cannot make (unknown architecture, size out of range)."""
 
 
-def generate(arch: str, passes: int, seed: int, cpu_splits: int | None = None) -> bytes:
+def generate(arch: str, passes: int, seed: int, cpu_splits: int | None = None, keras_style: bool = False) -> bytes:
     """The .tflite bytes of architecture ``arch`` with about ``passes`` NPU passes.
 
     ``cpu_splits`` operators Vela runs on the CPU are placed between blocks (default: 2+ for "mixed", 0 for the
-    others), each starting a new NPU subgraph.
+    others), each starting a new NPU subgraph. ``keras_style`` exports as Keras does: a dynamic batch dimension,
+    reshape and transposed-convolution shapes computed at run time (SHAPE -> STRIDED_SLICE -> PACK), and image
+    inputs rescaled by a MUL and an ADD; the layers and their weights are those of the plain variant.
     """
     if arch not in ARCHITECTURES:
         raise GenerationError(f"unknown architecture '{arch}' (known: {', '.join(ARCHITECTURES)})")
@@ -40,6 +42,7 @@ def generate(arch: str, passes: int, seed: int, cpu_splits: int | None = None) -
         raise GenerationError(f"cpu splits must be 0 or more, not {cpu_splits}")
     # The architecture's name is part of the seed so that two architectures with one seed draw different numbers.
     rng = np.random.default_rng([seed, zlib.crc32(arch.encode()), passes])
-    g = GraphBuilder(rng)
+    g = GraphBuilder(rng, keras_style)
     output = ARCHITECTURES[arch](g, sizing(arch, passes, cpu_splits))
-    return serialise(g.network([output], f"npusched.netgen {arch} passes={passes} seed={seed}"))
+    style = " keras-style" if keras_style else ""
+    return serialise(g.network([output], f"npusched.netgen {arch} passes={passes} seed={seed}{style}"))

@@ -28,10 +28,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0); same arguments, same bytes")
     parser.add_argument("--cpu-splits", type=int, default=None,
                         help="operators Vela leaves to the CPU, placed between blocks (default: 2+ for mixed, 0 else)")
+    parser.add_argument("--keras-style", action="store_true",
+                        help="export as Keras does: dynamic batch, run-time shape arithmetic, input rescaling")
     parser.add_argument("-o", "--output", type=Path, required=True, help="the .tflite file to write")
     args = parser.parse_args(argv)
     try:
-        data = generate(args.arch, args.passes, args.seed, args.cpu_splits)
+        data = generate(args.arch, args.passes, args.seed, args.cpu_splits, args.keras_style)
         args.output.write_bytes(data)
     except GenerationError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -35,6 +35,8 @@ class TensorDef:
     zero_points: tuple[int, ...] = ()
     quantized_dimension: int = 0
     data: bytes | None = None
+    # As exporters with a dynamic batch write it (-1 first); None writes no signature (the default's bytes).
+    shape_signature: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,7 @@ def _buffer(b: flatbuffers.Builder, data: bytes | None) -> int:
 def _tensor(b: flatbuffers.Builder, tensor: TensorDef, buffer_index: int) -> int:
     name = b.CreateString(tensor.name)
     shape = _int32s(b, tensor.shape)
+    signature = _int32s(b, tensor.shape_signature) if tensor.shape_signature is not None else None
     quantization = None
     if tensor.scales:
         scales = b.CreateNumpyVector(np.asarray(tensor.scales, dtype="<f4"))
@@ -142,6 +145,8 @@ def _tensor(b: flatbuffers.Builder, tensor: TensorDef, buffer_index: int) -> int
     tflite.TensorAddName(b, name)
     if quantization is not None:
         tflite.TensorAddQuantization(b, quantization)
+    if signature is not None:
+        tflite.TensorAddShapeSignature(b, signature)
     return tflite.TensorEnd(b)
 
 

@@ -68,8 +68,11 @@ class GraphBuilder:
     All random choices come from the one seeded ``rng``, so the same calls give the same network.
     """
 
-    def __init__(self, rng: np.random.Generator) -> None:
+    def __init__(self, rng: np.random.Generator, keras_style: bool = False) -> None:
         self.rng = rng
+        # Export as Keras does: a dynamic batch (-1 in every activation's shape signature), so reshapes and
+        # transposed convolutions take shapes computed at run time, and image inputs rescaled by a MUL and an ADD.
+        self.keras_style = keras_style
         self.tensors: list[TensorDef] = []
         self.operators: list[OperatorDef] = []
         self.inputs: list[int] = []
@@ -91,12 +94,48 @@ class GraphBuilder:
 
     def _act(self, what: str, shape: Sequence[int], quant: Quant) -> Act:
         shape = tuple(int(v) for v in shape)
-        index = self._add_tensor(TensorDef(self._name(what), shape, "INT8", (quant.scale,), (quant.zero_point,)))
+        index = self._add_tensor(TensorDef(self._name(what), shape, "INT8", (quant.scale,), (quant.zero_point,),
+                                           shape_signature=self._signature(shape)))
         return Act(index, shape, quant)
 
-    def _const_int32(self, what: str, values: Sequence[int]) -> int:
+    def _signature(self, shape: tuple[int, ...]) -> tuple[int, ...] | None:
+        return (-1, *shape[1:]) if self.keras_style and shape else None
+
+    def _const_int32(self, what: str, values: Sequence[int] | int) -> int:
         data = np.asarray(values, dtype="<i4")
         return self._add_tensor(TensorDef(self._name(what), data.shape, "INT32", data=data.tobytes()))
+
+    def _const_int8(self, what: str, value: int, quant: Quant) -> int:
+        """A scalar int8 constant (rank 0, as Keras writes the operands of element-wise layers)."""
+        data = np.asarray(value, dtype=np.int8)
+        return self._add_tensor(TensorDef(self._name(what), (), "INT8", (quant.scale,), (quant.zero_point,),
+                                          data=data.tobytes()))
+
+    # --- shape arithmetic as Keras exports it (batch dimension dynamic) ----------------------------------------
+
+    def _shape_op(self, opcode: str, inputs: Sequence[int], what: str, shape: tuple[int, ...],
+                  options: str | None = None, **fields: object) -> int:
+        """An int32 operator of the run-time shape arithmetic; it is no NPU pass and reads no feature map's data,
+        so the pass estimate and the LUT-fusion bookkeeping ignore it."""
+        output = self._add_tensor(TensorDef(self._name(what), shape, "INT32"))
+        self.operators.append(OperatorDef(opcode, tuple(inputs), (output,), options, tuple(fields.items())))
+        return output
+
+    def _runtime_dims(self, x: Act, axes: Sequence[int]) -> list[int]:
+        """SHAPE of ``x``, then one STRIDED_SLICE (shrinking to a scalar) per axis: Keras's tf.shape(x)[axis]."""
+        shape = self._shape_op("SHAPE", (x.index,), "shape", (len(x.shape),), "ShapeOptions", OutType=2)
+        dims = []
+        for axis in axes:
+            begin, end, stride = (self._const_int32("strided_slice", (v,)) for v in (axis, axis + 1, 1))
+            dims.append(self._shape_op("STRIDED_SLICE", (shape, begin, end, stride), "strided_slice", (),
+                                       "StridedSliceOptions", BeginMask=0, EndMask=0, EllipsisMask=0,
+                                       NewAxisMask=0, ShrinkAxisMask=1, Offset=False))
+        return dims
+
+    def _runtime_shape(self, parts: Sequence[int]) -> int:
+        """PACK of scalar int32 tensors into the shape vector."""
+        return self._shape_op("PACK", parts, "packed_shape", (len(parts),), "PackOptions", ValuesCount=len(parts),
+                              Axis=0)
 
     def _op(self, opcode: str, inputs: Sequence[int], output: Act, options: str | None = None,
             **fields: object) -> Act:
@@ -137,8 +176,21 @@ class GraphBuilder:
     # --- graph ends ----------------------------------------------------------------------------------------------
 
     def input(self, shape: Sequence[int]) -> Act:
+        """The network input; Keras-style image inputs (3 channels) are then rescaled as a Rescaling layer does:
+        x * scale + offset, a MUL and an ADD on the channel-poor map (constants fixed, so the rest of the network
+        draws the same numbers as the plain variant)."""
         x = self._act("input", shape, Quant(float(np.float32(1 / 128)), 0))
         self.inputs.append(x.index)
+        if self.keras_style and x.channels == 3:
+            scale = self._const_int8("rescale_scale", 127, Quant(float(np.float32(1 / 127)), 0))
+            offset = self._const_int8("rescale_offset", -64, Quant(float(np.float32(1 / 64)), 0))
+            scaled = self._op("MUL", (x.index, scale), self._act("rescale_mul", x.shape, x.quant), "MulOptions",
+                              FusedActivationFunction=0)
+            y = self._op("ADD", (scaled.index, offset), self._act("rescale_add", x.shape,
+                                                                Quant(float(np.float32(1 / 64)), 0)),
+                         "AddOptions", FusedActivationFunction=0)
+            self.npu_passes -= 2  # not counted, so the stages are sized (and drawn) as in the plain variant
+            return y
         return x
 
     def network(self, outputs: Sequence[Act], description: str) -> NetworkDef:
@@ -180,7 +232,14 @@ class GraphBuilder:
         weights = self._weights("tconv_weights", (filters, kernel, kernel, x.channels), 0)
         bias = self._bias("tconv_bias", x, weights)
         out_shape = (1, x.height * stride, x.width * stride, filters)
-        shape = self._const_int32("output_shape", out_shape)
+        if self.keras_style:  # Conv2DTranspose: (batch, height * stride, width * stride, filters) at run time
+            batch, height, width = self._runtime_dims(x, (0, 1, 2))
+            factor = self._const_int32("stride", stride)
+            scaled = [self._shape_op("MUL", (d, factor), "mul", (), "MulOptions", FusedActivationFunction=0)
+                      for d in (height, width)]
+            shape = self._runtime_shape((batch, *scaled, self._const_int32("filters", filters)))
+        else:
+            shape = self._const_int32("output_shape", out_shape)
         y = self._act("tconv", out_shape, self.output_quant(None))
         return self._op("TRANSPOSE_CONV", (shape, weights, x.index, bias), y, "TransposeConvOptions",
                         Padding=_PADDING["SAME"], StrideW=stride, StrideH=stride)
@@ -254,7 +313,11 @@ class GraphBuilder:
         return self._op("LOGISTIC", (x.index,), y)
 
     def reshape(self, x: Act, shape: Sequence[int]) -> Act:
-        new_shape = self._const_int32("new_shape", shape)
+        if self.keras_style:  # Reshape layer: tf.reshape(x, (tf.shape(x)[0], *target)) at run time
+            batch = self._runtime_dims(x, (0,))
+            new_shape = self._runtime_shape(batch + [self._const_int32("dim", d) for d in shape[1:]])
+        else:
+            new_shape = self._const_int32("new_shape", shape)
         return self._op("RESHAPE", (x.index, new_shape), self._act("reshape", shape, x.quant))
 
     def softmax(self, x: Act) -> Act:

@@ -1,0 +1,532 @@
+"""Normalise a TFLite model as Keras and PyTorch export it: fold what is static, drop what becomes dead.
+
+Exporters with a dynamic batch dimension compute shapes at run time (SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE
+in every squeeze-excite block and flatten head, the same for a TRANSPOSE_CONV's output shape). The NPU runs batch
+1, so every such shape is a constant: this module fixes the batch dimension at 1, evaluates with numpy every
+operator whose inputs are then all known (constants, or the shape of a tensor whose shape is static), stores the
+results as constant tensors and removes the operators and tensors nothing reads any more. Only integer arithmetic
+without quantisation and pure data movement are folded, so the folded values are exactly what the TFLite kernels
+would compute: the normalised model's tensors equal the original's bit for bit (tests/test_normalise.py checks it
+with the TFLite reference interpreter).
+
+The rewrite goes through the object API of the TFLite schema (``ai_edge_litert.schema_py_generated``, generated
+by flatc from the maintained schema), so every table the file holds (options, metadata, signatures, other
+subgraphs) is carried over as it was. A model with nothing to fold is returned as the same bytes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import flatbuffers
+import numpy as np
+from ai_edge_litert import schema_py_generated as schema
+
+from npusched.errors import ModelError
+
+FILE_IDENTIFIER = b"TFL3"
+# Constant data starts on a 16-byte boundary, as the TFLite converter writes it (the schema's force_align).
+_DATA_ALIGNMENT_BYTES = 16
+# A folded constant may be larger than its inputs only up to this size: folding is for shapes and small tables,
+# not for materialising FILL/TILE results the size of feature maps into the file.
+_MAX_GROWTH_BYTES = 4096
+
+_NUMPY_TYPES: dict[int, np.dtype[Any]] = {
+    schema.TensorType.FLOAT32: np.dtype("<f4"), schema.TensorType.FLOAT16: np.dtype("<f2"),
+    schema.TensorType.FLOAT64: np.dtype("<f8"), schema.TensorType.INT8: np.dtype("i1"),
+    schema.TensorType.UINT8: np.dtype("u1"), schema.TensorType.INT16: np.dtype("<i2"),
+    schema.TensorType.UINT16: np.dtype("<u2"), schema.TensorType.INT32: np.dtype("<i4"),
+    schema.TensorType.UINT32: np.dtype("<u4"), schema.TensorType.INT64: np.dtype("<i8"),
+    schema.TensorType.UINT64: np.dtype("<u8"), schema.TensorType.BOOL: np.dtype("?"),
+}
+_INTEGER_TYPES = frozenset({schema.TensorType.INT32, schema.TensorType.INT64})
+_OPCODE_NAMES = {value: name for name, value in vars(schema.BuiltinOperator).items() if not name.startswith("_")}
+
+
+@dataclass(frozen=True)
+class Normalisation:
+    """What normalisation changed: operators folded (by type), inputs whose dynamic batch was fixed at 1."""
+
+    folded: tuple[tuple[str, int], ...] = ()
+    fixed_batch_inputs: tuple[str, ...] = ()
+    removed_tensors: int = 0
+    added_constants: int = 0
+
+    @property
+    def folded_operators(self) -> int:
+        return sum(count for _, count in self.folded)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.folded or self.fixed_batch_inputs)
+
+    def describe(self) -> str:
+        """One line: what was folded and which dynamic dimension was fixed (empty when nothing changed)."""
+        parts = []
+        if self.folded:
+            kinds = ", ".join(f"{count} {name}" for name, count in self.folded)
+            parts.append(f"folded {self.folded_operators} shape operator{'s' * (self.folded_operators != 1)} "
+                         f"({kinds})")
+        if self.fixed_batch_inputs:
+            names = ", ".join(repr(n) for n in self.fixed_batch_inputs[:3])
+            more = f" and {len(self.fixed_batch_inputs) - 3} more" if len(self.fixed_batch_inputs) > 3 else ""
+            parts.append(f"dynamic batch dimension fixed to 1 (the NPU runs batch 1) on input {names}{more}")
+        return "; ".join(parts)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"folded_operators": self.folded_operators, "folded_by_type": dict(self.folded),
+                "fixed_batch_inputs": list(self.fixed_batch_inputs), "removed_tensors": self.removed_tensors,
+                "added_constants": self.added_constants}
+
+
+def normalise(data: bytes, source: str = "<bytes>") -> tuple[bytes, Normalisation]:
+    """The normalised model's bytes and what changed; ``data`` itself when nothing can be folded.
+
+    A dynamic batch dimension is fixed at 1 (and the record says so) only in a model that has something to fold.
+    """
+    try:
+        model = schema.ModelT.InitFromPackedBuf(bytearray(data), 0)
+    except Exception as exc:  # noqa: BLE001 - the runtime has no verifier; a corrupt file fails anywhere
+        raise ModelError(f"{source}: corrupt or truncated TFLite flatbuffer ({type(exc).__name__}: {exc})") from None
+    folded: Counter[str] = Counter()
+    fixed: list[str] = []
+    removed = added = 0
+    for subgraph in model.subgraphs or []:
+        fixed += _fix_batch(subgraph)
+        done = _fold(model, subgraph)
+        folded.update(done.folded)
+        added += done.added_constants
+        removed += _drop_dead_tensors(model, subgraph)
+    if not folded:
+        # Fixing the batch alone changes nothing the NPU runs (readers take the 1 in the shape): the file stays
+        # the user's, so Vela's backend compiles the very file `vela` would.
+        return data, Normalisation()
+    record = Normalisation(tuple(sorted(folded.items(), key=lambda kv: (-kv[1], kv[0]))), tuple(fixed), removed,
+                           added)
+    _release_dead_buffers(model)
+    return _pack_model(model), record
+
+
+def repack(data: bytes) -> bytes:
+    """``data`` read and written again by this module's writer, unchanged: what a normalisation writes around
+    its edits (the tests check with the reference interpreter that it keeps every table and value)."""
+    return _pack_model(schema.ModelT.InitFromPackedBuf(bytearray(data), 0))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# batch
+
+def _fix_batch(subgraph: Any) -> list[str]:
+    """Fix a dynamic batch dimension (-1 in dimension 0 of shape_signature) at 1 on every tensor.
+
+    Only where every dynamic dimension of the subgraph's inputs is the batch: a model dynamic elsewhere (a
+    sequence length) keeps its signatures, and shapes derived from those stay unknown, so nothing is folded
+    from them.
+    """
+    tensors = subgraph.tensors or []
+    signatures = [_signature(tensors[i]) for i in _ints(subgraph.inputs)]
+    if any(-1 in sig[1:] for sig in signatures if sig is not None):
+        return []
+    fixed = []
+    for index, tensor in enumerate(tensors):
+        signature = _signature(tensor)
+        if signature is None or not signature or signature[0] != -1 or -1 in signature[1:]:
+            continue
+        tensor.shape = np.asarray([1, *signature[1:]], dtype=np.int32)
+        tensor.shapeSignature = None
+        if index in set(_ints(subgraph.inputs)):
+            fixed.append(_name(tensor))
+    return fixed
+
+
+def _ints(vector: Any) -> list[int]:
+    """An int vector of the object API (a numpy array, a list or None) as a list."""
+    return [] if vector is None else [int(v) for v in vector]
+
+
+def _signature(tensor: Any) -> tuple[int, ...] | None:
+    sig = tensor.shapeSignature
+    return None if sig is None else tuple(int(v) for v in sig)
+
+
+def _static_shape(tensor: Any) -> tuple[int, ...] | None:
+    """The tensor's shape if no dimension of it is dynamic."""
+    signature = _signature(tensor)
+    if signature is not None and -1 in signature:
+        return None
+    shape = tuple(int(v) for v in (tensor.shape if tensor.shape is not None else ()))
+    return None if any(v < 0 for v in shape) else shape
+
+
+def _name(tensor: Any) -> str:
+    name = tensor.name
+    return name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name or "")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# folding
+
+@dataclass(frozen=True)
+class _Folded:
+    folded: Counter[str]
+    added_constants: int
+
+
+def _fold(model: Any, subgraph: Any) -> _Folded:
+    """Fold operators in execution order; each folded output becomes a constant tensor with its own buffer."""
+    tensors = subgraph.tensors or []
+    values: dict[int, np.ndarray] = {}
+    for index, tensor in enumerate(tensors):
+        value = _constant(model, tensor)
+        if value is not None:
+            values[index] = value
+    graph_outputs = set(_ints(subgraph.outputs))
+    kept, folded = [], Counter[str]()
+    added = 0
+    for op in subgraph.operators or []:
+        opcode = _opcode(model, op)
+        results = None
+        outputs = list(op.outputs if op.outputs is not None else [])
+        if opcode in _FOLDERS and outputs and not graph_outputs & set(outputs):
+            results = _evaluate(opcode, op, tensors, values)
+        if results is None:
+            kept.append(op)
+            continue
+        for index, result in zip(outputs, results, strict=True):
+            values[index] = result
+            _make_constant(model, tensors[index], result)
+            added += 1
+        folded[opcode] += 1
+    subgraph.operators = kept
+    return _Folded(folded, added)
+
+
+def _opcode(model: Any, op: Any) -> str:
+    code = model.operatorCodes[op.opcodeIndex]
+    builtin = max(int(code.builtinCode), int(code.deprecatedBuiltinCode))
+    return _OPCODE_NAMES.get(builtin, f"UNKNOWN_{builtin}")
+
+
+def _constant(model: Any, tensor: Any) -> np.ndarray | None:
+    """A constant tensor's value (None for activations, variables, external data and unknown types)."""
+    if tensor.isVariable or tensor.sparsity is not None or tensor.type not in _NUMPY_TYPES:
+        return None
+    buffer = model.buffers[tensor.buffer] if 0 < tensor.buffer < len(model.buffers or []) else None
+    if buffer is None or buffer.data is None or len(buffer.data) == 0:
+        return None
+    shape = _static_shape(tensor)
+    dtype = _NUMPY_TYPES[tensor.type]
+    raw = np.asarray(buffer.data, dtype=np.uint8).tobytes()
+    if shape is None or len(raw) != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
+        return None
+    return np.frombuffer(raw, dtype=dtype).reshape(shape)
+
+
+def _make_constant(model: Any, tensor: Any, value: np.ndarray) -> None:
+    buffer = schema.BufferT()
+    buffer.data = np.frombuffer(np.ascontiguousarray(value).tobytes(), dtype=np.uint8)
+    model.buffers.append(buffer)
+    tensor.buffer = len(model.buffers) - 1
+    tensor.shape = np.asarray(value.shape, dtype=np.int32)
+    tensor.shapeSignature = None
+
+
+def _evaluate(opcode: str, op: Any, tensors: Sequence[Any], values: dict[int, np.ndarray]) -> list[np.ndarray] | None:
+    """The op's outputs if it can be folded exactly, else None."""
+    inputs = [i for i in (op.inputs if op.inputs is not None else [])]
+    outs = [tensors[i] for i in op.outputs]
+    if opcode == "SHAPE":
+        shape = _static_shape(tensors[inputs[0]])
+        if shape is None:
+            return None
+        args: list[np.ndarray | None] = [np.asarray(shape, dtype=np.int64)]
+    else:
+        if any(i < 0 or i not in values for i in inputs):
+            return None
+        args = [values[i] for i in inputs]
+    if opcode not in _MOVES_ANY_TYPE:
+        # Arithmetic only on unquantised integers: the kernels compute those exactly as numpy does.
+        if any(tensors[i].type not in _INTEGER_TYPES or _quantised(tensors[i]) for i in inputs if opcode != "SHAPE"):
+            return None
+        if any(t.type not in _INTEGER_TYPES or _quantised(t) for t in outs):
+            return None
+    elif not _same_quantisation([tensors[i] for i in (inputs if opcode in _ALL_DATA_INPUTS else inputs[:1])] + outs):
+        return None
+    try:
+        with np.errstate(all="ignore"):
+            results = _FOLDERS[opcode](op.builtinOptions, args, outs)
+    except (ValueError, IndexError, TypeError, ZeroDivisionError, _CannotFold):
+        return None
+    if results is None or len(results) != len(outs):
+        return None
+    converted = []
+    input_bytes = sum(int(a.nbytes) for a in args if a is not None)
+    for result, tensor in zip(results, outs, strict=True):
+        if tensor.type not in _NUMPY_TYPES:
+            return None
+        value = np.asarray(result)
+        target = _NUMPY_TYPES[tensor.type]
+        if value.dtype != target and not np.can_cast(value.dtype, target, "same_kind"):
+            return None
+        value = value.astype(target)
+        if value.nbytes > max(_MAX_GROWTH_BYTES, input_bytes):
+            return None
+        declared = _static_shape(tensor)
+        if declared and declared != value.shape:
+            return None
+        converted.append(value)
+    return converted
+
+
+class _CannotFold(Exception):
+    """An operand or option this folder does not handle exactly."""
+
+
+def _quantised(tensor: Any) -> bool:
+    q = tensor.quantization
+    return q is not None and ((q.scale is not None and len(q.scale) > 0) or q.details is not None)
+
+
+def _quant_key(tensor: Any) -> tuple[Any, ...]:
+    q = tensor.quantization
+    if q is None:
+        return ()
+    return (tuple(np.asarray(q.scale if q.scale is not None else []).tolist()),
+            tuple(np.asarray(q.zeroPoint if q.zeroPoint is not None else []).tolist()), int(q.quantizedDimension))
+
+
+def _same_quantisation(tensors: Sequence[Any]) -> bool:
+    keys = {_quant_key(t) if _quantised(t) else () for t in tensors}
+    types = {t.type for t in tensors}
+    return len(keys) == 1 and len(types) == 1
+
+
+def _no_activation(options: Any) -> None:
+    if options is not None and getattr(options, "fusedActivationFunction", None):
+        raise _CannotFold("fused activation")
+
+
+def _shape(options: Any, args: list[np.ndarray], outs: list[Any]) -> list[np.ndarray]:
+    return [args[0]]
+
+
+def _strided_slice(options: Any, args: list[np.ndarray], outs: list[Any]) -> list[np.ndarray]:
+    x, begin, end, strides = args[0], args[1].reshape(-1), args[2].reshape(-1), args[3].reshape(-1)
+    if options is None:
+        options = schema.StridedSliceOptionsT()
+    if options.ellipsisMask or options.newAxisMask:
+        raise _CannotFold("ellipsis or new axis")
+    index: list[Any] = []
+    for axis in range(x.ndim):
+        if axis >= len(begin):
+            index.append(slice(None))
+            continue
+        b, e, s = int(begin[axis]), int(end[axis]), int(strides[axis])
+        if s == 0:
+            raise _CannotFold("zero stride")
+        if options.offset:
+            e = b + e
+        if options.shrinkAxisMask >> axis & 1:
+            position = b + x.shape[axis] if b < 0 else b
+            if not 0 <= position < x.shape[axis]:
+                raise _CannotFold("shrink index out of range")
+            index.append(position)
+            continue
+        start = None if options.beginMask >> axis & 1 else b
+        stop = None if options.endMask >> axis & 1 else e
+        index.append(slice(start, stop, s))
+    return [x[tuple(index)]]
+
+
+def _slice(options: Any, args: list[np.ndarray], outs: list[Any]) -> list[np.ndarray]:
+    x, begin, size = args[0], args[1].reshape(-1), args[2].reshape(-1)
+    index = []
+    for axis in range(x.ndim):
+        b = int(begin[axis])
+        n = int(size[axis])
+        stop = x.shape[axis] if n == -1 else b + n
+        if b < 0 or stop > x.shape[axis]:
+            raise _CannotFold("slice out of range")
+        index.append(slice(b, stop))
+    return [x[tuple(index)]]
+
+
+def _gather(options: Any, args: list[np.ndarray], outs: list[Any]) -> list[np.ndarray]:
+    params, indices = args
+    axis = int(options.axis) if options is not None else 0
+    if options is not None and options.batchDims:
+        raise _CannotFold("batch_dims")
+    axis = axis + params.ndim if axis < 0 else axis
+    if indices.size and (indices.min() < 0 or indices.max() >= params.shape[axis]):
+        raise _CannotFold("index out of range")
+    return [np.take(params, indices.astype(np.int64), axis=axis)]
+
+
+def _pack_op(options: Any, args: list[np.ndarray], outs: list[Any]) -> list[np.ndarray]:
+    axis = int(options.axis) if options is not None else 0
+    return [np.stack(args, axis=axis)]
+
+
+def _unpack(options: Any, args: list[np.ndarray], outs: list[Any]) -> list[np.ndarray]:
+    axis = int(options.axis) if options is not None else 0
+    x = args[0]
+    return [np.take(x, i, axis=axis) for i in range(x.shape[axis])]
+
+
+def _concatenation(options: Any, args: list[np.ndarray], outs: list[Any]) -> list[np.ndarray]:
+    _no_activation(options)
+    axis = int(options.axis) if options is not None else 0
+    return [np.concatenate(args, axis=axis)]
+
+
+def _reshape_like_output(options: Any, args: list[np.ndarray], outs: list[Any]) -> list[np.ndarray]:
+    shape = _static_shape(outs[0])
+    if shape is None or int(np.prod(shape, dtype=np.int64)) != args[0].size:
+        raise _CannotFold("output shape unknown")
+    return [args[0].reshape(shape)]
+
+
+def _transpose(options: Any, args: list[np.ndarray], outs: list[Any]) -> list[np.ndarray]:
+    return [np.transpose(args[0], args[1].reshape(-1).astype(np.int64))]
+
+
+def _cast(options: Any, args: list[np.ndarray], outs: list[Any]) -> list[np.ndarray]:
+    return [args[0].astype(_NUMPY_TYPES[outs[0].type])]
+
+
+def _binary(function: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Callable[..., list[np.ndarray]]:
+    def fold(options: Any, args: list[np.ndarray], outs: list[Any]) -> list[np.ndarray]:
+        _no_activation(options)
+        a, b = args
+        return [function(a, b).astype(a.dtype)]
+
+    return fold
+
+
+def _truncating_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """TFLite's integer DIV truncates towards zero (C division), numpy's // floors."""
+    if np.any(b == 0):
+        raise ZeroDivisionError
+    quotient = np.abs(a) // np.abs(b)
+    return np.where((a < 0) != (b < 0), -quotient, quotient)
+
+
+def _floor_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if np.any(b == 0):
+        raise ZeroDivisionError
+    return np.floor_divide(a, b)
+
+
+def _reduce(function: Callable[..., np.ndarray]) -> Callable[..., list[np.ndarray]]:
+    def fold(options: Any, args: list[np.ndarray], outs: list[Any]) -> list[np.ndarray]:
+        x, axes = args
+        keep = bool(options.keepDims) if options is not None else False
+        axes_tuple = tuple(sorted({int(a) + x.ndim if a < 0 else int(a) for a in axes.reshape(-1)}))
+        return [function(x, axis=axes_tuple, keepdims=keep).astype(x.dtype)]
+
+    return fold
+
+
+def _fill(options: Any, args: list[np.ndarray], outs: list[Any]) -> list[np.ndarray]:
+    dims, value = args
+    return [np.full(tuple(int(d) for d in dims.reshape(-1)), value.reshape(()), dtype=value.dtype)]
+
+
+def _range(options: Any, args: list[np.ndarray], outs: list[Any]) -> list[np.ndarray]:
+    start, limit, delta = (int(a.reshape(())) for a in args)
+    if delta == 0:
+        raise ZeroDivisionError
+    return [np.arange(start, limit, delta, dtype=args[0].dtype)]
+
+
+_FOLDERS: dict[str, Callable[..., list[np.ndarray] | None]] = {
+    "SHAPE": _shape, "STRIDED_SLICE": _strided_slice, "SLICE": _slice, "GATHER": _gather, "PACK": _pack_op,
+    "UNPACK": _unpack, "CONCATENATION": _concatenation, "RESHAPE": _reshape_like_output,
+    "SQUEEZE": _reshape_like_output, "EXPAND_DIMS": _reshape_like_output, "TRANSPOSE": _transpose, "CAST": _cast,
+    "ADD": _binary(np.add), "SUB": _binary(np.subtract), "MUL": _binary(np.multiply), "DIV": _binary(_truncating_div),
+    "FLOOR_DIV": _binary(_floor_div), "MAXIMUM": _binary(np.maximum), "MINIMUM": _binary(np.minimum),
+    "REDUCE_PROD": _reduce(np.prod), "SUM": _reduce(np.sum), "REDUCE_MAX": _reduce(np.max),
+    "REDUCE_MIN": _reduce(np.min), "FILL": _fill, "RANGE": _range,
+}
+# Operators that only move elements: folded on constants of any type whose quantisation the output keeps.
+# (SHAPE is listed because its input may be any activation; its own output is checked to be an integer.)
+_MOVES_ANY_TYPE = frozenset({"STRIDED_SLICE", "SLICE", "GATHER", "PACK", "UNPACK", "CONCATENATION", "RESHAPE",
+                             "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE"})
+_ALL_DATA_INPUTS = frozenset({"PACK", "CONCATENATION"})
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# dead tensors and buffers
+
+def _drop_dead_tensors(model: Any, subgraph: Any) -> int:
+    """Remove the tensors no operator, subgraph input/output or signature refers to; renumber the rest."""
+    tensors = subgraph.tensors or []
+    used: set[int] = set(_ints(subgraph.inputs)) | set(_ints(subgraph.outputs))
+    for op in subgraph.operators or []:
+        for vector in (op.inputs, op.outputs, op.intermediates):
+            used.update(int(i) for i in (vector if vector is not None else []) if i >= 0)
+    subgraph_index = model.subgraphs.index(subgraph)
+    for signature in model.signatureDefs or []:
+        if signature.subgraphIndex == subgraph_index:
+            for entry in (signature.inputs or []) + (signature.outputs or []):
+                used.add(int(entry.tensorIndex))
+    if len(used) == len(tensors):
+        return 0
+    renumber = {old: new for new, old in enumerate(sorted(used))}
+    subgraph.tensors = [tensors[i] for i in sorted(used)]
+
+    def mapped(vector: Any) -> Any:
+        if vector is None:
+            return None
+        return np.asarray([renumber[int(i)] if i >= 0 else int(i) for i in vector], dtype=np.int32)
+
+    subgraph.inputs, subgraph.outputs = mapped(subgraph.inputs), mapped(subgraph.outputs)
+    for op in subgraph.operators or []:
+        op.inputs, op.outputs, op.intermediates = mapped(op.inputs), mapped(op.outputs), mapped(op.intermediates)
+    for signature in model.signatureDefs or []:
+        if signature.subgraphIndex == subgraph_index:
+            for entry in (signature.inputs or []) + (signature.outputs or []):
+                entry.tensorIndex = renumber[int(entry.tensorIndex)]
+    return len(tensors) - len(used)
+
+
+def _release_dead_buffers(model: Any) -> None:
+    """Empty the buffers no tensor or metadata entry refers to (indices stay, so nothing else is renumbered)."""
+    used = {int(t.buffer) for sg in model.subgraphs or [] for t in sg.tensors or []}
+    used |= {int(m.buffer) for m in model.metadata or []}
+    used |= {int(b) for b in (model.metadataBuffer if model.metadataBuffer is not None else [])}
+    for index, buffer in enumerate(model.buffers or []):
+        if index not in used and buffer.data is not None:
+            buffer.data = None
+
+
+class _AlignedBufferT(schema.BufferT):
+    """A buffer whose data is written on a 16-byte boundary, as the converter writes it."""
+
+    def Pack(self, builder: flatbuffers.Builder) -> int:  # noqa: N802 - the generated API's name
+        if self.data is None or self.offset:
+            return int(super().Pack(builder))
+        data = np.asarray(self.data, dtype=np.uint8).tobytes()
+        builder.StartVector(1, len(data), _DATA_ALIGNMENT_BYTES)
+        builder.head -= len(data)
+        builder.Bytes[builder.head:builder.head + len(data)] = data
+        builder.vectorNumElems = len(data)
+        vector = builder.EndVector()
+        schema.BufferStart(builder)
+        schema.BufferAddData(builder, vector)
+        return int(schema.BufferEnd(builder))
+
+
+def _pack_model(model: Any) -> bytes:
+    buffers = []
+    for buffer in model.buffers or []:
+        aligned = _AlignedBufferT()
+        aligned.data, aligned.offset, aligned.size = buffer.data, buffer.offset, buffer.size
+        buffers.append(aligned)
+    model.buffers = buffers
+    builder = flatbuffers.Builder(1 << 20)
+    builder.Finish(model.Pack(builder), file_identifier=FILE_IDENTIFIER)
+    return bytes(builder.Output())

@@ -1,0 +1,234 @@
+"""Normalisation: Keras-style exports lose their run-time shape arithmetic, and nothing else changes.
+
+Exactness is judged by the TFLite reference interpreter (ai-edge-litert's reference kernels, not XNNPACK) on
+random inputs, comparing every tensor the original and the normalised model share, not only the outputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import CORPUS_DIR as CORPUS
+
+from npusched.frontend.normalise import normalise, repack
+from npusched.frontend.tflite_reader import parse_tflite
+from npusched.frontend.validate import validate_model
+from npusched.lowering.graph import lower_model
+from npusched.netgen import ARCHITECTURES, generate
+from npusched.netgen.flatbuffer import NetworkDef, OperatorDef, TensorDef, serialise
+from npusched.target.arch import load_architecture
+
+interpreter = pytest.importorskip("ai_edge_litert.interpreter")
+
+SHAPE_OPS = {"SHAPE", "STRIDED_SLICE", "PACK"}
+CORPUS_MODELS = sorted(p.name for p in CORPUS.glob("*.tflite"))
+# The reference interpreter cannot run these two as they are: person_detect's per-tensor scales carry
+# quantized_dimension 3 (it refuses the file), and keyword_scrambled aborts when asked to keep every tensor.
+# Their normalised bytes are their own (nothing to fold), and the writer's round trip is checked structurally.
+NOT_RUNNABLE = {"person_detect.tflite", "keyword_scrambled_8bit.tflite"}
+
+
+def _tensors(data: bytes, seed: int) -> dict[str, np.ndarray]:
+    """Every tensor's value after one inference on seeded random inputs, by name (names used once only)."""
+    it = interpreter.Interpreter(model_content=data,
+                                 experimental_op_resolver_type=interpreter.OpResolverType.BUILTIN_REF,
+                                 experimental_preserve_all_tensors=True)
+    it.allocate_tensors()
+    rng = np.random.default_rng(seed)
+    for detail in it.get_input_details():
+        dtype = np.dtype(detail["dtype"])
+        if dtype.kind in "iu":
+            info = np.iinfo(dtype)
+            value = rng.integers(info.min, info.max, size=detail["shape"], endpoint=True).astype(dtype)
+        else:
+            value = rng.standard_normal(detail["shape"]).astype(dtype)
+        it.set_tensor(detail["index"], value)
+    it.invoke()
+    values: dict[str, list[np.ndarray]] = {}
+    for detail in it.get_tensor_details():
+        try:
+            values.setdefault(detail["name"], []).append(np.array(it.get_tensor(detail["index"])))
+        except ValueError:  # a tensor without data (freed or never allocated)
+            continue
+    return {name: v[0] for name, v in values.items() if len(v) == 1}
+
+
+def _assert_exact(original: bytes, normalised: bytes, seeds: tuple[int, ...] = (0, 1)) -> int:
+    """Every shared tensor equal bit for bit; returns how many were compared."""
+    for seed in seeds:
+        before, after = _tensors(original, seed), _tensors(normalised, seed)
+        shared = sorted(set(before) & set(after))
+        for name in shared:
+            a, b = before[name], after[name]
+            assert a.dtype == b.dtype and a.shape == b.shape, (name, a.shape, b.shape)
+            assert a.tobytes() == b.tobytes(), f"tensor {name!r} differs (seed {seed})"
+        # The outputs are among them.
+        assert len(shared) >= max(1, len(after) // 2)
+    return len(shared)
+
+
+def _lowered(data: bytes):
+    model = parse_tflite(data)
+    validate_model(model)
+    return lower_model(model, load_architecture(accelerator_config="ethos-u55-128"))
+
+
+def _keras(arch: str, passes: int = 40, seed: int = 2) -> bytes:
+    return generate(arch, passes, seed, keras_style=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# what the Keras-style export is, and what normalisation makes of it
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_keras_style_shape_arithmetic_is_folded_away(arch):
+    raw = _keras(arch)
+    before = _lowered(raw)
+    assert {op.tflite_op for op in before.cpu_ops} >= {"STRIDED_SLICE", "PACK"}  # every variant has a head
+    normalised, record = normalise(raw)
+    after = _lowered(normalised)
+    # No CPU operator is left from shape arithmetic; the NPU subgraphs are the plain export's.
+    assert not {op.tflite_op for op in after.cpu_ops} & (SHAPE_OPS | {"MUL"})
+    plain = _lowered(generate(arch, 40, 2))
+    assert len(after.subgraphs) == len(plain.subgraphs) <= len(before.subgraphs)
+    assert len(after.cpu_ops) == len(plain.cpu_ops)
+    model = parse_tflite(normalised)
+    assert not set(model.op_counts()) & SHAPE_OPS
+    for op in model.main.operators:
+        if op.opcode in ("RESHAPE", "TRANSPOSE_CONV"):
+            shape_input = op.inputs[1] if op.opcode == "RESHAPE" else op.inputs[0]
+            assert model.main.tensors[shape_input].is_const, op
+    assert record.folded_operators == sum(parse_tflite(raw).op_counts().get(k, 0) for k in SHAPE_OPS) + (
+        parse_tflite(raw).op_counts().get("MUL", 0) - model.op_counts().get("MUL", 0))
+    assert record.fixed_batch_inputs == (parse_tflite(raw).main.tensors[parse_tflite(raw).main.inputs[0]].name,)
+    assert "dynamic batch dimension fixed to 1" in record.describe()
+    assert all(t.shape_signature is None or -1 not in t.shape_signature for t in model.main.tensors)
+
+
+def test_squeeze_excite_exports_split_the_npu_work_until_normalised():
+    raw = _keras("mobilenet_v3", 60, 1)
+    before, after = _lowered(raw), _lowered(normalise(raw)[0])
+    assert len(before.subgraphs) > 2 and len(after.subgraphs) == 1 and not after.cpu_ops
+
+
+def test_a_model_with_nothing_to_fold_is_returned_as_it_is():
+    data = generate("resnet", 40, 0)
+    normalised, record = normalise(data)
+    assert normalised is data and not record.changed and record.describe() == ""
+
+
+def test_keras_style_option_keeps_the_plain_layers():
+    """The Keras-style variant is the plain network plus its shape arithmetic and input rescaling."""
+    plain = parse_tflite(generate("efficientnet", 40, 5))
+    keras = parse_tflite(normalise(_keras("efficientnet", 40, 5))[0])
+    plain_counts, keras_counts = plain.op_counts(), keras.op_counts()
+    assert keras_counts["MUL"] == plain_counts["MUL"] + 1 and keras_counts["ADD"] == plain_counts.get("ADD", 0) + 1
+    assert {k: v for k, v in keras_counts.items() if k not in ("MUL", "ADD")} == \
+        {k: v for k, v in plain_counts.items() if k not in ("MUL", "ADD")}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# exactness under the reference interpreter
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_normalised_keras_variants_are_bit_exact(arch):
+    raw = _keras(arch)
+    normalised, record = normalise(raw)
+    assert record.changed
+    assert _assert_exact(raw, normalised) > 20
+
+
+@pytest.mark.parametrize("name", CORPUS_MODELS)
+def test_corpus_models_are_unchanged_and_the_writer_is_exact(name):
+    data = (CORPUS / name).read_bytes()
+    normalised, record = normalise(data)
+    assert normalised == data and not record.folded  # no corpus model computes shapes at run time
+    rewritten = repack(data)
+    _assert_same_structure(data, rewritten)
+    if name not in NOT_RUNNABLE:
+        _assert_exact(data, rewritten, seeds=(0,))
+
+
+def _assert_same_structure(a: bytes, b: bytes) -> None:
+    """Two files hold the same subgraphs: tensors (name, shape, type, quantisation, data) and operators."""
+    ma, mb = parse_tflite(a), parse_tflite(b)
+    assert len(ma.subgraphs) == len(mb.subgraphs)
+    for sa, sb in zip(ma.subgraphs, mb.subgraphs, strict=True):
+        assert (sa.inputs, sa.outputs) == (sb.inputs, sb.outputs)
+        for ta, tb in zip(sa.tensors, sb.tensors, strict=True):
+            assert (ta.name, ta.shape, ta.dtype, ta.quantization, ta.shape_signature) == \
+                (tb.name, tb.shape, tb.dtype, tb.quantization, tb.shape_signature)
+            assert (ta.data is None) == (tb.data is None)
+            if ta.data is not None:
+                assert ta.data.tobytes() == tb.data.tobytes()
+        for oa, ob in zip(sa.operators, sb.operators, strict=True):
+            assert (oa.opcode, oa.inputs, oa.outputs, oa.options, oa.custom_options) == \
+                (ob.opcode, ob.inputs, ob.outputs, ob.options, ob.custom_options)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the folders against the reference kernels, on a model made of the awkward cases
+
+def _int32(name: str, values: object) -> TensorDef:
+    data = np.asarray(values, dtype="<i4")
+    return TensorDef(name, data.shape, "INT32", data=data.tobytes())
+
+
+def _awkward_model() -> bytes:
+    """An int8 map reshaped by a shape computed with masks, negative indices, GATHER, CONCATENATION, truncating
+    DIV, FLOOR_DIV, SUB, REDUCE_PROD, UNPACK and CAST, as exporters write them."""
+    t: list[TensorDef] = [
+        TensorDef("x", (1, 6, 4, 8), "INT8", (0.05,), (3,), shape_signature=(-1, 6, 4, 8)),  # 0
+        TensorDef("shape", (4,), "INT32"),  # 1
+        _int32("b", [-3]), _int32("e", [0]), _int32("s", [1]),  # 2..4
+        TensorDef("hwc", (3,), "INT32"),  # 5: shape[-3:] (end_mask)
+        _int32("idx", [2, 0]),  # 6
+        TensorDef("c_h", (2,), "INT32"),  # 7: gather -> [8, 6]
+        _int32("minus7", [-7, 7]),  # 8
+        TensorDef("div", (2,), "INT32"),  # 9: truncating DIV [8, 6] / [-7, 7] -> [-1, 0]
+        TensorDef("fdiv", (2,), "INT32"),  # 10: FLOOR_DIV -> [-2, 0]
+        TensorDef("sub", (2,), "INT32"),  # 11: c_h - div -> [9, 6]
+        _int32("axis0", [0]),  # 12
+        TensorDef("prod", (), "INT32"),  # 13: REDUCE_PROD(hwc) = 192
+        TensorDef("u0", (), "INT32"), TensorDef("u1", (), "INT32"),  # 14, 15: UNPACK(sub)
+        TensorDef("u1_64", (), "INT64"), TensorDef("u1_32", (), "INT32"),  # 16, 17: CAST there and back
+        _int32("one", 1),  # 18
+        TensorDef("new_shape", (2,), "INT32"),  # 19: PACK(one, prod)
+        TensorDef("flat", (1, 192), "INT8", (0.05,), (3,), shape_signature=(-1, 192)),  # 20
+        TensorDef("extra", (3,), "INT32"),  # 21: CONCATENATION(fdiv, u1_32 as [1]) -> output
+        _int32("shape1", [1]),  # 22
+        TensorDef("u1_vec", (1,), "INT32"),  # 23
+    ]
+    ops = [
+        OperatorDef("SHAPE", (0,), (1,), "ShapeOptions", (("OutType", 2),)),
+        OperatorDef("STRIDED_SLICE", (1, 2, 3, 4), (5,), "StridedSliceOptions",
+                    (("BeginMask", 0), ("EndMask", 1), ("EllipsisMask", 0), ("NewAxisMask", 0),
+                     ("ShrinkAxisMask", 0), ("Offset", False))),
+        OperatorDef("GATHER", (5, 6), (7,), "GatherOptions", (("Axis", 0), ("BatchDims", 0))),
+        OperatorDef("DIV", (7, 8), (9,), "DivOptions", (("FusedActivationFunction", 0),)),
+        OperatorDef("FLOOR_DIV", (7, 8), (10,)),
+        OperatorDef("SUB", (7, 9), (11,), "SubOptions", (("FusedActivationFunction", 0),)),
+        OperatorDef("REDUCE_PROD", (5, 12), (13,), "ReducerOptions", (("KeepDims", False),)),
+        OperatorDef("UNPACK", (11,), (14, 15), "UnpackOptions", (("Num", 2), ("Axis", 0))),
+        OperatorDef("CAST", (15,), (16,)),
+        OperatorDef("CAST", (16,), (17,)),
+        OperatorDef("PACK", (18, 13), (19,), "PackOptions", (("ValuesCount", 2), ("Axis", 0))),
+        OperatorDef("RESHAPE", (0, 19), (20,)),
+        OperatorDef("RESHAPE", (17, 22), (23,)),
+        OperatorDef("CONCATENATION", (10, 23), (21,), "ConcatenationOptions",
+                    (("Axis", 0), ("FusedActivationFunction", 0))),
+    ]
+    return serialise(NetworkDef(tuple(t), tuple(ops), (0,), (20, 21)))
+
+
+def test_folders_agree_with_the_reference_kernels():
+    raw = _awkward_model()
+    normalised, record = normalise(raw)
+    model = parse_tflite(normalised)
+    # Everything but the feature map's RESHAPE is folded; CONCATENATION writes a graph output and stays.
+    assert [op.opcode for op in model.main.operators] == ["RESHAPE", "CONCATENATION"]
+    assert record.folded_operators == 12
+    values = {t.name: t.data for t in model.main.tensors if t.data is not None}
+    assert values["new_shape"].tolist() == [1, 192]
+    assert values["u1_vec"].tolist() == [6]
+    _assert_exact(raw, normalised, seeds=(0, 1, 2))
