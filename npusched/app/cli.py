@@ -69,10 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"CP-SAT search workers, 1-{WORKERS_MAX} (default: the number of CPUs)")
     sched.add_argument("--seed", type=_seed, default=0,
                        help="CP-SAT random seed, a 32-bit signed integer (default: %(default)s)")
-    sched.add_argument("--estimator", choices=[e.value for e in Estimator], default=Estimator.VELA.value,
-                       help="how passes are priced: 'vela' as Vela's estimate (its figures, its backend's), "
-                            "'contention' with prefetched weights sharing the memory bandwidth of the pass they "
-                            "hide under; the summary shows both (default: vela)")
+    sched.add_argument("--estimator", choices=Estimator.names(), default=Estimator.VELA_LEGACY.value,
+                       help="how passes are priced: 'vela-legacy' (alias 'vela') as Vela's legacy core estimates "
+                            "(its figures, its backend's), 'vela-default' as Vela's default (C++) core does, "
+                            "'contention' the legacy estimate with prefetched weights sharing the memory bandwidth "
+                            "of the pass they hide under; the summary shows all (default: vela-legacy)")
     sched.add_argument("--deterministic", action="store_true",
                        help="reproducible CP-SAT search: same inputs, seed and workers give the same schedule")
     out = parser.add_argument_group("output")
@@ -252,7 +253,7 @@ def _check_plot_options(args: argparse.Namespace) -> None:
         if args.optimise != "Performance":
             raise NpuschedError(f"--pareto finds the fewest cycles at each size: --optimise {args.optimise} does "
                                 "not apply (the curve's first point is the smallest fit)")
-        if args.with_vela and args.estimator != Estimator.VELA.value:
+        if args.with_vela and Estimator(args.estimator) is not Estimator.VELA_LEGACY:
             raise NpuschedError(f"--with-vela draws Vela's own estimates: with --estimator {args.estimator} the two "
                                 "curves would be priced differently (use --estimator vela)")
     if args.plot_memory is not None and args.plot_memory.suffix.lower() not in (".png", ".svg"):

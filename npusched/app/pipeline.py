@@ -120,7 +120,7 @@ def architecture(options: RunOptions) -> Any:
         estimator = Estimator(options.estimator)
     except ValueError:
         raise ConfigError(f"unknown estimator '{options.estimator}' (known: "
-                          f"{', '.join(e.value for e in Estimator)})") from None
+                          f"{', '.join(Estimator.names())})") from None
     return arch if estimator is arch.estimator else replace(arch, estimator=estimator)
 
 
@@ -173,6 +173,7 @@ def run(options: RunOptions, log: Callable[[str], None] | None = None, started: 
     for other in Estimator:
         if other is not arch.estimator:
             cycles[other.value] = evaluate(network, replace(arch, estimator=other), schedule).total_cycles
+    cycles["vela"] = cycles[Estimator.VELA_LEGACY.value]  # the legacy total's older key, which documents still read
     return RunResult(options=options, arch=arch, network=network, status=status, schedule=schedule,
                      evaluation=evaluation, timings_seconds=timings, solver_report=report, warnings=warnings,
                      cycles_by_estimator=cycles)

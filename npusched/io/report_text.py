@@ -116,7 +116,7 @@ def format_summary(result: Any, per_layer: bool = True) -> str:
         f"Schedule ({result.options.solver}, {result.schedule.label or 'unnamed'}): {result.status}",
         _kv("Total cycles", f"{evaluation.total_cycles:.0f} ({arch.estimator.value} estimate)"),
         *(_kv(f"Total cycles, {name} estimate", f"{cycles:.0f}")
-          for name, cycles in result.cycles_by_estimator.items() if name != arch.estimator.value),
+          for name, cycles in result.cycles_by_estimator.items() if name not in (arch.estimator.value, "vela")),
         _kv("NPU cycles", f"{evaluation.npu_cycles:.0f}"),
         *(_kv(f"{area.display_name()} access cycles", f"{evaluation.access_cycles.get(area, 0.0):.0f}")
           for area in ACCESS_AREAS if evaluation.access_cycles.get(area, 0.0)),

@@ -8,6 +8,7 @@ from npusched.schedule.rules import allocation_bytes, pricing_weight_stream, sto
 from npusched.schedule.schedule import OpSchedule, Schedule
 from npusched.schedule.tensor_use import placement_of
 from npusched.target import performance as perf
+from npusched.target import performance_default as perf_default
 from npusched.target import weights as wts
 from npusched.target.arch import ArchitectureFeatures, Estimator
 from npusched.target.contention import contention_slack
@@ -65,6 +66,8 @@ def scheduler_op_cycles(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSched
         ofm_depth = op.ofm.shape.depth
     query = op_query(arch, op, op_sched, schedule, ofm_depth=ofm_depth, const_area=arch.fast_storage_mem_area,
                      scheduling_areas=True)
+    if arch.estimator is Estimator.VELA_DEFAULT:
+        return perf_default.measure_cycle_cost(arch, op.op_type, op.activation, query).op_cycles
     return perf.measure_cycle_cost(arch, op.op_type, op.activation, query).op_cycles
 
 
@@ -119,6 +122,8 @@ def _memcpy_transfer(arch: ArchitectureFeatures, op: NpuOp, schedule: Schedule) 
 def price_op(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule, schedule: Schedule, prev_slack_cycles: float
              ) -> tuple[perf.OpPerformance, float, float]:
     """(estimate, own slack-buffering cycles, full weight transfer cycles) of one pass."""
+    if arch.estimator is Estimator.VELA_DEFAULT:
+        return _price_op_default(arch, op, op_sched, schedule, prev_slack_cycles)
     buffering = op_sched.weight_buffering
     encoded = encoded_weights_for(arch, op, op_sched)
     stream = None
@@ -147,6 +152,37 @@ def price_op(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule, schedu
     if arch.estimator is Estimator.CONTENTION:
         buffered_bytes = encoded.total_bytes if encoded is not None and buffering.is_buffered else 0
         slack = contention_slack(arch, result, slack, buffered_bytes)
+    return result, slack, full_transfer
+
+
+def _price_op_default(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule, schedule: Schedule,
+                      prev_slack_cycles: float) -> tuple[perf.OpPerformance, float, float]:
+    """``price_op`` under Vela's default core: its whole-stream DMA estimate is made for every buffered op (the
+    legacy core left it 0 inside cascades) with its own copy formula, and a pre-buffered first slice is not this
+    op's traffic."""
+    buffering = op_sched.weight_buffering
+    encoded = encoded_weights_for(arch, op, op_sched)
+    stream = None
+    full_transfer = 0.0
+    weight_bytes = 0
+    const_area = None
+    if encoded is not None:
+        weight_bytes = sum(r.weight_bytes for r in encoded.ranges)
+        const_area = arch.permanent_storage_mem_area
+        if buffering.is_buffered:
+            full = wts.encode_op_weights(arch, op, block_depth(op_sched), (0, op_sched.ofm_stripe.depth))
+            full_transfer = float(perf_default.mem2mem_cycles(arch, arch.permanent_storage_mem_area,
+                                                              arch.fast_storage_mem_area, full.total_bytes))
+            const_area = arch.fast_storage_mem_area
+            stream = pricing_weight_stream(arch, op, encoded, buffering.kind, full_transfer)
+        else:
+            stream = pricing_weight_stream(arch, op, encoded, perf.BufferKind.NONE)
+    query = op_query(arch, op, op_sched, schedule, const_area=const_area)
+    slack = slack_buffering_cycles(arch, op, op_sched, schedule)
+    result = perf_default.estimate_full_op_performance(
+        arch, op.op_type, op.activation, query, weights=stream, weight_bytes=weight_bytes,
+        pre_buffered=buffering.pre_buffered, prev_slack_cycles=prev_slack_cycles, slack_buffering_cycles=slack,
+        lut=_lut_transfer(arch, op), memcpy=_memcpy_transfer(arch, op, schedule))
     return result, slack, full_transfer
 
 

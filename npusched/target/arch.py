@@ -46,14 +46,26 @@ DEFAULT_CONFIG = "internal-default"
 
 
 class Estimator(str, enum.Enum):
-    """How passes are priced (``--estimator``): as Vela estimates them, or with prefetches competing for memory
-    bandwidth (see ``npusched.target.contention``)."""
+    """How passes are priced (``--estimator``): as Vela's legacy core estimates them, as its default (C++) core
+    does (``npusched.target.performance_default``), or the legacy estimate with prefetches competing for memory
+    bandwidth (``npusched.target.contention``). ``vela``, the older name of ``vela-legacy``, still parses."""
 
-    VELA = "vela"
+    VELA_LEGACY = "vela-legacy"
+    VELA_DEFAULT = "vela-default"
     CONTENTION = "contention"
+    VELA = "vela-legacy"  # alias of VELA_LEGACY (the same member)
 
     def __str__(self) -> str:
         return self.value
+
+    @classmethod
+    def _missing_(cls, value: object) -> Estimator | None:
+        return cls.VELA_LEGACY if value == "vela" else None
+
+    @classmethod
+    def names(cls) -> list[str]:
+        """Every accepted ``--estimator`` value, the alias ``vela`` included."""
+        return [e.value for e in cls] + ["vela"]
 
 
 class OptimisationStrategy(str, enum.Enum):
@@ -423,7 +435,7 @@ class ArchitectureFeatures:
     max_sram_used_weight: float
 
     # how passes are priced (not Vela's: npusched's --estimator)
-    estimator: Estimator = Estimator.VELA
+    estimator: Estimator = Estimator.VELA_LEGACY
 
     _key: tuple = field(init=False, repr=False, compare=False)
     _hash: int = field(init=False, repr=False, compare=False)
