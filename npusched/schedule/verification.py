@@ -8,6 +8,7 @@ from typing import Any
 
 from npusched.ir import NpuOp
 from npusched.lowering.graph import Network, NpuSubgraph
+from npusched.schedule.allocation import Allocation, allocate_ranges, fast_storage_ranges
 from npusched.schedule.evaluation import Evaluation, evaluate
 from npusched.schedule.memory_model import cascade_rolling_buffers
 from npusched.schedule.pricing import block_depth, staging_limit
@@ -101,14 +102,16 @@ def _weight_problems(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule
 
 
 def verify(network: Network | NpuSubgraph, arch: ArchitectureFeatures, schedule: Schedule,
-           evaluation: Evaluation | None = None, limit: int | None = None) -> list[str]:
+           evaluation: Evaluation | None = None, limit: int | None = None, addresses: bool = True) -> list[str]:
     """Every way ``schedule`` is invalid for ``network``; empty when it is valid.
 
     Checked: every pass has its choices; stripes, weight slices and buffers agree with the op; cascades are runs
     of consecutive passes each reading the previous one's OFM, with IFM stripes covering what their OFM stripes
     read and rolling buffers holding both stripes around them; and fast storage (feature maps the schedule puts
     there, rolling and weight buffers) never exceeds ``limit`` (default: the architecture's arena cache size) —
-    every subgraph's first step above it is reported.
+    every subgraph's first step above it is reported; where the use fits at every step, the buffers must also
+    fit at addresses (``allocation``: fragmentation can make the address space larger than the peak), unless
+    ``addresses`` is False.
     """
     problems: list[str] = []
     for sg in subgraphs_of(network):
@@ -135,4 +138,15 @@ def verify(network: Network | NpuSubgraph, arch: ArchitectureFeatures, schedule:
             t = over[0]
             problems.append(f"subgraph {memory.name}: fast storage use {memory.usage[t]} bytes at step {t} "
                             f"exceeds the limit of {budget} bytes")
+    if addresses and not problems:
+        allocation = allocate_ranges(fast_storage_ranges(evaluation), target_bytes=budget)
+        if allocation.size_bytes > budget:
+            problems.append(allocation_problem(allocation, budget))
     return problems
+
+
+def allocation_problem(allocation: Allocation, budget: int) -> str:
+    """The line that says an allocation does not fit, by how much and why (fragmentation above the peak)."""
+    return (f"fast storage allocation needs addresses up to {allocation.size_bytes} bytes, "
+            f"{allocation.size_bytes - budget} bytes over the limit of {budget} bytes (live peak "
+            f"{allocation.live_peak_bytes} bytes at one step)")
