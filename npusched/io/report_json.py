@@ -120,6 +120,7 @@ def document(result: Any, vela_backend: dict[str, Any] | None = None) -> dict[st
         "status": result.status,
         "label": result.schedule.label if result.schedule is not None else None,
         "totals": _totals(result),
+        "fast_storage_allocation": _allocation_record(result),
         **_solver_fields(result),
         "warnings": list(result.warnings),
         "vela_backend": vela_backend,
@@ -161,6 +162,21 @@ def _totals(result: Any) -> dict[str, Any]:
             "peak_fast_storage_bytes": evaluation.peak_fast_storage,
         })
     return totals
+
+
+def _allocation_record(result: Any) -> dict[str, Any] | None:
+    """Every fast-storage buffer's address (the evaluation's allocation), with the allocation's size."""
+    if result.evaluation is None:
+        return None
+    allocation = result.evaluation.allocation
+    names = {op.index: op.name for op in result.network.ops}
+    buffers = sorted(allocation.buffers, key=lambda b: (b.range.start, b.offset_bytes))
+    return {"size_bytes": allocation.size_bytes, "live_peak_bytes": allocation.live_peak_bytes,
+            "limit_bytes": int(result.arch.arena_cache_size), "method": allocation.method,
+            "buffers": [{"tensors": list(b.range.tensors), "kind": b.range.kind,
+                         "weights_of": names.get(b.range.weight_of) if b.range.weight_of is not None else None,
+                         "start_step": b.range.start, "end_step": b.range.end, "size_bytes": b.range.size,
+                         "offset_bytes": b.offset_bytes} for b in buffers]}
 
 
 def _solver_fields(result: Any) -> dict[str, Any]:

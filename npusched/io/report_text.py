@@ -121,6 +121,8 @@ def format_summary(result: Any, per_layer: bool = True) -> str:
         *(_kv(f"{area.display_name()} access cycles", f"{evaluation.access_cycles.get(area, 0.0):.0f}")
           for area in ACCESS_AREAS if evaluation.access_cycles.get(area, 0.0)),
         _kv("Peak fast storage", f"{evaluation.peak_fast_storage} bytes"),
+        _kv("Fast storage allocation", f"{evaluation.allocation.size_bytes} bytes (addresses; limit "
+            f"{int(arch.arena_cache_size)} bytes)"),
         _kv("Inference time", f"{1e3 * evaluation.total_cycles / arch.core_clock:.3f} ms"),
     ]
     lines += solver_lines(result)

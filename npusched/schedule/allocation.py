@@ -102,6 +102,8 @@ def allocate(network: Network | NpuSubgraph, arch: ArchitectureFeatures, schedul
     allocates its fast-storage memory for the network from the root subgraph). The search stops once the
     allocation is no larger than ``target_bytes`` (default: only at the peak, or when its work is done)."""
     evaluation = evaluation if evaluation is not None else evaluate(network, arch, schedule)
+    if not target_bytes:
+        return evaluation.allocation
     return allocate_ranges(fast_storage_ranges(evaluation), target_bytes=target_bytes)
 
 

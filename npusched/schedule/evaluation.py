@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 from npusched.ir import MemArea
 from npusched.lowering.graph import Network, NpuSubgraph
@@ -14,6 +16,9 @@ from npusched.target import performance as perf
 from npusched.target import weights as wts
 from npusched.target.arch import ArchitectureFeatures
 from npusched.target.performance import Direction, Purpose
+
+if TYPE_CHECKING:
+    from npusched.schedule.allocation import Allocation
 
 BandwidthKey = tuple[MemArea, Purpose, Direction]
 
@@ -83,6 +88,15 @@ class Evaluation:
         """Peak of the whole-inference snapshot (a lower bound of what an allocator needs; Vela's equals it
         whenever its allocation leaves no gaps)."""
         return self.network_memory.peak if self.network_memory is not None else self.peak_fast_storage
+
+    @cached_property
+    def allocation(self) -> Allocation:
+        """Addresses for every fast-storage buffer of the whole inference (``npusched.schedule.allocation``):
+        its ``size_bytes`` is what the fast storage must hold, the peak only a lower bound on it. Worked out
+        when first asked (solvers that only compare cycles never pay for it), then kept."""
+        from npusched.schedule.allocation import allocate_ranges, fast_storage_ranges
+
+        return allocate_ranges(fast_storage_ranges(self))
 
     def op(self, index: int) -> OpCost:
         for cost in self.ops:
