@@ -650,7 +650,8 @@ class Optimiser:
             return op
         factor, final_stride = calc_resize_factor(ifm_shape.width, s_x)
         post_depth = ifm_shape.depth * factor
-        if s_x > 1 and (post_depth <= 8 or s_x > 3) and factor != 1 and weights is not None:
+        if s_x > 1 and (post_depth <= 8 or s_x > 3) and factor != 1 and weights is not None \
+                and not _keeps_strides(self.arch):
             k_w, _ = op.kernel_size()
             padding_type = op.attrs.get("padding")
             if padding_type in (None, "EXPLICIT", "TILE"):
@@ -1106,6 +1107,12 @@ class Optimiser:
 
 def _zp(t: VTensor) -> int:
     return int(t.quantization.zero_point[0]) if t.quantization.zero_point else 0
+
+
+def _keeps_strides(arch: object) -> bool:
+    """Vela's default core does not fold a convolution's stride into depth; priced as it prices (``--estimator
+    vela-default``), the graph keeps the stride too, so its passes are the ones that core schedules."""
+    return str(getattr(arch, "estimator", "")) == "vela-default"
 
 
 def _ifm_index(op: VOp, which: int) -> int:
