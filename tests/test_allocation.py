@@ -4,6 +4,7 @@ allocation, and where the live bytes fit the limit but a naive placement does no
 from __future__ import annotations
 
 import csv
+from pathlib import Path
 
 import pytest
 from conftest import golden_cases, golden_path, load_corpus, run_options
@@ -100,3 +101,18 @@ def test_random_ranges_never_overlap() -> None:
         assert not overlapping_buffers(allocation.buffers)
         assert all(b.offset_bytes % 16 == 0 for b in allocation.buffers)
         assert allocation.size_bytes >= live_peak(ranges) == allocation.live_peak_bytes
+
+
+def test_vela_backend_reports_its_own_allocation(tmp_path: Path) -> None:
+    """Compiling a schedule, Vela's own allocator's size of the fast storage is read back: it is what Vela's
+    summary reports as sram_memory_used, within the limit, and no smaller than npusched's allocation."""
+    from npusched.app.pipeline import run
+    from npusched.vela.backend import compile_schedule
+
+    result = run(run_options(DEDICATED, "kws_dscnn_int8", solver="heuristic"))
+    compiled = compile_schedule(result, tmp_path)
+    assert compiled.vela_allocation_bytes is not None and compiled.npusched_allocation_bytes is not None
+    with compiled.summary_csv_path.open() as handle:
+        assert float(next(csv.DictReader(handle))["sram_memory_used"]) * 1024 == compiled.vela_allocation_bytes
+    assert compiled.allocation_fits and not any("allocator" in line for line in compiled.warnings())
+    assert compiled.npusched_allocation_bytes <= compiled.vela_allocation_bytes

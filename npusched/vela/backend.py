@@ -61,6 +61,16 @@ class BackendResult:
     ops: tuple[OpAgreement, ...]
     vela_total_cycles: float
     npusched_total_cycles: float
+    # Fast storage Vela's own allocator needed for the compiled schedule, npusched's allocation and the limit.
+    vela_allocation_bytes: int | None = None
+    npusched_allocation_bytes: int | None = None
+    limit_bytes: int | None = None
+
+    @property
+    def allocation_fits(self) -> bool:
+        """Vela's allocation of the fast storage is within the limit (True when it was not measured)."""
+        return self.vela_allocation_bytes is None or self.limit_bytes is None or \
+            self.vela_allocation_bytes <= self.limit_bytes
 
     @property
     def total_agrees(self) -> bool:
@@ -79,13 +89,20 @@ class BackendResult:
             lines.append(f"Vela's estimate of the network is {self.vela_total_cycles:,.1f} cycles, npusched's "
                          f"{self.npusched_total_cycles:,.1f} "
                          f"({_relative(self.vela_total_cycles, self.npusched_total_cycles):+.4%})")
+        if not self.allocation_fits:
+            lines.append(f"Vela's allocator places the fast storage in {self.vela_allocation_bytes} bytes, "
+                         f"{(self.vela_allocation_bytes or 0) - (self.limit_bytes or 0)} bytes over the limit of "
+                         f"{self.limit_bytes} bytes (npusched's allocation: {self.npusched_allocation_bytes} bytes)")
         return tuple(lines)
 
     def as_json(self) -> dict[str, Any]:
         return {"tflite": str(self.tflite_path), "summary_csv": str(self.summary_csv_path),
                 "per_layer_csv": str(self.per_layer_csv_path), "agreed": self.agreed,
                 "vela_cycles": self.vela_total_cycles, "npusched_cycles": self.npusched_total_cycles,
-                "disagreeing_ops": [op.op_index for op in self.ops if not op.agrees]}
+                "disagreeing_ops": [op.op_index for op in self.ops if not op.agrees],
+                "vela_allocation_bytes": self.vela_allocation_bytes,
+                "npusched_allocation_bytes": self.npusched_allocation_bytes,
+                "allocation_fits": self.allocation_fits}
 
 
 def _relative(a: float, b: float) -> float:
@@ -173,7 +190,10 @@ def compile_schedule(result: Any, output_dir: Path) -> BackendResult:
         OpAgreement(op.index, op.name, sg.name, forcing.vela_cycles[op.index], evaluation.op(op.index).total_cycles)
         for sg in network.subgraphs for op in sg.ops)
     return BackendResult(*final, ops=agreements, vela_total_cycles=sum(op.vela_cycles for op in agreements),
-                         npusched_total_cycles=evaluation.total_cycles)
+                         npusched_total_cycles=evaluation.total_cycles,
+                         vela_allocation_bytes=forcing.vela_allocation_bytes,
+                         npusched_allocation_bytes=evaluation.allocation.size_bytes,
+                         limit_bytes=int(arch.arena_cache_size))
 
 
 def _op_in_traceback(exc: BaseException) -> str:
@@ -223,6 +243,7 @@ class _ForcedScheduler:
         self.network, self.arch, self.schedule = network, arch, schedule
         self.op_of: dict[Any, NpuOp] = {}
         self.vela_cycles: dict[int, float] = {}
+        self.vela_allocation_bytes: int | None = None
 
     def record(self, sched_op: Any, cycles: float) -> None:
         op = self.op_of.get(sched_op)
@@ -261,6 +282,8 @@ class _ForcedScheduler:
             schedulers[sg] = vela_scheduler
         scheduler._update_memory_snapshot_for_all_npu_graphs(nng, vela_arch, schedulers)
         scheduler._update_tensor_allocation(nng, vela_arch, options)
+        # Only the scratch memories are allocated yet: the fast storage's figure is the allocator's size of it.
+        self.vela_allocation_bytes = int(nng.get_root_subgraph().memory_used.get(vela_arch.fast_storage_mem_area, 0))
 
     # -- one subgraph -----------------------------------------------------------------------------------------
 
