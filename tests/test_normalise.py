@@ -111,6 +111,23 @@ def test_squeeze_excite_exports_split_the_npu_work_until_normalised():
     assert len(before.subgraphs) > 2 and len(after.subgraphs) == 1 and not after.cpu_ops
 
 
+def test_channel_poor_rescaling_is_computed_16_deep():
+    """The input's MUL and ADD on H x W x 3 run on a [1, H', W', 16] view of the same bytes between two
+    RESHAPEs; the ADD's output keeps its name and shape, so the first convolution reads what it read."""
+    raw = _keras("mobilenet_v3", 60, 1)
+    normalised, record = normalise(raw)
+    assert record.relaid_passes == 2 and "2 element-wise passes re-laid out 16 deep" in record.describe()
+    sg = parse_tflite(normalised).main
+    ops = [op.opcode for op in sg.operators]
+    assert ops[:4] == ["RESHAPE", "MUL", "ADD", "RESHAPE"]
+    mul, add = sg.operators[1], sg.operators[2]
+    assert sg.tensors[mul.inputs[0]].shape == (1, 64, 48, 16) == sg.tensors[add.outputs[0]].shape  # 128*128*3/16
+    assert sg.tensors[sg.operators[3].outputs[0]].shape == (1, 128, 128, 3)
+    assert sg.tensors[sg.operators[3].outputs[0]].name == "net/rescale_add_5"
+    plain, _ = normalise(raw, relayout=False)
+    assert _assert_exact(plain, normalised) > 20
+
+
 def test_a_model_with_nothing_to_fold_is_returned_as_it_is():
     data = generate("resnet", 40, 0)
     normalised, record = normalise(data)
@@ -120,7 +137,7 @@ def test_a_model_with_nothing_to_fold_is_returned_as_it_is():
 def test_keras_style_option_keeps_the_plain_layers():
     """The Keras-style variant is the plain network plus its shape arithmetic and input rescaling."""
     plain = parse_tflite(generate("efficientnet", 40, 5))
-    keras = parse_tflite(normalise(_keras("efficientnet", 40, 5))[0])
+    keras = parse_tflite(normalise(_keras("efficientnet", 40, 5), relayout=False)[0])
     plain_counts, keras_counts = plain.op_counts(), keras.op_counts()
     assert keras_counts["MUL"] == plain_counts["MUL"] + 1 and keras_counts["ADD"] == plain_counts.get("ADD", 0) + 1
     assert {k: v for k, v in keras_counts.items() if k not in ("MUL", "ADD")} == \

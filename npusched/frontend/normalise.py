@@ -53,7 +53,7 @@ class Normalisation:
     folded: tuple[tuple[str, int], ...] = ()
     fixed_batch_inputs: tuple[str, ...] = ()
     removed_tensors: int = 0
-    added_constants: int = 0
+    relaid_passes: int = 0  # element-wise operators on channel-poor maps now computed on a 16-deep view
 
     @property
     def folded_operators(self) -> int:
@@ -70,6 +70,9 @@ class Normalisation:
             kinds = ", ".join(f"{count} {name}" for name, count in self.folded)
             parts.append(f"folded {self.folded_operators} shape operator{'s' * (self.folded_operators != 1)} "
                          f"({kinds})")
+        if self.relaid_passes:
+            parts.append(f"{self.relaid_passes} element-wise pass{'es' * (self.relaid_passes != 1)} re-laid out "
+                         "16 deep")
         if self.fixed_batch_inputs:
             names = ", ".join(repr(n) for n in self.fixed_batch_inputs[:3])
             more = f" and {len(self.fixed_batch_inputs) - 3} more" if len(self.fixed_batch_inputs) > 3 else ""
@@ -79,13 +82,16 @@ class Normalisation:
     def as_json(self) -> dict[str, Any]:
         return {"folded_operators": self.folded_operators, "folded_by_type": dict(self.folded),
                 "fixed_batch_inputs": list(self.fixed_batch_inputs), "removed_tensors": self.removed_tensors,
-                "added_constants": self.added_constants}
+                "relaid_passes": self.relaid_passes}
 
 
-def normalise(data: bytes, source: str = "<bytes>") -> tuple[bytes, Normalisation]:
+def normalise(data: bytes, source: str = "<bytes>", relayout: bool = True) -> tuple[bytes, Normalisation]:
     """The normalised model's bytes and what changed; ``data`` itself when nothing can be folded.
 
     A dynamic batch dimension is fixed at 1 (and the record says so) only in a model that has something to fold.
+    ``relayout`` views element-wise chains on channel-poor maps 16 deep (see ``_relayout_channel_poor``); it is
+    applied to exported models (those with shape arithmetic folded) only, so a model with nothing to fold is
+    always left byte for byte as it is.
     """
     try:
         model = schema.ModelT.InitFromPackedBuf(bytearray(data), 0)
@@ -93,19 +99,20 @@ def normalise(data: bytes, source: str = "<bytes>") -> tuple[bytes, Normalisatio
         raise ModelError(f"{source}: corrupt or truncated TFLite flatbuffer ({type(exc).__name__}: {exc})") from None
     folded: Counter[str] = Counter()
     fixed: list[str] = []
-    removed = added = 0
+    removed = relaid = 0
     for subgraph in model.subgraphs or []:
         fixed += _fix_batch(subgraph)
         done = _fold(model, subgraph)
-        folded.update(done.folded)
-        added += done.added_constants
+        folded.update(done)
         removed += _drop_dead_tensors(model, subgraph)
+    if relayout and folded:
+        relaid = sum(_relayout_channel_poor(model, subgraph) for subgraph in model.subgraphs[:1])
     if not folded:
         # Fixing the batch alone changes nothing the NPU runs (readers take the 1 in the shape): the file stays
         # the user's, so Vela's backend compiles the very file `vela` would.
         return data, Normalisation()
     record = Normalisation(tuple(sorted(folded.items(), key=lambda kv: (-kv[1], kv[0]))), tuple(fixed), removed,
-                           added)
+                           relaid)
     _release_dead_buffers(model)
     return _pack_model(model), record
 
@@ -169,13 +176,7 @@ def _name(tensor: Any) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 # folding
 
-@dataclass(frozen=True)
-class _Folded:
-    folded: Counter[str]
-    added_constants: int
-
-
-def _fold(model: Any, subgraph: Any) -> _Folded:
+def _fold(model: Any, subgraph: Any) -> Counter[str]:
     """Fold operators in execution order; each folded output becomes a constant tensor with its own buffer."""
     tensors = subgraph.tensors or []
     values: dict[int, np.ndarray] = {}
@@ -185,7 +186,6 @@ def _fold(model: Any, subgraph: Any) -> _Folded:
             values[index] = value
     graph_outputs = set(_ints(subgraph.outputs))
     kept, folded = [], Counter[str]()
-    added = 0
     for op in subgraph.operators or []:
         opcode = _opcode(model, op)
         results = None
@@ -198,10 +198,9 @@ def _fold(model: Any, subgraph: Any) -> _Folded:
         for index, result in zip(outputs, results, strict=True):
             values[index] = result
             _make_constant(model, tensors[index], result)
-            added += 1
         folded[opcode] += 1
     subgraph.operators = kept
-    return _Folded(folded, added)
+    return folded
 
 
 def _opcode(model: Any, op: Any) -> str:
@@ -456,6 +455,142 @@ _FOLDERS: dict[str, Callable[..., list[np.ndarray] | None]] = {
 _MOVES_ANY_TYPE = frozenset({"STRIDED_SLICE", "SLICE", "GATHER", "PACK", "UNPACK", "CONCATENATION", "RESHAPE",
                              "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE"})
 _ALL_DATA_INPUTS = frozenset({"PACK", "CONCATENATION"})
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# channel-poor element-wise chains
+
+_UNARY_ELEMENTWISE = frozenset({"RELU", "RELU6", "RELU_N1_TO_1", "LOGISTIC", "TANH", "HARD_SWISH", "LEAKY_RELU",
+                                "ABS"})
+_BINARY_ELEMENTWISE = frozenset({"ADD", "SUB", "MUL"})
+_DEEP_CHANNELS = 16
+
+
+def _relayout_channel_poor(model: Any, subgraph: Any) -> int:
+    """View chains of element-wise operators on [1, H, W, C<16] maps as [1, H', W', 16] (same bytes, same order).
+
+    Such maps (an image input's rescaling: a MUL and an ADD on H x W x 3) move through memory in C-byte bursts;
+    16 deep, the same bytes move in full bursts. A chain is exact on any view of its bytes when every operator is
+    unary element-wise or has a one-element constant as its other operand, so the chain gets a RESHAPE to the
+    deep view before it and one back after it, and its intermediate tensors the deep shape (renamed with a
+    ``/c16`` suffix; the chain's last output keeps its name, shape and value). Returns the operators moved.
+    """
+    tensors = subgraph.tensors
+    operators = list(subgraph.operators or [])
+    readers: dict[int, list[int]] = {}
+    for position, op in enumerate(operators):
+        for index in _ints(op.inputs):
+            if index >= 0:
+                readers.setdefault(index, []).append(position)
+    graph_outputs = set(_ints(subgraph.outputs))
+
+    def feature_map_input(op: Any) -> int | None:
+        opcode, inputs = _opcode(model, op), _ints(op.inputs)
+        if opcode in _UNARY_ELEMENTWISE and len(inputs) == 1:
+            return inputs[0]
+        if opcode in _BINARY_ELEMENTWISE and len(inputs) == 2:
+            sizes = {i: value.size for i in inputs if (value := _constant(model, tensors[i])) is not None}
+            maps = [i for i in inputs if i not in sizes]
+            if len(maps) == 1 and list(sizes.values()) == [1]:
+                return maps[0]
+        return None
+
+    chains: list[tuple[int, tuple[int, ...], list[int]]] = []
+    taken: set[int] = set()
+    for position, op in enumerate(operators):
+        source = feature_map_input(op)
+        if position in taken or source is None:
+            continue
+        shape = _static_shape(tensors[source])
+        outputs = _ints(op.outputs)
+        if shape is None or len(shape) != 4 or shape[0] != 1 or not 0 < shape[3] < _DEEP_CHANNELS \
+                or (shape[1] * shape[2] * shape[3]) % _DEEP_CHANNELS or len(outputs) != 1 \
+                or _static_shape(tensors[outputs[0]]) != shape:
+            continue
+        chain = [position]
+        while True:
+            out = _ints(operators[chain[-1]].outputs)[0]
+            following = readers.get(out, [])
+            if out in graph_outputs or len(following) != 1 or feature_map_input(operators[following[0]]) != out \
+                    or len(_ints(operators[following[0]].outputs)) != 1 \
+                    or _static_shape(tensors[_ints(operators[following[0]].outputs)[0]]) != shape:
+                break
+            chain.append(following[0])
+        taken.update(chain)
+        chains.append((source, shape, chain))
+    if not chains:
+        return 0
+    reshape_code = _operator_code_index(model, schema.BuiltinOperator.RESHAPE)
+    before: dict[int, Any] = {}
+    after: dict[int, Any] = {}
+    for source, shape, chain in chains:
+        deep = _deep_view(shape)
+        originals = [_ints(operators[p].outputs)[0] for p in chain]
+        current = _add_tensor(subgraph, tensors[source], "/c16", deep)
+        before[chain[0]] = _reshape(model, subgraph, reshape_code, source, current, deep)
+        previous = source
+        for position, original in zip(chain, originals, strict=True):
+            op = operators[position]
+            op.inputs = np.asarray([current if i == previous else i for i in _ints(op.inputs)], dtype=np.int32)
+            previous = original
+            current = _add_tensor(subgraph, tensors[original], "/c16", deep)
+            op.outputs = np.asarray([current], dtype=np.int32)
+        after[chain[-1]] = _reshape(model, subgraph, reshape_code, current, originals[-1], shape)
+    rewritten = []
+    for position, op in enumerate(operators):
+        rewritten += [before[position]] if position in before else []
+        rewritten.append(op)
+        rewritten += [after[position]] if position in after else []
+    subgraph.operators = rewritten
+    return sum(len(chain) for _, _, chain in chains)
+
+
+def _deep_view(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """[1, H', W', 16] holding the bytes of ``shape``, H' x W' as square as the pixel count allows."""
+    pixels = shape[1] * shape[2] * shape[3] // _DEEP_CHANNELS
+    width = max(w for w in range(1, int(pixels ** 0.5) + 1) if pixels % w == 0)
+    return (1, pixels // width, width, _DEEP_CHANNELS)
+
+
+def _add_tensor(subgraph: Any, like: Any, suffix: str, shape: tuple[int, ...]) -> int:
+    """A new activation tensor of ``like``'s type and quantisation with ``shape``."""
+    tensor = schema.TensorT()
+    tensor.name = _name(like) + suffix
+    tensor.type, tensor.quantization, tensor.buffer = like.type, like.quantization, 0
+    tensor.shape = np.asarray(shape, dtype=np.int32)
+    subgraph.tensors.append(tensor)
+    return len(subgraph.tensors) - 1
+
+
+def _operator_code_index(model: Any, builtin: int) -> int:
+    for index, code in enumerate(model.operatorCodes):
+        if max(int(code.builtinCode), int(code.deprecatedBuiltinCode)) == builtin:
+            return index
+    code = schema.OperatorCodeT()
+    code.builtinCode, code.deprecatedBuiltinCode, code.version = builtin, min(builtin, 127), 1
+    model.operatorCodes.append(code)
+    return len(model.operatorCodes) - 1
+
+
+def _reshape(model: Any, subgraph: Any, code: int, source: int, target: int, shape: tuple[int, ...]) -> Any:
+    """RESHAPE ``source`` -> ``target`` with a constant shape input, as converters write it."""
+    shape_tensor = schema.TensorT()
+    shape_tensor.name = f"{_name(subgraph.tensors[target])}/shape"
+    shape_tensor.type = schema.TensorType.INT32
+    shape_tensor.shape = np.asarray([len(shape)], dtype=np.int32)
+    buffer = schema.BufferT()
+    buffer.data = np.frombuffer(np.asarray(shape, dtype="<i4").tobytes(), dtype=np.uint8)
+    model.buffers.append(buffer)
+    shape_tensor.buffer = len(model.buffers) - 1
+    subgraph.tensors.append(shape_tensor)
+    op = schema.OperatorT()
+    op.opcodeIndex = code
+    op.inputs = np.asarray([source, len(subgraph.tensors) - 1], dtype=np.int32)
+    op.outputs = np.asarray([target], dtype=np.int32)
+    op.builtinOptionsType = schema.BuiltinOptions.ReshapeOptions
+    op.builtinOptions = schema.ReshapeOptionsT()
+    op.builtinOptions.newShape = list(shape)
+    return op
 
 
 # ---------------------------------------------------------------------------------------------------------------
