@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from npusched.app.pipeline import vela_hardware_args
+from npusched.vela.command import vela_hardware_args
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 

@@ -13,11 +13,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from npusched.app.pipeline import RunOptions, architecture
+from npusched.app.pipeline import architecture
 from npusched.frontend.tflite_reader import read_tflite
 from npusched.frontend.validate import validate_model
 from npusched.lowering.graph import lower_model
 from npusched.netgen import generate
+from npusched.run import RunOptions
 
 
 def main() -> None:

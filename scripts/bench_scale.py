@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from npusched.app.pipeline import vela_hardware_args
 from npusched.netgen import generate
+from npusched.vela.command import vela_hardware_args
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "tests" / "data" / "golden" / "configs.json"

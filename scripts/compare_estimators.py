@@ -28,8 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from conftest import CONFIGS, MODELS, VELA_FAILED, model_path  # noqa: E402
 
-from npusched.app.pipeline import run, run_options_from_vela_args  # noqa: E402
+from npusched.app.pipeline import run  # noqa: E402
 from npusched.errors import NpuschedError  # noqa: E402
+from npusched.vela.command import run_options_from_vela_args  # noqa: E402
 
 COLUMNS = ["config", "model", "vela_legacy_vela", "vela_legacy_contention", "cpsat_vela_vela",
            "cpsat_vela_contention", "cpsat_contention_contention", "cpsat_contention_vela", "status_vela",

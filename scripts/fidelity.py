@@ -1,7 +1,13 @@
 #!/usr/bin/env python3
 """Compare npusched's heuristic schedule and cost model with Vela's golden output, op by op.
 
-Usage: python scripts/fidelity.py CONFIG [--model-dir DIR] [--golden-dir DIR] [--per-op] [--models a,b] [--csv PATH]
+Usage: python scripts/fidelity.py CONFIG [--core legacy|default] [--model-dir DIR] [--golden-dir DIR] [--per-op]
+       [--models a,b] [--csv PATH]
+
+--core default compares with Vela's default (C++) core instead (golden dir tests/data/golden/vela-5.2.0-regor):
+its own schedule, read from its debug database, priced by npusched's evaluator under --estimator vela-default,
+against its own per-op and network figures (what `--solver vela-default --estimator vela-default` reports,
+without running Vela).
 
 --model-dir and --golden-dir default to tests/data/corpus and tests/data/golden/vela-5.2.0-legacy; CONFIG is one
 of the names in configs.json (looked up in the golden dir and its parent). For every model with a golden folder it
@@ -16,8 +22,11 @@ import csv
 import sys
 from pathlib import Path
 
+from npusched.app.pipeline import load_network, run
 from npusched.errors import NpuschedError
-from npusched.vela.fidelity import ModelComparison, compare_model, load_config
+from npusched.vela.command import run_options_from_vela_args
+from npusched.vela.default_core import compare_default_core
+from npusched.vela.fidelity import ModelComparison, compare_with_golden, load_config
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 
@@ -26,12 +35,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("config")
     parser.add_argument("--model-dir", type=Path, default=DATA / "corpus")
-    parser.add_argument("--golden-dir", type=Path, default=DATA / "golden" / "vela-5.2.0-legacy")
+    parser.add_argument("--core", choices=("legacy", "default"), default="legacy",
+                        help="which Vela core's golden output to compare with (default: %(default)s)")
+    parser.add_argument("--golden-dir", type=Path, default=None,
+                        help="default: tests/data/golden/vela-5.2.0-legacy, or vela-5.2.0-regor for --core default")
     parser.add_argument("--models", help="comma-separated model names (default: every model with golden output)")
     parser.add_argument("--per-op", action="store_true", help="print one line per op")
     parser.add_argument("--csv", type=Path, help="write the per-op comparison as CSV")
     parser.add_argument("--markdown", type=Path, help="append a per-model Markdown table to this file")
     args = parser.parse_args()
+    if args.golden_dir is None:
+        args.golden_dir = DATA / "golden" / ("vela-5.2.0-regor" if args.core == "default" else "vela-5.2.0-legacy")
     try:
         config = load_config(args.golden_dir, args.config)
     except NpuschedError as exc:
@@ -49,7 +63,13 @@ def main() -> int:
             print(f"{golden.name}: model file missing in {args.model_dir}, skipped")
             continue
         try:
-            model = compare_model(model_path, golden, config)
+            if args.core == "default":
+                arch, network, _ = load_network(run_options_from_vela_args(model_path, config,
+                                                                           estimator="vela-default"))
+                model = compare_default_core(network, arch, golden, golden.name)
+            else:
+                model = compare_with_golden(run(run_options_from_vela_args(model_path, config, solver="heuristic")),
+                                            golden)
         except NpuschedError as exc:
             print(f"{golden.name}: error: {exc}")
             continue

@@ -24,11 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from npusched.app.pipeline import run, run_options_from_vela_args
+from npusched.app.pipeline import run
 from npusched.errors import NpuschedError
 from npusched.netgen import ARCHITECTURES, generate
-from npusched.vela.fidelity import compare_model
-from npusched.vela.golden import run_vela
+from npusched.vela.command import run_options_from_vela_args
+from npusched.vela.fidelity import compare_with_golden
+from npusched.vela.golden import run_golden
 from npusched.vela.report import read_cpu_operator_count, read_per_layer, read_verbose_schedule
 
 DEFAULT_GOLDEN_CONFIGS = Path(__file__).resolve().parents[1] / "tests" / "data" / "golden" / "configs.json"
@@ -120,14 +121,14 @@ def run_case(case: Case, config_name: str, config: dict[str, Any], work: Path, t
     golden = work / case.stem / config_name
     golden.mkdir(parents=True, exist_ok=True)
     vela_config = {**config, "extra_args": [*config.get("extra_args", ()), *VELA_DEEP_GRAPHS]}
-    vela_error = run_vela(model, vela_config, golden, timeout_seconds)
+    vela_error = run_golden(model, vela_config, golden, timeout_seconds)
     if vela_error:
         return Outcome(case, config_name, vela_error=vela_error)
     schedules = read_verbose_schedule(golden / "vela_stdout.txt")
     counts = {"vela_passes": sum(len(s.ops) for s in schedules),
               "vela_cpu_ops": read_cpu_operator_count(golden / "vela_stdout.txt")}
     try:
-        comparison = compare_model(model, golden, config)
+        comparison = compare_with_golden(run(run_options_from_vela_args(model, config, solver="heuristic")), golden)
         difference = ""
         if abs(comparison.cycles_error) > WITHIN_PERCENT:
             difference = first_difference(model, golden, config)

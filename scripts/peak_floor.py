@@ -28,12 +28,13 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 from size_vs_vela import BASELINE, vela_sram_bytes  # noqa: E402
 
-from npusched.app.pipeline import load_network, run_options_from_vela_args  # noqa: E402
+from npusched.app.pipeline import load_network  # noqa: E402
 from npusched.netgen import ARCHITECTURES, generate  # noqa: E402
 from npusched.schedule.evaluator import evaluate  # noqa: E402
-from npusched.solvers.cpsat.model import solve_cpsat  # noqa: E402
+from npusched.solvers.cpsat import solve_cpsat  # noqa: E402
 from npusched.solvers.heuristic import heuristic_schedule  # noqa: E402
 from npusched.solvers.peak_floor import network_floor  # noqa: E402
+from npusched.vela.command import run_options_from_vela_args  # noqa: E402
 
 DATA = REPO / "tests" / "data"
 CONFIG_NAME = "u55-128_hee_shared_size"

@@ -31,8 +31,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from npusched.app.pipeline import load_network, run, run_options_from_vela_args  # noqa: E402
+from npusched.app.pipeline import load_network, run  # noqa: E402
 from npusched.errors import ScheduleError  # noqa: E402
+from npusched.vela.command import run_options_from_vela_args  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 BASELINE = DATA / "baselines" / "vela-5.2.0_corpus.csv"
@@ -51,7 +52,7 @@ def vela_sram_bytes(config: str) -> dict[str, dict[str, int]]:
 
 def smallest_fit(options: Any, seconds: float) -> int | None:
     """The least fast storage a schedule of CP-SAT's candidate space needs (None when not found in time)."""
-    from npusched.solvers.cpsat.model import NetworkFacts, smallest_fast_storage
+    from npusched.solvers.cpsat import NetworkFacts, smallest_fast_storage
     from npusched.solvers.heuristic import heuristic_schedule
 
     arch, network, _ = load_network(options)

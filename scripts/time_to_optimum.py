@@ -20,11 +20,12 @@ import statistics
 import time
 from pathlib import Path
 
-from npusched.app.pipeline import load_network, run_options_from_vela_args
+from npusched.app.pipeline import load_network
 from npusched.errors import ScheduleError
 from npusched.schedule.evaluator import evaluate, verify
-from npusched.solvers.cpsat.model import solve_cpsat
+from npusched.solvers.cpsat import solve_cpsat
 from npusched.solvers.heuristic import heuristic_schedule
+from npusched.vela.command import run_options_from_vela_args
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 

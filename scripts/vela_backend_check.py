@@ -22,10 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from npusched.app.pipeline import run, run_options_from_vela_args, vela_hardware_args  # noqa: E402
+from npusched.app.pipeline import run  # noqa: E402
 from npusched.errors import NpuschedError  # noqa: E402
 from npusched.io.report_json import write_json  # noqa: E402
 from npusched.vela.backend import compile_schedule, tflite_contents  # noqa: E402
+from npusched.vela.command import run_options_from_vela_args, vela_hardware_args  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "tests" / "data" / "corpus"

@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
-from npusched.app.pipeline import RunOptions, architecture, load_network, run_options_from_vela_args
+from npusched.app.pipeline import architecture, load_network
 from npusched.lowering.graph import Network, NpuSubgraph
+from npusched.run import RunOptions
+from npusched.vela.command import run_options_from_vela_args
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 CORPUS_DIR = DATA_DIR / "corpus"

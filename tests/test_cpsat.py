@@ -9,14 +9,15 @@ import pytest
 from conftest import assert_names_the_peak, first_passes, load_corpus
 from ortools.sat.python import cp_model
 
-import npusched.solvers.cpsat.model as cpsat
+import npusched.solvers.cpsat.model as cpsat_model
 from npusched.errors import ScheduleError
-from npusched.schedule.evaluator import elementwise_reuse_source, evaluate, storage_size, tensor_use, verify
+from npusched.schedule.evaluator import evaluate, verify
 from npusched.schedule.schedule import Schedule, TensorPlacement
-from npusched.solvers.cpsat.candidates import SubgraphFacts, all_candidates
-from npusched.solvers.cpsat.model import SCALE, solve_cpsat
-from npusched.solvers.heuristic import heuristic_schedule, sched_ops_of
-from npusched.solvers.max_schedule import max_schedule, vela_tensor_placements
+from npusched.solvers.cpsat import solve_cpsat
+from npusched.solvers.cpsat.candidates import all_candidates
+from npusched.solvers.cpsat.model import SCALE
+from npusched.solvers.heuristic import heuristic_schedule
+from npusched.solvers.max_schedule import max_schedule
 
 
 def test_three_pass_slice_matches_brute_force(corpus_dir):
@@ -29,21 +30,12 @@ def test_three_pass_slice_matches_brute_force(corpus_dir):
     excludes on purpose). CP-SAT must land on exactly that total."""
     arch, network = load_corpus("kws_dscnn_int8", "u65-256_mid_dedicated256k")
     net = first_passes(network, 3)
-    result = solve_cpsat(net, arch, time_limit_seconds=60, workers=2, seed=1)
+    result = solve_cpsat(net, arch, time_limit_seconds=60, workers=2, deterministic=True, seed=1)
     assert result.status == "optimal"
 
     sg = net.subgraphs[0]
-    use = tensor_use(net)
-    placements = dict(vela_tensor_placements(net, arch, use))
-    fast = arch.fast_storage_mem_area
-    formats = {fm: p.format for fm, p in placements.items()}
-    all_fast = Schedule(ops=(), tensors=tuple((fm, TensorPlacement(fast, p.format)) for fm, p in placements.items()))
-    reuse = {}
-    for pos, op in enumerate(sg.ops):
-        src = elementwise_reuse_source(op, arch, all_fast, use)
-        if src is not None:
-            reuse[pos] = (src, op.ofm.tensor, storage_size(src, formats[src]))
-    facts = SubgraphFacts(0, sg, sched_ops_of(sg, use, formats), use, reuse)
+    facts_of_net = cpsat_model.NetworkFacts(net, arch)
+    facts, placements, fast = facts_of_net.facts(0), facts_of_net.base, facts_of_net.fast
     cands = all_candidates(arch, facts, (max_schedule(net, arch),))
     middle = (sg.ops[0].ofm.tensor, sg.ops[1].ofm.tensor)
     best = None
@@ -80,7 +72,7 @@ def test_three_pass_slice_matches_brute_force(corpus_dir):
 def test_objective_is_the_evaluators_total(corpus_dir, model, config):
     arch, network = load_corpus(model, config)
     heuristic = heuristic_schedule(network, arch)
-    result = solve_cpsat(network, arch, time_limit_seconds=60, workers=2, hint=heuristic)
+    result = solve_cpsat(network, arch, time_limit_seconds=60, workers=2, deterministic=True, hint=heuristic)
     assert result.status == "optimal"
     ev = evaluate(network, arch, result.schedule)
     assert verify(network, arch, result.schedule, ev) == []
@@ -97,20 +89,20 @@ def test_impossible_limit_names_the_smallest_size(corpus_dir):
     arch, network = load_corpus("micro_speech_int8", "u55-256_hee_shared_arena128k", arena_cache_size=1024)
     with pytest.raises(ScheduleError, match=r"no schedule fits 1024 bytes of fast storage; the smallest that "
                                             r"fits needs \d+ bytes") as info:
-        solve_cpsat(network, arch, time_limit_seconds=10, workers=2)
+        solve_cpsat(network, arch, time_limit_seconds=10, workers=2, deterministic=True)
     needed = int(re.search(r"needs (\d+) bytes", str(info.value)).group(1))
     assert needed > 1024 and info.value.needed_bytes == needed
     assert_names_the_peak(str(info.value), needed, network)
     # That size really is enough: the solver fits a schedule in it, and the evaluator agrees.
     arch, network = load_corpus("micro_speech_int8", "u55-256_hee_shared_arena128k", arena_cache_size=needed)
-    result = solve_cpsat(network, arch, time_limit_seconds=10, workers=2)
+    result = solve_cpsat(network, arch, time_limit_seconds=10, workers=2, deterministic=True)
     assert result.status in ("optimal", "feasible")
     assert evaluate(network, arch, result.schedule).peak_fast_storage <= needed
     # ... and 16 bytes less (one allocation quantum) is not.
     arch, network = load_corpus("micro_speech_int8", "u55-256_hee_shared_arena128k",
                           arena_cache_size=needed - 16)
     with pytest.raises(ScheduleError):
-        solve_cpsat(network, arch, time_limit_seconds=10, workers=2)
+        solve_cpsat(network, arch, time_limit_seconds=10, workers=2, deterministic=True)
 
 
 def test_deterministic_runs_give_the_same_schedule(corpus_dir):
@@ -139,7 +131,7 @@ def test_single_pass_optimum_by_hand(corpus_dir, arena):
     in_place = min(o.total_cycles for o in price_options(arch, op, stripe_heights=full, weights_buffered=False))
     buffered = min(o.total_cycles for o in price_options(arch, op, stripe_heights=full, weights_buffered=True))
     expected = in_place if arena == 16 else min(in_place, buffered)
-    result = solve_cpsat(net, arch, time_limit_seconds=10, workers=2)
+    result = solve_cpsat(net, arch, time_limit_seconds=10, workers=2, deterministic=True)
     assert result.status == "optimal"
     assert result.objective_cycles == pytest.approx(expected, abs=1e-6)
     assert buffered < in_place  # the two cases really differ
@@ -162,18 +154,18 @@ def test_model_own_peak_is_the_evaluators(model, config, arena, size_first):
     evaluator's, subgraph by subgraph (cascades, rolling and weight buffers, OFMs over IFMs, shared buffers)."""
     overrides = {"arena_cache_size": arena} if arena is not None else {}
     arch, network = load_corpus(model, config, **overrides)
-    net = cpsat.NetworkFacts(network, arch)
+    net = cpsat_model.NetworkFacts(network, arch)
     references = (heuristic_schedule(network, arch), max_schedule(network, arch))
-    built = cpsat.build_model(net, cpsat.whole_subgraph_regions(net), references, minimise_memory=size_first,
-                              hint_first=True)
+    built = cpsat_model.build_model(net, cpsat_model.whole_subgraph_regions(net), references,
+                                    minimise_memory=size_first, hint_first=True)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = 60
     solver.parameters.num_workers = 2
     assert solver.solve(built.model) in (cp_model.OPTIMAL, cp_model.FEASIBLE)
-    schedule, _ = cpsat._extract(built, solver.boolean_value)
+    schedule, _ = cpsat_model.extract_schedule(built, solver.boolean_value)
     evaluation = evaluate(network, arch, schedule)
     assert verify(network, arch, schedule, evaluation) == []
-    peaks = [cpsat.model_peak_bytes(region, solver.value) for region in built.regions]
+    peaks = [cpsat_model.model_peak_bytes(region, solver.value) for region in built.regions]
     assert peaks == [memory.peak for memory in evaluation.memory]
     if size_first:
         assert solver.objective_value == max(peaks)

@@ -6,13 +6,15 @@ from __future__ import annotations
 import pytest
 from conftest import first_passes, load_corpus
 
-import npusched.solvers.cpsat.model as cpsat
+import npusched.solvers.cpsat as cpsat
+import npusched.solvers.cpsat.search as cpsat_search
 from npusched.lowering.graph import Network
-from npusched.schedule.evaluator import elementwise_reuse_source, evaluate, storage_size, tensor_use, verify
+from npusched.schedule.evaluator import evaluate, verify
 from npusched.schedule.schedule import Schedule
-from npusched.solvers.cpsat.candidates import Candidate, SubgraphFacts, all_candidates
-from npusched.solvers.heuristic import heuristic_schedule, sched_ops_of
-from npusched.solvers.max_schedule import max_schedule, vela_tensor_placements
+from npusched.solvers.cpsat import NetworkFacts
+from npusched.solvers.cpsat.candidates import Candidate, all_candidates
+from npusched.solvers.heuristic import heuristic_schedule
+from npusched.solvers.max_schedule import max_schedule
 
 SIZE = "u55-128_hee_shared_size"
 
@@ -23,16 +25,8 @@ def _every_schedule(net: Network, arch) -> list[tuple[int, float]]:
     choice), priced by the evaluator alone, skipping those with a pass priced below its own compute time (the
     DMA-credit artefact the solver keeps out on purpose)."""
     sg = net.subgraphs[0]
-    use = tensor_use(net)
-    placements = dict(vela_tensor_placements(net, arch, use))
-    formats = {fm: p.format for fm, p in placements.items()}
-    schedule_all_fast = Schedule(ops=(), tensors=tuple(placements.items()))
-    reuse = {}
-    for pos, op in enumerate(sg.ops):
-        src = elementwise_reuse_source(op, arch, schedule_all_fast, use)
-        if src is not None:
-            reuse[pos] = (src, op.ofm.tensor, storage_size(src, formats[src]))
-    facts = SubgraphFacts(0, sg, sched_ops_of(sg, use, formats), use, reuse)
+    facts_of_net = NetworkFacts(net, arch)
+    facts, placements = facts_of_net.facts(0), facts_of_net.base
     candidates = all_candidates(arch, facts, (max_schedule(net, arch),))
 
     def covers(pos: int) -> list[tuple[Candidate, ...]]:
@@ -67,7 +61,7 @@ def test_size_is_least_peak_then_fewest_cycles(corpus_dir):
     # The two objectives really disagree here, so the test tells Size from Performance.
     assert min(cycles for _, cycles in schedules) < fastest_at_least_peak
 
-    result = cpsat.solve_cpsat(net, arch, time_limit_seconds=60, workers=2, seed=1)
+    result = cpsat.solve_cpsat(net, arch, time_limit_seconds=60, workers=2, deterministic=True, seed=1)
     ev = evaluate(net, arch, result.schedule)
     assert verify(net, arch, result.schedule, ev) == []
     assert result.strategy == "Size"
@@ -83,7 +77,7 @@ def test_performance_is_fewest_cycles_within_the_limit(corpus_dir):
     arch, network = load_corpus("kws_dscnn_int8", "u55-128_hee_shared")
     net = first_passes(network, 3)
     fastest = min(cycles for _, cycles in _every_schedule(net, arch))
-    result = cpsat.solve_cpsat(net, arch, time_limit_seconds=60, workers=2, seed=1)
+    result = cpsat.solve_cpsat(net, arch, time_limit_seconds=60, workers=2, deterministic=True, seed=1)
     assert result.strategy == "Performance" and result.status == "optimal"
     assert result.peak_bound_bytes is None
     assert result.objective_cycles == pytest.approx(fastest, abs=1e-6)
@@ -97,8 +91,8 @@ def test_window_search_lowers_the_peak_first(corpus_dir, monkeypatch):
     arch, network = load_corpus("person_detect", SIZE)
     hint = heuristic_schedule(network, arch, "Size")
     hint_eval = evaluate(network, arch, hint)
-    monkeypatch.setattr(cpsat, "FULL_MODEL_MAX_PASSES", 0)
-    result = cpsat.solve_cpsat(network, arch, time_limit_seconds=60, workers=2, hint=hint, seed=1)
+    monkeypatch.setattr(cpsat_search, "FULL_MODEL_MAX_PASSES", 0)
+    result = cpsat.solve_cpsat(network, arch, time_limit_seconds=60, workers=2, deterministic=True, hint=hint, seed=1)
     ev = evaluate(network, arch, result.schedule)
     assert verify(network, arch, result.schedule, ev) == []
     assert result.model_stats["mode"] == "windows" and result.model_stats["peak_improved_windows"] >= 1

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from npusched.vela.fidelity import compare_model, load_config
+from npusched.app.pipeline import run
+from npusched.vela.command import run_options_from_vela_args
+from npusched.vela.fidelity import compare_with_golden, load_config
 
 CONFIG = "u55-128_hee_shared"
 
@@ -18,7 +20,8 @@ def corpus_comparison(corpus_dir: Path, golden_dir: Path):
     config = load_config(golden_dir, CONFIG)
     results = {}
     for golden in sorted(p for p in (golden_dir / CONFIG).iterdir() if p.is_dir()):
-        results[golden.name] = compare_model(corpus_dir / f"{golden.name}.tflite", golden, config)
+        results[golden.name] = compare_with_golden(
+            run(run_options_from_vela_args(corpus_dir / f"{golden.name}.tflite", config, solver="heuristic")), golden)
     return results
 
 

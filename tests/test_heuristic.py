@@ -21,7 +21,7 @@ from npusched.ir import Shape4D
 from npusched.lowering.graph import lower_model
 from npusched.schedule.cascades import rolling_buffer_shape
 from npusched.schedule.evaluator import evaluate
-from npusched.solvers.heuristic import heuristic_schedule, memory_over_time, schedule_subgraphs
+from npusched.solvers.heuristic import heuristic_schedule, schedule_subgraphs
 from npusched.solvers.max_schedule import max_schedule
 from npusched.target.arch import load_architecture
 from npusched.vela.report import read_per_layer, read_summary, read_verbose_schedule
@@ -141,7 +141,7 @@ def test_max_buffered_choice_is_the_max_schedule(model):
 
 
 @pytest.mark.parametrize("config", CONFIG_NAMES)
-def test_memory_over_time_matches_vela_per_layer_sram(config):
+def test_evaluated_memory_matches_vela_per_layer_sram(config):
     """The snapshot of the final schedule (feature maps where the schedule put them, cascades with rolling
     buffers) equals the per-layer "SRAM Usage" of Vela, for the single-subgraph networks without state
     tensors (Vela times the others on one timeline across CPU operators)."""
@@ -149,8 +149,11 @@ def test_memory_over_time_matches_vela_per_layer_sram(config):
     models = ("kws_dscnn_int8", "resnet8_ic_int8", "person_detect", "str_ww_int8", "mobilenet_v2_224_int8")
     for _, model in golden_cases((config,), models):
         (rows,) = read_per_layer(golden_path(config, model) / "per_layer.csv")
-        (snapshot,) = memory_over_time(_network(config, model), arch, _schedule(config, model))
-        assert [snapshot.at(pos) for pos in range(len(rows))] == [int(float(r["SRAM Usage"])) for r in rows], model
+        network = _network(config, model)
+        (memory,) = evaluate(network, arch, _schedule(config, model)).memory
+        (sg,) = network.subgraphs
+        assert [memory.usage[memory.op_steps[op.index]] for op in sg.ops] == \
+            [int(float(r["SRAM Usage"])) for r in rows], model
 
 
 def test_rolling_buffer_accounts_for_vela_cascade_size():
@@ -175,6 +178,6 @@ def test_dedicated_size_schedule_that_overflows_the_cache_falls_back():
     network = lower_model(read_tflite(model_path("mobilenet_v2_224_int8")), arch)
     schedule = heuristic_schedule(network, arch, "Size")
     assert any("performance-optimised one fits" in note for note in schedule.notes)
-    (snapshot,) = memory_over_time(network, arch, schedule)
-    assert 0 < snapshot.peak <= 65536
+    (memory,) = evaluate(network, arch, schedule).memory
+    assert 0 < memory.peak <= 65536
     assert any(op.cascade is not None for op in schedule.ops)

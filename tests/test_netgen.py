@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 from conftest import CONFIGS
 
-from npusched.app.pipeline import RunOptions, load_network, run, run_options_from_vela_args
+from npusched.app.pipeline import load_network, run
 from npusched.netgen import ARCHITECTURES, SPLIT_BY_DEFAULT, GenerationError, generate
-from npusched.vela.fidelity import compare_model
-from npusched.vela.golden import run_vela
+from npusched.run import RunOptions
+from npusched.vela.command import run_options_from_vela_args
+from npusched.vela.fidelity import compare_with_golden
+from npusched.vela.golden import run_golden
 from npusched.vela.report import read_cpu_operator_count, read_verbose_schedule
 
 SMALL_PASSES = 40
@@ -106,9 +108,10 @@ def test_heuristic_equals_vela_legacy(tmp_path, arch, passes, seed, config):
     model = _write(tmp_path, arch, passes, seed)
     golden = tmp_path / "vela"
     golden.mkdir()
-    assert run_vela(model, CONFIGS[config], golden, timeout_seconds=300) == ""
+    assert run_golden(model, CONFIGS[config], golden, timeout_seconds=300) == ""
     vela_passes = sum(len(s.ops) for s in read_verbose_schedule(golden / "vela_stdout.txt"))
-    comparison = compare_model(model, golden, CONFIGS[config])
+    options = run_options_from_vela_args(model, CONFIGS[config], solver="heuristic")
+    comparison = compare_with_golden(run(options), golden)
     _, network, _ = load_network(run_options_from_vela_args(model, CONFIGS[config]))
     assert sum(len(sg.ops) for sg in network.subgraphs) == vela_passes
     assert len(network.cpu_ops) == read_cpu_operator_count(golden / "vela_stdout.txt")

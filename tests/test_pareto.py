@@ -19,15 +19,17 @@ from conftest import CONFIGS, GOLDEN_DIR, model_path, run_options
 
 import npusched.io.pareto_report as pareto_report
 from npusched.app.cli import main
-from npusched.app.pipeline import architecture, load_network, vela_hardware_args
+from npusched.app.pareto import run_pareto, vela_points
+from npusched.app.pipeline import architecture, load_network
 from npusched.errors import ScheduleError
 from npusched.io.pareto_report import COLUMNS, write_pareto_csv
 from npusched.io.plots import plot_pareto
 from npusched.schedule.evaluator import evaluate, verify
 from npusched.schedule.rules import ALLOCATION_QUANTUM
-from npusched.solvers.cpsat.model import solve_cpsat
+from npusched.solvers.cpsat import solve_cpsat
 from npusched.solvers.heuristic import heuristic_schedule
-from npusched.solvers.pareto import limits_between, run_pareto, vela_points
+from npusched.solvers.pareto import limits_between
+from npusched.vela.command import vela_hardware_args
 from npusched.vela.report import read_summary
 
 CONFIG = "u55-256_hee_shared_arena128k"

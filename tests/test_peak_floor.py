@@ -8,14 +8,15 @@ from pathlib import Path
 import pytest
 from conftest import CONFIGS, MODELS, load_corpus
 
-from npusched.app.pipeline import load_network, run_options_from_vela_args
+from npusched.app.pipeline import load_network
 from npusched.netgen import generate
 from npusched.schedule.evaluator import evaluate
-from npusched.solvers.cpsat.model import solve_cpsat
+from npusched.solvers.cpsat import solve_cpsat
 from npusched.solvers.dp import dp_schedule
 from npusched.solvers.heuristic import heuristic_schedule
 from npusched.solvers.max_schedule import max_schedule
 from npusched.solvers.peak_floor import network_floor
+from npusched.vela.command import run_options_from_vela_args
 
 SIZE = "u55-128_hee_shared_size"
 

@@ -12,9 +12,10 @@ import pytest
 from conftest import CONFIGS, model_path, run_options
 
 from npusched.app.cli import main
-from npusched.app.pipeline import run, vela_hardware_args
+from npusched.app.pipeline import run
 from npusched.schedule.evaluator import cascade_rolling_buffers, subgraphs_of
 from npusched.schedule.memory_breakdown import memory_breakdown
+from npusched.vela.command import vela_hardware_args
 
 CONFIG = "u55-128_hee_shared"
 ARENA_BYTES = 32768

@@ -19,7 +19,7 @@ import pytest
 from test_fuzz import CORPUS, REPO, model_sites
 
 from npusched.app.cli import main
-from npusched.app.pipeline import RunOptions, SolverReport, architecture, run
+from npusched.app.pipeline import architecture, run
 from npusched.errors import ConfigError, ModelError
 from npusched.frontend.tflite_reader import parse_tflite, read_tflite
 from npusched.frontend.validate import MAX_LSTM_STEPS
@@ -27,6 +27,7 @@ from npusched.io.report_json import document
 from npusched.io.report_text import format_summary
 from npusched.lowering.graph import RECURSION_LIMIT, lower_model
 from npusched.netgen import generate
+from npusched.run import RunOptions, SolverReport
 from npusched.target.arch import resolve_config_file
 
 KWS = CORPUS / "kws_dscnn_int8.tflite"

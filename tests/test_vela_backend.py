@@ -15,11 +15,12 @@ import pytest
 from conftest import CONFIGS, model_path, run_options
 
 from npusched.app.cli import main
-from npusched.app.pipeline import run, vela_hardware_args
+from npusched.app.pipeline import run
 from npusched.app.replay import read_schedule
 from npusched.io.report_json import document
 from npusched.schedule.evaluator import evaluate
 from npusched.vela.backend import VelaRefusal, compile_schedule, output_paths, tflite_contents
+from npusched.vela.command import vela_hardware_args
 
 MODELS = ("keyword_scrambled_8bit", "kws_dscnn_int8", "ad01_int8")
 BACKEND_CONFIGS = ("u55-128_hee_shared_size", "u65-256_mid_dedicated256k")

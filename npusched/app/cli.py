@@ -3,6 +3,8 @@
 Option names follow Vela's command line so that a Vela user's habits carry over.
 """
 
+# ruff: noqa: E402 (STARTED is taken before the imports it must count)
+
 from __future__ import annotations
 
 import argparse
@@ -11,17 +13,28 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
-from npusched import __version__
-from npusched.errors import exit_status
-from npusched.target.arch import Estimator
-
-# Run as the command, the time limit counts from here: the user waits for the heavy imports (done lazily, in _run)
-# too. Called from Python with arguments, it counts from the call (a process may run many).
+# Run as the command, the time limit counts from here, before the imports below (the user waits for them too).
+# Called from Python with arguments, it counts from the call (a process may run many).
 STARTED = time.monotonic()
 
-SOLVERS = ("heuristic", "cpsat", "dp")
+from npusched import __version__
+from npusched.app.pareto import run_pareto
+from npusched.app.pipeline import run, write_model
+from npusched.app.replay import replay
+from npusched.errors import NpuschedError, OutputError, exit_status
+from npusched.io.pareto_report import format_pareto, write_pareto_csv
+from npusched.io.plots import plot_memory, plot_pareto
+from npusched.io.report_json import check_output_path, write_json
+from npusched.io.report_text import format_summary
+from npusched.run import RunOptions
+from npusched.schedule.memory_breakdown import memory_breakdown
+from npusched.solvers.pareto import DEFAULT_INNER_POINTS
+from npusched.target.arch import Estimator
+from npusched.vela.backend import check_output_dir, compile_schedule
+
+SOLVERS = ("heuristic", "cpsat", "dp", "vela-default")
 DEFAULT_SOLVER = "cpsat"
 SEED_RANGE = (-(2 ** 31), 2 ** 31 - 1)  # CP-SAT's random_seed is an int32
 WORKERS_MAX = 256  # more search threads than this only thrash; a typo like 10000 should not start them
@@ -74,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "(its figures, its backend's), 'vela-default' as Vela's default (C++) core does, "
                             "'contention' the legacy estimate with prefetched weights sharing the memory bandwidth "
                             "of the pass they hide under; the summary shows all (default: vela-legacy)")
+    sched.add_argument("--no-normalise", action="store_true",
+                       help="schedule the model as it is: do not fold its static shape arithmetic (SHAPE -> "
+                            "STRIDED_SLICE -> PACK -> RESHAPE of Keras-style exports) first")
     sched.add_argument("--deterministic", action="store_true",
                        help="reproducible CP-SAT search: same inputs, seed and workers give the same schedule")
     out = parser.add_argument_group("output")
@@ -84,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="compile the schedule with Vela 5.2.0's backend (legacy core) into DIR: <model>_vela.tflite, "
                           "<model>_summary_<system config>.csv and <model>_per-layer.csv, and check Vela's estimate "
                           "against npusched's (Vela's option; Vela writes to output/ by default)")
+    out.add_argument("--write-model", type=_output_path, metavar="PATH",
+                     help="write the model that was scheduled (the normalised one) as a .tflite file, so `vela` "
+                          "can be run on it")
     out.add_argument("--schedule", type=_output_path, metavar="JSON",
                      help="take the schedule from a document --json wrote (same model and hardware options) "
                           "instead of solving")
@@ -162,13 +181,12 @@ def _progress(line: str) -> None:
 
 
 def _run(args: argparse.Namespace, started: float) -> int:
-    from npusched.app.pipeline import RunOptions, run
 
     _check_plot_options(args)
     if args.json is not None:  # refuse a bad output path before spending the time limit
-        from npusched.io.report_json import check_output_path
-
         check_output_path(args.json, inputs=(args.model, *(args.config or ())))
+    if args.write_model is not None:
+        check_output_path(args.write_model, inputs=(args.model, *(args.config or ())))
 
     options = RunOptions(
         model_path=args.model,
@@ -184,44 +202,34 @@ def _run(args: argparse.Namespace, started: float) -> int:
         seed=args.seed,
         deterministic=args.deterministic,
         estimator=args.estimator,
+        normalise=not args.no_normalise,
     )
     if args.pareto is not None:
         return _pareto(args, options, started)
     if args.output_dir is not None:
-        from npusched.vela.backend import check_output_dir
-
         check_output_dir(args.output_dir)
     if args.schedule is not None:
-        from npusched.app.replay import replay
-
         result = replay(options, args.schedule)
     else:
         result = run(options, log=_progress, started=started)
     backend = None
     if args.output_dir is not None:
-        from npusched.vela.backend import compile_schedule
-
         backend = compile_schedule(result, args.output_dir)
         for warning in backend.warnings():
             sys.stderr.write(f"warning: {warning}\n")
     for warning in result.warnings:
         sys.stderr.write(f"warning: {warning}\n")
 
-    from npusched.io.report_text import format_summary
-
     summary = format_summary(result, per_layer=not args.quiet)
     if args.json is not None:  # written before the summary is printed, so a failed write prints only the error
-        from npusched.io.report_json import write_json
-
         write_json(result, args.json, inputs=args.config or (),
                    vela_backend=backend.as_json() if backend is not None else None)
+    if args.write_model is not None:
+        write_model(options, args.write_model)
     if args.plot_memory is not None:
-        from npusched.io.plots import plot_memory
-        from npusched.schedule.memory_breakdown import memory_breakdown
-
-        plot_memory(memory_breakdown(result.network, result.schedule, result.evaluation),
-                    result.evaluation.staging_limit, f"{args.model.stem}: fast storage per step ({args.solver})",
-                    args.plot_memory)
+        schedule, evaluation = result.solved()
+        plot_memory(memory_breakdown(result.network, schedule, evaluation), evaluation.staging_limit,
+                    f"{args.model.stem}: fast storage per step ({args.solver})", args.plot_memory)
     print(summary)
     if backend is not None:
         verdict = "agrees with npusched's" if backend.agreed else "DISAGREES with npusched's (see the warnings)"
@@ -229,6 +237,8 @@ def _run(args: argparse.Namespace, started: float) -> int:
               f"{backend.per_layer_csv_path.name}; Vela's estimate, {backend.vela_total_cycles:,.0f} cycles, {verdict}")
     if args.json is not None:
         print(f"schedule written to {args.json}")
+    if args.write_model is not None:
+        print(f"scheduled model written to {args.write_model}")
     if args.plot_memory is not None:
         print(f"memory plot written to {args.plot_memory}")
     return 0
@@ -236,8 +246,6 @@ def _run(args: argparse.Namespace, started: float) -> int:
 
 def _check_plot_options(args: argparse.Namespace) -> None:
     """Refuse option combinations that make no sense, and plot paths that cannot be drawn, before any work."""
-    from npusched.errors import NpuschedError, OutputError
-
     if args.pareto is None:
         if args.pareto_points is not None or args.with_vela:
             raise NpuschedError("--pareto-points and --with-vela apply only with --pareto")
@@ -260,11 +268,7 @@ def _check_plot_options(args: argparse.Namespace) -> None:
         raise OutputError(f"--plot-memory {args.plot_memory}: the suffix must be .png or .svg")
 
 
-def _pareto(args: argparse.Namespace, options: Any, started: float) -> int:
-    from npusched.io.pareto_report import format_pareto, write_pareto_csv
-    from npusched.io.plots import plot_pareto
-    from npusched.solvers.pareto import DEFAULT_INNER_POINTS, run_pareto
-
+def _pareto(args: argparse.Namespace, options: RunOptions, started: float) -> int:
     points = DEFAULT_INNER_POINTS if args.pareto_points is None else args.pareto_points
     result = run_pareto(options, inner_points=points, with_vela=args.with_vela, log=_progress, started=started)
     figures = [args.pareto.with_suffix(".png"), args.pareto.with_suffix(".svg")]

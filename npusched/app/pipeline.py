@@ -7,106 +7,25 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from npusched.errors import ConfigError, ScheduleError, StagingLimitError
-from npusched.frontend.tflite_reader import read_tflite
+from npusched.errors import ConfigError, OutputError, ScheduleError, StagingLimitError
+from npusched.frontend.normalise import normalise
+from npusched.frontend.tflite_reader import parse_tflite, read_model_bytes
 from npusched.frontend.validate import validate_model
 from npusched.lowering.graph import Network, lower_model
+from npusched.run import UNLIMITED, NormalisationReport, RunOptions, RunResult, SolverReport
 from npusched.schedule.evaluator import Evaluation, evaluate, staging_limit, verify
 from npusched.schedule.schedule import Schedule
+from npusched.solvers.cpsat import solve_cpsat
+from npusched.solvers.dp import dp_schedule
 from npusched.solvers.heuristic import heuristic_schedule
 from npusched.target.arch import ArchitectureFeatures, Estimator, load_architecture
-
-# A fast-storage limit no schedule reaches: verifying against it checks everything but the limit.
-UNLIMITED = 1 << 62
+from npusched.vela.default_core import solve_with_default_core
 
 
-@dataclass(frozen=True)
-class RunOptions:
-    """Everything a run depends on; the same options give the same schedule."""
-
-    model_path: Path
-    accelerator_config: str = "ethos-u55-256"
-    config_files: tuple[str, ...] = ()
-    system_config: str | None = None
-    memory_mode: str | None = None
-    arena_cache_size: int | None = None
-    optimise: str = "Performance"
-    solver: str | None = "cpsat"
-    time_limit_seconds: float = 30.0
-    workers: int | None = None
-    seed: int = 0
-    deterministic: bool = False
-    estimator: str = "vela"
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """A finished run: its inputs, the lowered network, and (when a solver ran) the verified schedule and its
-    evaluation — the only source of the figures a report prints."""
-
-    options: RunOptions
-    arch: ArchitectureFeatures
-    network: Network
-    status: str
-    schedule: Schedule | None = None
-    evaluation: Evaluation | None = None
-    timings_seconds: dict[str, float] = field(default_factory=dict)
-    solver_report: SolverReport | None = None
-    warnings: tuple[str, ...] = ()
-    # The schedule's total under each estimator (the chosen one is ``evaluation.total_cycles``).
-    cycles_by_estimator: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class SolverReport:
-    """What CP-SAT says about its answer, next to the heuristic it started from (both priced by the evaluator)."""
-
-    status: str
-    bound_cycles: float
-    gap: float
-    solve_seconds: float
-    reason: str
-    model_stats: dict[str, Any]
-    heuristic_cycles: float | None
-    heuristic_peak_fast_storage_bytes: int | None
-    # ``bound_cycles`` holds over the candidate space CP-SAT searched; this one for any schedule at all.
-    any_schedule_bound_cycles: float = float("nan")
-    # "Performance" or "Size" (least peak fast storage, then fewest cycles); for Size a proven lower bound on the
-    # peak over the candidate space (None where none was proven) and whether the schedule's peak meets it.
-    strategy: str = "Performance"
-    peak_bound_bytes: int | None = None
-    peak_proven_minimal: bool = False
-
-
-def vela_hardware_args(config: dict[str, Any]) -> list[str]:
-    """The command-line options (Vela's, which solve-schedule shares) for one entry of golden/configs.json."""
-    return ["--accelerator-config", config["accelerator_config"], "--config", "Arm/vela.ini",
-            "--system-config", config["system_config"], "--memory-mode", config["memory_mode"],
-            *config.get("extra_args", ())]
-
-
-def run_options_from_vela_args(model_path: Path, config: dict[str, Any], **overrides: Any) -> RunOptions:
-    """RunOptions for one entry of golden/configs.json (accelerator, system config, memory mode, Vela extra args)."""
-    extra = list(config.get("extra_args", ()))
-    values: dict[str, Any] = {}
-    for flag, key, convert in (("--optimise", "optimise", str), ("--arena-cache-size", "arena_cache_size", int)):
-        if flag in extra:
-            values[key] = convert(extra[extra.index(flag) + 1])
-    return RunOptions(
-        model_path=Path(model_path),
-        accelerator_config=config["accelerator_config"],
-        config_files=("Arm/vela.ini",),
-        system_config=config["system_config"],
-        memory_mode=config["memory_mode"],
-        **{**values, **overrides},
-    )
-
-
-def architecture(options: RunOptions) -> Any:
+def architecture(options: RunOptions) -> ArchitectureFeatures:
     """The hardware description the options name, pricing passes with the options' estimator."""
     arch = load_architecture(
         accelerator_config=options.accelerator_config,
@@ -124,18 +43,58 @@ def architecture(options: RunOptions) -> Any:
     return arch if estimator is arch.estimator else replace(arch, estimator=estimator)
 
 
-def load_network(options: RunOptions) -> tuple[Any, Network, dict[str, float]]:
-    """Read the model and the hardware description, and lower the model into NPU passes."""
+def load_network(options: RunOptions) -> tuple[ArchitectureFeatures, Network, dict[str, float]]:
+    """Read the model and the hardware description, and lower the (normalised) model into NPU passes."""
+    arch, network, timings, _ = load_normalised_network(options)
+    return arch, network, timings
+
+
+def scheduled_model_bytes(options: RunOptions) -> bytes:
+    """The model a run with ``options`` schedules: the normalised one, or the file as it is (--no-normalise, or
+    nothing to fold)."""
+    data = read_model_bytes(options.model_path)
+    return normalise(data, str(options.model_path))[0] if options.normalise else data
+
+
+def write_model(options: RunOptions, path: Path) -> None:
+    """--write-model: the scheduled model as a .tflite file."""
+    try:
+        path.write_bytes(scheduled_model_bytes(options))
+    except OSError as exc:
+        raise OutputError(f"--write-model {path}: cannot write ({exc.strerror or exc})") from None
+
+
+def load_normalised_network(
+        options: RunOptions) -> tuple[ArchitectureFeatures, Network, dict[str, float], NormalisationReport | None]:
+    """Read -> validate -> normalise -> lower; with what normalisation changed (None: nothing, or not asked).
+
+    Where something was folded the original is lowered too, only to count the NPU subgraphs and CPU operators
+    normalisation saved.
+    """
     timings: dict[str, float] = {}
     start = time.monotonic()
-    model = read_tflite(options.model_path)
+    source = str(options.model_path)
+    data = read_model_bytes(options.model_path)
+    model = parse_tflite(data, source)
     validate_model(model)
     timings["read"] = time.monotonic() - start
     arch = architecture(options)
+    report = None
+    if options.normalise:
+        start = time.monotonic()
+        normalised, record = normalise(data, source)
+        if record.changed:
+            before = lower_model(model, arch)
+            model = parse_tflite(normalised, source)
+            validate_model(model)
+            report = NormalisationReport(record, len(before.subgraphs), 0, len(before.cpu_ops), 0, normalised)
+        timings["normalise"] = time.monotonic() - start
     start = time.monotonic()
     network = lower_model(model, arch)
     timings["lower"] = time.monotonic() - start
-    return arch, network, timings
+    if report is not None:
+        report = replace(report, subgraphs_after=len(network.subgraphs), cpu_ops_after=len(network.cpu_ops))
+    return arch, network, timings, report
 
 
 def run(options: RunOptions, log: Callable[[str], None] | None = None, started: float | None = None) -> RunResult:
@@ -145,9 +104,10 @@ def run(options: RunOptions, log: Callable[[str], None] | None = None, started: 
     reading; default: now), so a command line tool can count its own start-up too.
     """
     started = time.monotonic() if started is None else started
-    arch, network, timings = load_network(options)
+    arch, network, timings, normalisation = load_normalised_network(options)
     if options.solver is None:
-        return RunResult(options=options, arch=arch, network=network, status="lowered", timings_seconds=timings)
+        return RunResult(options=options, arch=arch, network=network, status="lowered", timings_seconds=timings,
+                         normalisation=normalisation)
     start = time.monotonic()
     schedule, report = _solve(network, arch, options, started, log, timings)
     timings["solve"] = time.monotonic() - start
@@ -166,17 +126,28 @@ def run(options: RunOptions, log: Callable[[str], None] | None = None, started: 
         warnings = (f"the heuristic's (Vela legacy's) schedule uses {peak} bytes of fast storage, {peak - limit} "
                     f"bytes ({(peak - limit) / max(limit, 1):.0%}) over the limit of {limit} bytes, as Vela's "
                     "legacy core goes over its arena; --solver cpsat keeps to the limit",)
+    if options.solver == "vela-default":
+        # Vela's default core's own schedule is a baseline: what npusched cannot express, or its rules reject, is
+        # said, not fatal.
+        warnings = schedule.notes + tuple(f"npusched's rules reject the default core's schedule: {problem}"
+                                          for problem in problems[:3])
+        problems = []
     if problems:
         raise ScheduleError(f"the {options.solver} schedule fails verification: {problems[0]}"
                             + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
-    cycles = {arch.estimator.value: evaluation.total_cycles}
-    for other in Estimator:
-        if other is not arch.estimator:
-            cycles[other.value] = evaluate(network, replace(arch, estimator=other), schedule).total_cycles
-    cycles["vela"] = cycles[Estimator.VELA_LEGACY.value]  # the legacy total's older key, which documents still read
     return RunResult(options=options, arch=arch, network=network, status=status, schedule=schedule,
                      evaluation=evaluation, timings_seconds=timings, solver_report=report, warnings=warnings,
-                     cycles_by_estimator=cycles)
+                     normalisation=normalisation,
+                     cycles_by_estimator=totals_by_estimator(network, arch, schedule, evaluation))
+
+
+def totals_by_estimator(network: Network, arch: ArchitectureFeatures, schedule: Schedule,
+                        evaluation: Evaluation) -> dict[str, float]:
+    """The schedule's total under every estimator (``evaluation`` is the one under ``arch.estimator``); the
+    legacy total is also keyed by its older name ``vela``, which documents and scripts written before read."""
+    totals = {other.value: evaluation.total_cycles if other is arch.estimator
+              else evaluate(network, replace(arch, estimator=other), schedule).total_cycles for other in Estimator}
+    return {**totals, "vela": totals[Estimator.VELA_LEGACY.value]}
 
 
 def _solve(network: Network, arch: ArchitectureFeatures, options: RunOptions, started: float,
@@ -189,13 +160,11 @@ def _solve(network: Network, arch: ArchitectureFeatures, options: RunOptions, st
             raise StagingLimitError(f"{exc} (Vela's legacy scheduler stops here too: 'Allocation exceeds staging "
                                     "limit')", needed_bytes=exc.needed_bytes) from None
     if options.solver == "dp":
-        from npusched.solvers.dp import dp_schedule
-
         return dp_schedule(network, arch, options.optimise), None
+    if options.solver == "vela-default":
+        return solve_with_default_core(network, arch, options).schedule, None
     if options.solver != "cpsat":
-        raise ScheduleError(f"unknown solver '{options.solver}' (known: cpsat, heuristic, dp)")
-    from npusched.solvers.cpsat.model import solve_cpsat
-
+        raise ScheduleError(f"unknown solver '{options.solver}' (known: cpsat, heuristic, dp, vela-default)")
     heuristic_error: ScheduleError | None = None
     start = time.monotonic()
     try:

@@ -8,11 +8,15 @@ the document reports. Anything that does not fit the network is bad input: a ``S
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from npusched.app.pipeline import load_network, totals_by_estimator
 from npusched.errors import ScheduleError
 from npusched.ir import MemArea, NpuOp, Shape4D, TensorFormat
+from npusched.run import UNLIMITED, RunOptions, RunResult
+from npusched.schedule.evaluator import evaluate, verify
 from npusched.schedule.schedule import EncodedWeightsRef, OpSchedule, Schedule, TensorPlacement, WeightBuffering
 from npusched.target.block_config import op_block_inputs, try_block_config
 from npusched.target.weights import encode_op_weights
@@ -88,15 +92,9 @@ def _op_schedule(op: NpuOp, record: dict[str, Any], arch: Any) -> OpSchedule:
         slack_ofm_depth=window["slack_ofm_depth"])
 
 
-def replay(options: Any, path: Path) -> Any:
-    """A finished run (npusched.app.pipeline.RunResult) of the schedule saved at ``path`` instead of a solver's: the
-    model and hardware of ``options`` (which must be the document's), the schedule evaluated and verified."""
-    from dataclasses import replace
-
-    from npusched.app.pipeline import UNLIMITED, RunResult, load_network
-    from npusched.schedule.evaluator import evaluate, verify
-    from npusched.target.arch import Estimator
-
+def replay(options: RunOptions, path: Path) -> RunResult:
+    """A finished run of the schedule saved at ``path`` instead of a solver's: the model and hardware of
+    ``options`` (which must be the document's), the schedule evaluated and verified."""
     document = load_document(path)
     arch, network, timings = load_network(options)
     ours = {"accelerator_config": arch.accelerator_config, "system_config": arch.system_config,
@@ -112,8 +110,7 @@ def replay(options: Any, path: Path) -> Any:
     problems = verify(network, arch, schedule, evaluation, UNLIMITED if over_limit else None)
     if problems:
         raise ScheduleError(f"{path}: the saved schedule fails verification: {problems[0]}")
-    cycles = {e.value: evaluation.total_cycles if e is arch.estimator
-              else evaluate(network, replace(arch, estimator=e), schedule).total_cycles for e in Estimator}
+    cycles = totals_by_estimator(network, arch, schedule, evaluation)
     return RunResult(options=replace(options, solver=document["solver"]), arch=arch, network=network,
                      status=document.get("status", "feasible"), schedule=schedule, evaluation=evaluation,
                      timings_seconds=timings, warnings=tuple(document.get("warnings", ())), cycles_by_estimator=cycles)

@@ -14,6 +14,8 @@ from typing import Any
 
 from npusched.errors import OutputError
 from npusched.ir import CpuOp, NpuOp
+from npusched.run import RunResult
+from npusched.schedule.evaluator import cascade_rolling_buffers, placement_of, slack_buffering_cycles
 from npusched.target.performance import ACCESS_AREAS, Direction
 
 FORMAT = "npusched.schedule/1"
@@ -45,19 +47,20 @@ def op_record(op: NpuOp | CpuOp) -> dict[str, Any]:
     }
 
 
-def scheduled_op_record(op: NpuOp, result: Any, rolling_buffer: Any = None) -> dict[str, Any]:
+def scheduled_op_record(op: NpuOp, result: RunResult, rolling_buffer: Any = None) -> dict[str, Any]:
     """What the schedule chose for one NPU pass and what the evaluator says it costs: every choice is here, so
     ``npusched.app.replay`` rebuilds the same schedule from it. ``rolling_buffer`` is the shape of the
     cascade buffer the pass reads its IFM from (the evaluator's, also where the schedule leaves it implicit)."""
-    from npusched.schedule.evaluator import slack_buffering_cycles
-
-    choice = result.schedule.op(op.index)
-    cost = result.evaluation.op(op.index)
+    schedule, evaluation = result.solved()
+    choice = schedule.op(op.index)
+    cost = evaluation.op(op.index)
+    block = choice.block_config
+    assert block is not None  # a verified schedule has a block config for every pass
     buffering = choice.weight_buffering
     operands = {"ifm": op.ifm, "ifm2": op.ifm2, "ofm": op.ofm}
     return {
-        "block_config": choice.block_config.old_style(),
-        "block_config_part_kernel": choice.block_config.is_partkernel,
+        "block_config": block.old_style(),
+        "block_config_part_kernel": block.is_partkernel,
         "ofm_stripe": choice.ofm_stripe.as_list(),
         "ifm_stripe": choice.ifm_stripe.as_list(),
         "ifm2_stripe": choice.ifm2_stripe.as_list() if choice.ifm2_stripe is not None else None,
@@ -72,7 +75,7 @@ def scheduled_op_record(op: NpuOp, result: Any, rolling_buffer: Any = None) -> d
         "prefetch_window": {
             "slack_ofm_depth": choice.slack_ofm_depth,
             "tail_slack_cycles": choice.tail_slack_cycles,
-            "cycles": slack_buffering_cycles(result.arch, op, choice, result.schedule),
+            "cycles": slack_buffering_cycles(result.arch, op, choice, schedule),
         },
         "placements": {role: _placement_record(result, access.tensor)
                        for role, access in operands.items() if access is not None},
@@ -85,19 +88,17 @@ def scheduled_op_record(op: NpuOp, result: Any, rolling_buffer: Any = None) -> d
     }
 
 
-def _placement_record(result: Any, fm: Any) -> dict[str, str]:
+def _placement_record(result: RunResult, fm: Any) -> dict[str, str]:
     place = _placement(result, fm)
     return {"mem_area": place.mem_area.value, "format": place.format.value}
 
 
-def _placement(result: Any, fm: Any) -> Any:
-    from npusched.schedule.evaluator import placement_of
-
-    return placement_of(result.arch, result.schedule, fm)
+def _placement(result: RunResult, fm: Any) -> Any:
+    return placement_of(result.arch, result.solved()[0], fm)
 
 
-def document(result: Any, vela_backend: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Build the whole document from a finished run (npusched.app.pipeline.RunResult); ``vela_backend`` is what
+def document(result: RunResult, vela_backend: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Build the whole document from a finished run; ``vela_backend`` is what
     compiling it with Vela's backend gave (``BackendResult.as_json``), when that was asked for."""
     arch = result.arch
     options = result.options
@@ -105,8 +106,6 @@ def document(result: Any, vela_backend: dict[str, Any] | None = None) -> dict[st
                  for index, sg in enumerate(result.network.subgraphs) for position, op in enumerate(sg.ops)}
     rolling: dict[int, Any] = {}
     if result.schedule is not None:
-        from npusched.schedule.evaluator import cascade_rolling_buffers
-
         for sg in result.network.subgraphs:
             rolling.update(cascade_rolling_buffers(sg, result.schedule))
     return {
@@ -121,6 +120,8 @@ def document(result: Any, vela_backend: dict[str, Any] | None = None) -> dict[st
         "label": result.schedule.label if result.schedule is not None else None,
         "totals": _totals(result),
         "fast_storage_allocation": _allocation_record(result),
+        "normalised": options.normalise,
+        "normalisation": result.normalisation.as_json() if result.normalisation is not None else None,
         **_solver_fields(result),
         "warnings": list(result.warnings),
         "vela_backend": vela_backend,
@@ -129,7 +130,7 @@ def document(result: Any, vela_backend: dict[str, Any] | None = None) -> dict[st
     }
 
 
-def _record(op: NpuOp | CpuOp, result: Any, position: tuple[int, str, int] | None, rolling_buffer: Any
+def _record(op: NpuOp | CpuOp, result: RunResult, position: tuple[int, str, int] | None, rolling_buffer: Any
             ) -> dict[str, Any]:
     record = {"op_index": op.index, **op_record(op)}
     if position is not None:
@@ -139,7 +140,7 @@ def _record(op: NpuOp | CpuOp, result: Any, position: tuple[int, str, int] | Non
     return record
 
 
-def _totals(result: Any) -> dict[str, Any]:
+def _totals(result: RunResult) -> dict[str, Any]:
     network = result.network
     npu_ops = [op for op in network.ops if isinstance(op, NpuOp)]
     totals: dict[str, Any] = {
@@ -179,7 +180,7 @@ def _allocation_record(result: Any) -> dict[str, Any] | None:
                          "offset_bytes": b.offset_bytes} for b in buffers]}
 
 
-def _solver_fields(result: Any) -> dict[str, Any]:
+def _solver_fields(result: RunResult) -> dict[str, Any]:
     report = result.solver_report
     if report is None:
         return {"strategy": result.options.optimise, "bound_cycles": None, "any_schedule_bound_cycles": None,
@@ -225,7 +226,7 @@ def check_output_path(path: Path, inputs: Iterable[Path | str] = ()) -> None:
         raise OutputError(f"{label}: the file is read-only")
 
 
-def write_json(result: Any, path: Path, inputs: Iterable[Path | str] = (),
+def write_json(result: RunResult, path: Path, inputs: Iterable[Path | str] = (),
                vela_backend: dict[str, Any] | None = None) -> None:
     """Write the document atomically: a temporary file beside ``path`` renamed over it, so a failed write (full
     disk, killed process) leaves no half-written document and never touches an input."""

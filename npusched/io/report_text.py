@@ -6,9 +6,9 @@ Every figure comes from the run's Evaluation (the single judge); nothing is reco
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from npusched.ir import NpuOp
+from npusched.run import RunResult
 from npusched.target.performance import ACCESS_AREAS, Direction, Purpose
 
 _COLUMNS = (
@@ -23,9 +23,9 @@ def _row(values: list[str]) -> str:
     return " ".join(f"{v:{align}{width}}" for v, (_, width, align) in zip(values, _COLUMNS, strict=True))
 
 
-def per_layer_table(result: Any) -> list[str]:
+def per_layer_table(result: RunResult) -> list[str]:
     """One block per NPU subgraph: Vela's per-layer columns, figures from the evaluation."""
-    evaluation = result.evaluation
+    _, evaluation = result.solved()
     arch = result.arch
     total_cycles = evaluation.total_cycles or 1.0
     total_macs = evaluation.macs or 1
@@ -48,15 +48,16 @@ def per_layer_table(result: Any) -> list[str]:
     return lines
 
 
-def cascade_lines(result: Any) -> list[str]:
+def cascade_lines(result: RunResult) -> list[str]:
     """Cascades per NPU subgraph as Vela's verbose schedule lists them: first op -> last op (positions in the
     subgraph) and the fast storage in use while the cascade runs."""
-    costs = {cost.op_index: cost for cost in result.evaluation.ops}
+    schedule, evaluation = result.solved()
+    costs = {cost.op_index: cost for cost in evaluation.ops}
     lines: list[str] = []
     for sg in result.network.subgraphs:
         groups: dict[int, list[int]] = {}
         for position, op in enumerate(sg.ops):
-            cascade = result.schedule.op(op.index).cascade
+            cascade = schedule.op(op.index).cascade
             if cascade is not None:
                 groups.setdefault(cascade, []).append(position)
         if not groups:
@@ -68,7 +69,7 @@ def cascade_lines(result: Any) -> list[str]:
     return lines
 
 
-def format_summary(result: Any, per_layer: bool = True) -> str:
+def format_summary(result: RunResult, per_layer: bool = True) -> str:
     network = result.network
     arch = result.arch
     npu_ops = [op for op in network.ops if isinstance(op, NpuOp)]
@@ -90,10 +91,13 @@ def format_summary(result: Any, per_layer: bool = True) -> str:
     ]
     lines += [f"  CPU: {op.reason}" for op in network.cpu_ops]
     lines += [f"NPU subgraph {sg.name}: {len(sg.ops)} passes" for sg in network.subgraphs]
-    evaluation = result.evaluation
-    if evaluation is None:
+    if result.normalisation is not None:
+        lines += [f"Normalised: {result.normalisation.describe()}",
+                  f"  {result.normalisation.normalisation.describe()}"]
+    if result.schedule is None:
         lines += ["", _kv("Neural network macs", f"{sum(op.macs for op in npu_ops)} MACs/batch")]
         return "\n".join(lines)
+    schedule, evaluation = result.solved()
     lines += cascade_lines(result) + [""]
     for area in ACCESS_AREAS:
         moved = evaluation.bytes_moved(area)
@@ -113,7 +117,7 @@ def format_summary(result: Any, per_layer: bool = True) -> str:
         "",
         _kv("Neural network macs", f"{evaluation.macs} MACs/batch"),
         "",
-        f"Schedule ({result.options.solver}, {result.schedule.label or 'unnamed'}): {result.status}",
+        f"Schedule ({result.options.solver}, {schedule.label or 'unnamed'}): {result.status}",
         _kv("Total cycles", f"{evaluation.total_cycles:.0f} ({arch.estimator.value} estimate)"),
         *(_kv(f"Total cycles, {name} estimate", f"{cycles:.0f}")
           for name, cycles in result.cycles_by_estimator.items() if name not in (arch.estimator.value, "vela")),
@@ -129,7 +133,7 @@ def format_summary(result: Any, per_layer: bool = True) -> str:
     return "\n".join(lines)
 
 
-def solver_lines(result: Any) -> list[str]:
+def solver_lines(result: RunResult) -> list[str]:
     """CP-SAT's verdict: the heuristic it started from, the improvement, the proven bound and the gap."""
     report = result.solver_report
     if report is None:
@@ -139,7 +143,7 @@ def solver_lines(result: Any) -> list[str]:
         lines += [_kv("Heuristic (Vela) cycles", f"{report.heuristic_cycles:.0f}"),
                   _kv("Heuristic peak fast storage", f"{report.heuristic_peak_fast_storage_bytes} bytes")]
         if report.heuristic_cycles > 0:  # a network without NPU passes costs 0 cycles either way
-            gain = 100.0 * (1.0 - result.evaluation.total_cycles / report.heuristic_cycles)
+            gain = 100.0 * (1.0 - result.solved()[1].total_cycles / report.heuristic_cycles)
             lines.append(_kv("Improvement over heuristic", f"{gain:.2f}%"))
     # CP-SAT has no bound or gap when it fell back before searching (NaN): say so rather than print "nan".
     bound = f"{report.bound_cycles:.0f}" if _finite(report.bound_cycles) else "none"

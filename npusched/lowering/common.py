@@ -158,16 +158,6 @@ def weighted_op(op_type: str, name: str, ifm: FeatureMap, ofm: FeatureMap, weigh
     )
 
 
-def fully_connected_op(name: str, ifm: FeatureMap, ofm: FeatureMap, weights: ConstTensor,
-                       bias: ConstTensor | None, **kwargs) -> NpuOp:
-    return weighted_op("FullyConnected", name, ifm, ofm, weights, bias, **kwargs)
-
-
-def conv_op(name: str, ifm: FeatureMap, ofm: FeatureMap, weights: ConstTensor, bias: ConstTensor | None,
-            **kwargs) -> NpuOp:
-    return weighted_op("Conv2DBias", name, ifm, ofm, weights, bias, **kwargs)
-
-
 def depthwise_op(name: str, ifm: FeatureMap, ofm: FeatureMap, weights: ConstTensor, bias: ConstTensor | None,
                  **kwargs) -> NpuOp:
     return weighted_op("DepthwiseConv2DBias", name, ifm, ofm, weights, bias, **kwargs)

@@ -15,6 +15,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from npusched.errors import ModelError
+from npusched.frontend.supported import npu_support
+from npusched.frontend.tflite_reader import TfliteModel, TfliteOperator, TfliteSubgraph
 from npusched.ir import (
     CpuOp,
     FeatureMap,
@@ -36,17 +38,17 @@ from npusched.lowering.netgraph import (
     STARTUP_TYPES,
     VOp,
     VTensor,
+    activation_for,
     block_kind,
 )
 from npusched.lowering.packing import Pass, npu_runs, pack_into_passes
-from npusched.lowering.rewrites import Optimiser
+from npusched.lowering.rewrites import GraphRewriter
 from npusched.lowering.softmax import lower_softmax
 from npusched.target.arch import ArchitectureFeatures
 
 if TYPE_CHECKING:
     import networkx as nx
 
-    from npusched.frontend.tflite_reader import TfliteModel, TfliteOperator, TfliteSubgraph
 
 
 @dataclass(frozen=True, eq=False)
@@ -96,7 +98,6 @@ class Network:
 def _support_reason(top: TfliteOperator | None, tsg: TfliteSubgraph) -> str | None:
     if top is None:
         return None
-    from npusched.frontend.supported import npu_support
     return npu_support(top, tsg)
 
 
@@ -146,7 +147,6 @@ def _packed_activation(ps: Pass) -> tuple[str | None, float | None, float | None
             continue
         if op.type in ("Relu", "Relu6", "Relu0To1", "ReluN1To1", "ReluN", "Clip", "Clamp", "Sigmoid", "Tanh"):
             act = op.activation
-            from npusched.lowering.netgraph import activation_for
             a = activation_for(op.type) if act is None else act
             return a.op_type, a.min, a.max
     return None, None, None
@@ -278,7 +278,7 @@ def _lower_model(model: TfliteModel, arch: ArchitectureFeatures) -> Network:
             top = _idx.get(op.op_index) if op.op_index is not None else None
             return _decompose(op, top, model, _tsg, arch)
 
-        Optimiser(arch=arch, support=support, decompose=decompose).optimise(vsg)
+        GraphRewriter(arch=arch, support=support, decompose=decompose).optimise(vsg)
         allowed = brick_allowed(vsg, arch)
         passes = pack_into_passes(vsg)
         runs = npu_runs(passes)

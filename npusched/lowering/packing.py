@@ -22,7 +22,7 @@ from npusched.lowering.netgraph import (
     VTensor,
     block_kind,
 )
-from npusched.lowering.rewrites import _avgpool_nop
+from npusched.lowering.rewrite_helpers import avgpool_nop
 
 # Pass flags (bit set)
 EMPTY, MAIN, POST, MAC, ELEMENTWISE, NPU, CPU, STARTUP, MEMORY_ONLY, POST_LIMITED, MEMCPY = (
@@ -169,7 +169,7 @@ def pack_into_passes(sg: VSubgraph) -> list[Pass]:
             # A standalone activation: give it a 1x1 AvgPool as primary op.
             first = ops_list[0]
             inp = first.inputs[0]
-            pool = _avgpool_nop(first.name + "_avgpool")
+            pool = avgpool_nop(first.name + "_avgpool")
             pool.original_type = first.original_type
             pool.tflite_op = first.tflite_op
             pool.op_index = first.op_index

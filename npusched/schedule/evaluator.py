@@ -34,8 +34,8 @@ from npusched.schedule.memory_model import (
 from npusched.schedule.pricing import (
     encoded_weights_for,
     full_weight_transfer_cycles,
-    op_query,
     price_op,
+    schedule_price_inputs,
     scheduler_op_cycles,
     slack_buffering_cycles,
     staging_limit,
@@ -60,7 +60,7 @@ __all__ = [
     "evaluate",
     "full_weight_transfer_cycles",
     "network_memory",
-    "op_query",
+    "schedule_price_inputs",
     "pass_memory_walk",
     "placement_of",
     "price_op",

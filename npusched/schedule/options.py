@@ -31,17 +31,17 @@ from typing import Any
 
 import numpy as np
 
-from npusched.ir import FeatureMap, MemArea, NpuBlockType, NpuOp, Shape4D, TensorFormat, ceil_div, round_up
+from npusched.ir import FeatureMap, MemArea, NpuOp, Shape4D, TensorFormat, ceil_div, round_up
+from npusched.schedule.pricing import price_inputs
 from npusched.schedule.rules import (
     ALLOCATION_QUANTUM,
-    allocation_bytes,
     brick_padded_bytes,
     ifm_stripes,
     pareto_front,
     pricing_weight_stream,
-    storage_size,
     weights_need_dma,
 )
+from npusched.schedule.schedule import TensorPlacement
 from npusched.target import performance as perf
 from npusched.target import weights as wts
 from npusched.target.arch import ArchitectureFeatures
@@ -163,18 +163,6 @@ class OpOption:
     def num_stripes(self) -> int:
         return self.stripe.count
 
-    @property
-    def ofm_stripe_bytes(self) -> int:
-        return self.stripe.ofm_bytes
-
-    @property
-    def ifm_stripe_bytes(self) -> int:
-        return self.stripe.ifm_bytes
-
-    @property
-    def ifm2_stripe_bytes(self) -> int:
-        return self.stripe.ifm2_bytes
-
     # price
     @property
     def op_cycles(self) -> int:
@@ -230,15 +218,15 @@ def weights_buffered_by_default(arch: ArchitectureFeatures, op: NpuOp) -> bool:
 
 
 def _placement(arch: ArchitectureFeatures, fm: FeatureMap,
-               placements: Mapping[FeatureMap, Any] | None) -> tuple[MemArea, TensorFormat]:
-    """(memory, layout) of a feature map: constants in permanent storage, otherwise ``placements`` or the
+               placements: Mapping[FeatureMap, Any] | None) -> TensorPlacement:
+    """Memory and layout of a feature map: constants in permanent storage, otherwise ``placements`` or the
     architecture's feature-map storage in NHWC."""
     if fm.is_const:
-        return arch.permanent_storage_mem_area, TensorFormat.NHWC
+        return TensorPlacement(arch.permanent_storage_mem_area, TensorFormat.NHWC)
     place = placements.get(fm) if placements is not None else None
     if place is None:
-        return arch.feature_map_storage_mem_area, TensorFormat.NHWC
-    return place.mem_area, place.format
+        return TensorPlacement(arch.feature_map_storage_mem_area, TensorFormat.NHWC)
+    return TensorPlacement(place.mem_area, place.format)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -285,22 +273,12 @@ def _op_context(arch: ArchitectureFeatures, op: NpuOp, placements: Mapping[Featu
                 weights_buffered: bool | None) -> _OpContext:
     buffered = weights_buffered_by_default(arch, op) if weights_buffered is None else bool(weights_buffered)
     buffered = buffered and op.weights is not None
-    ifm_area, ifm_fmt = _placement(arch, op.ifm.tensor, placements)
-    ofm_area, ofm_fmt = _placement(arch, op.ofm.tensor, placements)
-    ifm2_area, ifm2_fmt = (None, TensorFormat.NHWC)
-    if op.ifm2 is not None:
-        ifm2_area, ifm2_fmt = _placement(arch, op.ifm2.tensor, placements)
     const_area = arch.fast_storage_mem_area if buffered else arch.permanent_storage_mem_area
-    query = perf.query_for_op(op, None, ifm_format=ifm_fmt, ofm_format=ofm_fmt, ifm2_format=ifm2_fmt,
-                              ifm_area=ifm_area, ofm_area=ofm_area, ifm2_area=ifm2_area, const_area=const_area)
-    lut = None
-    if op.activation_lut is not None:
-        lut = perf.DmaTransfer(arch.permanent_storage_mem_area, MemArea.Shram,
-                               allocation_bytes(op.activation_lut.size_in_bytes))
-    memcpy = None
-    if op.npu_block_type == NpuBlockType.Dma:
-        memcpy = perf.DmaTransfer(ifm_area, ofm_area, storage_size(op.ifm.tensor, ifm_fmt))
-    return _OpContext(op, query, buffered, lut, memcpy)
+    inputs = price_inputs(arch, op, None, ifm=_placement(arch, op.ifm.tensor, placements),
+                          ofm=_placement(arch, op.ofm.tensor, placements),
+                          ifm2=_placement(arch, op.ifm2.tensor, placements) if op.ifm2 is not None else None,
+                          const_area=const_area)
+    return _OpContext(op, inputs.query, buffered, inputs.lut, inputs.memcpy)
 
 
 def _weight_stream(arch: ArchitectureFeatures, ctx: _OpContext,

@@ -3,59 +3,68 @@ config, tensor placements and weight buffering (and, under the contention estima
 
 from __future__ import annotations
 
-from npusched.ir import FeatureMap, MemArea, NpuBlockType, NpuOp, Shape4D, TensorFormat
+from dataclasses import dataclass
+
+from npusched.ir import FeatureMap, MemArea, NpuBlockType, NpuOp, TensorFormat
 from npusched.schedule.rules import allocation_bytes, pricing_weight_stream, storage_size
-from npusched.schedule.schedule import OpSchedule, Schedule
+from npusched.schedule.schedule import OpSchedule, Schedule, TensorPlacement
 from npusched.schedule.tensor_use import placement_of
 from npusched.target import performance as perf
 from npusched.target import performance_default as perf_default
 from npusched.target import weights as wts
 from npusched.target.arch import ArchitectureFeatures, Estimator
+from npusched.target.block_config import BlockConfig
 from npusched.target.contention import contention_slack
 
 
-def op_query(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule, schedule: Schedule, *,
-             ofm_depth: int | None = None, const_area: MemArea | None = None,
-             scheduling_areas: bool = False) -> perf.PerformanceQuery:
-    """The performance query of a pass under a schedule.
+@dataclass(frozen=True)
+class PriceInputs:
+    """What the cost model reads of one pass besides its weight stream: the performance query (shapes, block
+    config, formats and memories of its operands) and the DMAs of its lookup table and of a memory copy."""
+
+    query: perf.PerformanceQuery
+    lut: perf.DmaTransfer | None
+    memcpy: perf.DmaTransfer | None
+
+
+def price_inputs(arch: ArchitectureFeatures, op: NpuOp, config: BlockConfig | None, *, ifm: TensorPlacement,
+                 ofm: TensorPlacement, ifm2: TensorPlacement | None, const_area: MemArea | None,
+                 ofm_depth: int | None = None) -> PriceInputs:
+    """A pass's price inputs with its operands placed as given: the one place they are built, for the options
+    layer, the heuristic's own estimates and ``price_op`` alike. ``ofm_depth`` prices only part of the OFM depth
+    (a weight slice)."""
+    query = perf.query_for_op(op, config, ofm_depth=ofm_depth, ifm_format=ifm.format, ofm_format=ofm.format,
+                              ifm2_format=ifm2.format if ifm2 is not None else TensorFormat.NHWC,
+                              ifm_area=ifm.mem_area, ofm_area=ofm.mem_area,
+                              ifm2_area=ifm2.mem_area if ifm2 is not None else None, const_area=const_area)
+    lut = None
+    if op.activation_lut is not None:
+        lut = perf.DmaTransfer(arch.permanent_storage_mem_area, MemArea.Shram,
+                               allocation_bytes(op.activation_lut.size_in_bytes))
+    memcpy = None
+    if op.npu_block_type == NpuBlockType.Dma:
+        memcpy = perf.DmaTransfer(ifm.mem_area, ofm.mem_area, storage_size(op.ifm.tensor, ifm.format))
+    return PriceInputs(query, lut, memcpy)
+
+
+def schedule_price_inputs(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule, schedule: Schedule, *,
+                          ofm_depth: int | None = None, const_area: MemArea | None = None,
+                          scheduling_areas: bool = False) -> PriceInputs:
+    """The price inputs of a pass under a schedule.
 
     With ``scheduling_areas`` the feature maps are priced where they sit while Vela schedules (feature-map
     storage), which is what its buffering decisions are based on; otherwise where the schedule puts them.
-    ``ofm_depth`` prices only part of the OFM depth (a weight slice).
     """
 
-    def area(fm: FeatureMap) -> MemArea:
+    def placed(fm: FeatureMap) -> TensorPlacement:
+        place = placement_of(arch, schedule, fm)
         if scheduling_areas and not fm.is_const:
-            return arch.feature_map_storage_mem_area
-        return placement_of(arch, schedule, fm).mem_area
+            return TensorPlacement(arch.feature_map_storage_mem_area, place.format)
+        return place
 
-    def fmt(fm: FeatureMap) -> TensorFormat:
-        return placement_of(arch, schedule, fm).format
-
-    ofm_shape = op.ofm.effective_shape
-    if ofm_depth is not None:
-        ofm_shape = ofm_shape.with_depth(ofm_depth)
-    ifm2 = op.ifm2
-    const_shape = Shape4D(1, 1, 1, op.ofm.shape.depth) if op.bias is not None else None
-    return perf.PerformanceQuery(
-        npu_block_type=op.npu_block_type,
-        ifm_shape=op.ifm.effective_shape,
-        ofm_shape=ofm_shape,
-        config=op_sched.block_config,
-        ifm_bits=op.ifm.tensor.dtype.size_in_bits,
-        ofm_bits=op.ofm.tensor.dtype.size_in_bits,
-        ifm_format=fmt(op.ifm.tensor),
-        ofm_format=fmt(op.ofm.tensor),
-        ifm_memory_area=area(op.ifm.tensor),
-        ofm_memory_area=area(op.ofm.tensor),
-        ifm2_shape=ifm2.effective_shape if ifm2 is not None else None,
-        ifm2_bits=ifm2.tensor.dtype.size_in_bits if ifm2 is not None else 0,
-        ifm2_format=fmt(ifm2.tensor) if ifm2 is not None else TensorFormat.NHWC,
-        ifm2_memory_area=area(ifm2.tensor) if ifm2 is not None else None,
-        const_shape=const_shape,
-        const_memory_area=const_area if const_shape is not None else None,
-        kernel=op.kernel,
-    )
+    return price_inputs(arch, op, op_sched.block_config, ifm=placed(op.ifm.tensor), ofm=placed(op.ofm.tensor),
+                        ifm2=placed(op.ifm2.tensor) if op.ifm2 is not None else None, const_area=const_area,
+                        ofm_depth=ofm_depth)
 
 
 def scheduler_op_cycles(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule, schedule: Schedule,
@@ -64,8 +73,8 @@ def scheduler_op_cycles(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSched
     by default, the op's full OFM depth (even when the op writes only a depth slice of its OFM)."""
     if ofm_depth is None:
         ofm_depth = op.ofm.shape.depth
-    query = op_query(arch, op, op_sched, schedule, ofm_depth=ofm_depth, const_area=arch.fast_storage_mem_area,
-                     scheduling_areas=True)
+    query = schedule_price_inputs(arch, op, op_sched, schedule, ofm_depth=ofm_depth,
+                                  const_area=arch.fast_storage_mem_area, scheduling_areas=True).query
     if arch.estimator is Estimator.VELA_DEFAULT:
         return perf_default.measure_cycle_cost(arch, op.op_type, op.activation, query).op_cycles
     return perf.measure_cycle_cost(arch, op.op_type, op.activation, query).op_cycles
@@ -104,21 +113,6 @@ def slack_buffering_cycles(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSc
     return scheduler_op_cycles(arch, op, op_sched, schedule, depth)
 
 
-def _lut_transfer(arch: ArchitectureFeatures, op: NpuOp) -> perf.DmaTransfer | None:
-    if op.activation_lut is None:
-        return None
-    return perf.DmaTransfer(arch.permanent_storage_mem_area, MemArea.Shram,
-                            allocation_bytes(op.activation_lut.size_in_bytes))
-
-
-def _memcpy_transfer(arch: ArchitectureFeatures, op: NpuOp, schedule: Schedule) -> perf.DmaTransfer | None:
-    if op.npu_block_type != NpuBlockType.Dma:
-        return None
-    src = placement_of(arch, schedule, op.ifm.tensor)
-    dst = placement_of(arch, schedule, op.ofm.tensor)
-    return perf.DmaTransfer(src.mem_area, dst.mem_area, storage_size(op.ifm.tensor, src.format))
-
-
 def price_op(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule, schedule: Schedule, prev_slack_cycles: float
              ) -> tuple[perf.OpPerformance, float, float]:
     """(estimate, own slack-buffering cycles, full weight transfer cycles) of one pass."""
@@ -139,16 +133,11 @@ def price_op(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule, schedu
         else:
             const_area = arch.permanent_storage_mem_area
             stream = pricing_weight_stream(arch, op, encoded, perf.BufferKind.NONE)
-    query = op_query(arch, op, op_sched, schedule, const_area=const_area)
+    inputs = schedule_price_inputs(arch, op, op_sched, schedule, const_area=const_area)
     slack = slack_buffering_cycles(arch, op, op_sched, schedule)
     result = perf.estimate_full_op_performance(
-        arch, op.op_type, op.activation, query,
-        weights=stream,
-        prev_slack_cycles=prev_slack_cycles,
-        slack_buffering_cycles=slack,
-        lut=_lut_transfer(arch, op),
-        memcpy=_memcpy_transfer(arch, op, schedule),
-    )
+        arch, op.op_type, op.activation, inputs.query, weights=stream, prev_slack_cycles=prev_slack_cycles,
+        slack_buffering_cycles=slack, lut=inputs.lut, memcpy=inputs.memcpy)
     if arch.estimator is Estimator.CONTENTION:
         buffered_bytes = encoded.total_bytes if encoded is not None and buffering.is_buffered else 0
         slack = contention_slack(arch, result, slack, buffered_bytes)
@@ -177,12 +166,12 @@ def _price_op_default(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedul
             stream = pricing_weight_stream(arch, op, encoded, buffering.kind, full_transfer)
         else:
             stream = pricing_weight_stream(arch, op, encoded, perf.BufferKind.NONE)
-    query = op_query(arch, op, op_sched, schedule, const_area=const_area)
+    inputs = schedule_price_inputs(arch, op, op_sched, schedule, const_area=const_area)
     slack = slack_buffering_cycles(arch, op, op_sched, schedule)
     result = perf_default.estimate_full_op_performance(
-        arch, op.op_type, op.activation, query, weights=stream, weight_bytes=weight_bytes,
+        arch, op.op_type, op.activation, inputs.query, weights=stream, weight_bytes=weight_bytes,
         pre_buffered=buffering.pre_buffered, prev_slack_cycles=prev_slack_cycles, slack_buffering_cycles=slack,
-        lut=_lut_transfer(arch, op), memcpy=_memcpy_transfer(arch, op, schedule))
+        lut=inputs.lut, memcpy=inputs.memcpy)
     return result, slack, full_transfer
 
 

@@ -39,19 +39,17 @@ from npusched.schedule.cascades import (
 from npusched.schedule.evaluator import (
     TensorUse,
     staging_limit,
-    subgraph_memory,
     subgraphs_of,
     tensor_use,
 )
 from npusched.schedule.peak import explain_peak
+from npusched.schedule.pricing import PriceInputs, price_inputs
 from npusched.schedule.rules import (
-    allocation_bytes,
     cascade_forces_even,
     ifm_stripes,
     minimal_stripe_height,
     pricing_weight_stream,
     producer_stripe_height,
-    storage_size,
     weights_need_dma,
 )
 from npusched.schedule.schedule import EncodedWeightsRef, OpSchedule, Schedule, TensorPlacement, WeightBuffering
@@ -185,28 +183,30 @@ def _area(ctx: _Context, where: Mapping[FeatureMap, Residence], fm: FeatureMap) 
     return res.mem_area if res is not None else ctx.facts.default_area
 
 
-def _query(ctx: _Context, sop: SchedOp, config: BlockConfig, where: Mapping[FeatureMap, Residence],
-           ofm_depth: int | None = None, const_area: MemArea | None = None) -> perf.PerformanceQuery:
+def _price_inputs(ctx: _Context, sop: SchedOp, config: BlockConfig, where: Mapping[FeatureMap, Residence],
+                  ofm_depth: int | None = None, const_area: MemArea | None = None) -> PriceInputs:
+    """The pass's price inputs with its feature maps where the scheduler has them now."""
     op = sop.op
-    return perf.query_for_op(
-        op, config, ofm_depth=ofm_depth,
-        ifm_format=sop.ifm_format, ofm_format=sop.ofm_format, ifm2_format=sop.ifm2_format or TensorFormat.NHWC,
-        ifm_area=_area(ctx, where, op.ifm.tensor), ofm_area=_area(ctx, where, op.ofm.tensor),
-        ifm2_area=_area(ctx, where, op.ifm2.tensor) if op.ifm2 is not None else None,
+    return price_inputs(
+        ctx.arch, op, config, ofm_depth=ofm_depth,
+        ifm=TensorPlacement(_area(ctx, where, op.ifm.tensor), sop.ifm_format),
+        ofm=TensorPlacement(_area(ctx, where, op.ofm.tensor), sop.ofm_format),
+        ifm2=(TensorPlacement(_area(ctx, where, op.ifm2.tensor), sop.ifm2_format or TensorFormat.NHWC)
+              if op.ifm2 is not None else None),
         const_area=const_area or ctx.arch.fast_storage_mem_area,
     )
 
 
 def _op_cycles(ctx: _Context, sop: SchedOp, config: BlockConfig, where: Mapping[FeatureMap, Residence],
                ofm_depth: int | None = None) -> float:
-    query = _query(ctx, sop, config, where, ofm_depth)
+    query = _price_inputs(ctx, sop, config, where, ofm_depth).query
     return perf.measure_cycle_cost(ctx.arch, sop.op.op_type, sop.op.activation, query).op_cycles
 
 
 def _element_access(ctx: _Context, costs: Mapping[int, StripeCost]):
     def access(sop: SchedOp, where: Mapping[FeatureMap, Residence]) -> tuple[float, float, float]:
         # Vela scores the OFM written at the whole tensor's depth: a concatenation slice counts as the whole.
-        query = _query(ctx, sop, costs[sop.pos].block_config, where, ofm_depth=sop.ofm_shape.depth)
+        query = _price_inputs(ctx, sop, costs[sop.pos].block_config, where, ofm_depth=sop.ofm_shape.depth).query
         result = perf.measure_element_access(ctx.arch, query)
         return float(result.ifm_read[0]), float(result.ifm_read[1]), float(result.ofm_write)
     return access
@@ -438,18 +438,10 @@ def _price(ctx: _Context, costs: Mapping[int, StripeCost], where: Mapping[Featur
                 kind = perf.BufferKind.DOUBLE if cost.buffers[0].double else perf.BufferKind.SINGLE
                 const_area = arch.fast_storage_mem_area
             stream = pricing_weight_stream(arch, op, cost.encoded, kind, cost.full_transfer_cycles)
-        lut = None
-        if op.activation_lut is not None:
-            lut = perf.DmaTransfer(arch.permanent_storage_mem_area, MemArea.Shram,
-                                   allocation_bytes(op.activation_lut.size_in_bytes))
-        memcpy = None
-        if op.npu_block_type == NpuBlockType.Dma:
-            memcpy = perf.DmaTransfer(_area(ctx, where, op.ifm.tensor), _area(ctx, where, op.ofm.tensor),
-                                      storage_size(op.ifm.tensor, sop.ifm_format))
-        query = _query(ctx, sop, cost.block_config, where, const_area=const_area)
+        inputs = _price_inputs(ctx, sop, cost.block_config, where, const_area=const_area)
         result = perf.estimate_full_op_performance(
-            arch, op.op_type, op.activation, query, weights=stream, prev_slack_cycles=prev_slack,
-            slack_buffering_cycles=cost.slack_cycles, lut=lut, memcpy=memcpy,
+            arch, op.op_type, op.activation, inputs.query, weights=stream, prev_slack_cycles=prev_slack,
+            slack_buffering_cycles=cost.slack_cycles, lut=inputs.lut, memcpy=inputs.memcpy,
         )
         total += result.total_cycles
         dram += result.access_cycles.get(MemArea.Dram, 0.0)
@@ -668,22 +660,3 @@ def _as_schedule(results: Sequence[SubgraphResult], network_or_subgraph: Network
     label = labels.pop() if len(labels) == 1 else "MIXED"
     return Schedule(ops=tuple(sorted(ops, key=lambda o: o.op_index)), tensors=tensors, label=label,
                     status="fits", solver="heuristic", notes=tuple(notes))
-
-
-def memory_over_time(network_or_subgraph: Network | NpuSubgraph, arch: ArchitectureFeatures,
-                     schedule: Schedule) -> tuple[Snapshot, ...]:
-    """Vela's fast-storage snapshot of every NPU subgraph under any ``schedule`` (one per subgraph, in order),
-    indexed by pass position.
-
-    This is the evaluator's ``subgraph_memory`` restated in the scheduler's terms: cascades share one step and the
-    feature maps between their passes take only their rolling buffers; feature maps live where the schedule places
-    them.
-    """
-    use = tensor_use(network_or_subgraph)
-    snapshots = []
-    for sg in subgraphs_of(network_or_subgraph):
-        memory = subgraph_memory(sg, arch, schedule, use)
-        pos_of = {op.index: pos for pos, op in enumerate(sg.ops)}
-        snapshots.append(Snapshot(list(memory.live_ranges), {pos_of[i]: t for i, t in memory.op_steps.items()},
-                                  list(memory.usage)))
-    return tuple(snapshots)

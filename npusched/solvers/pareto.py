@@ -9,8 +9,8 @@ solve is hinted with the fastest one so far, or Vela's heuristic for that limit 
 never increase with the limit. CP-SAT's candidate space depends on its hint, so a smaller limit's solve can beat
 the unconstrained one; the unconstrained solve is then repeated from the best schedule. A solve's bound holds
 over its own candidate space at its limit and every smaller one: a point's bound is the largest such bound at or
-above its limit that does not exceed its cycles, which gives its gap. ``run_pareto`` loads the model and, when
-asked, runs Vela's legacy core at the same arena sizes for comparison.
+above its limit that does not exceed its cycles, which gives its gap. ``npusched.app.pareto`` runs it for a model
+file and, when asked, Vela's legacy core at the same arena sizes.
 """
 
 from __future__ import annotations
@@ -19,16 +19,14 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
 
 from npusched.errors import ScheduleError
 from npusched.lowering.graph import Network
 from npusched.schedule.evaluator import Evaluation, evaluate, staging_limit, verify
 from npusched.schedule.rules import ALLOCATION_QUANTUM
 from npusched.schedule.schedule import Schedule
-from npusched.solvers.cpsat.model import NetworkFacts, smallest_fast_storage, solve_cpsat
+from npusched.solvers.cpsat import NetworkFacts, smallest_fast_storage, solve_cpsat
 from npusched.solvers.heuristic import heuristic_schedule
 from npusched.solvers.max_schedule import max_schedule
 from npusched.target.arch import ArchitectureFeatures
@@ -316,54 +314,4 @@ def _assemble(network: Network, arch_at: Callable[[int], ArchitectureFeatures], 
         points.append(ParetoPoint(limit, cycles, best.evaluation.peak_fast_storage, bound, gap, best.limit_bytes,
                                   cycles < best_so_far - CYCLES_TOLERANCE, best.schedule, best.evaluation))
         best_so_far = min(best_so_far, cycles)
-    return tuple(points)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# The run behind `solve-schedule --pareto`
-
-
-def run_pareto(options: Any, *, inner_points: int = DEFAULT_INNER_POINTS, with_vela: bool = False,
-               log: Log | None = None, started: float | None = None) -> ParetoRun:
-    """Load the model of ``options`` (``pipeline.RunOptions``; its arena size is ignored: the frontier varies it)
-    and compute its frontier within ``options.time_limit_seconds``; then, if ``with_vela``, run Vela's legacy
-    core at every limit of the frontier (its runs are not counted in the time limit)."""
-    from npusched.app.pipeline import architecture, load_network
-
-    started = time.monotonic() if started is None else started
-    arch, network, _ = load_network(options)
-
-    def arch_at(limit: int) -> Any:
-        return architecture(replace(options, arena_cache_size=limit, optimise="Performance"))
-
-    frontier = pareto_frontier(network, arch_at, arch.max_address_offset, inner_points=inner_points,
-                               time_limit_seconds=options.time_limit_seconds, started=started,
-                               workers=options.workers, seed=options.seed, deterministic=options.deterministic,
-                               log=log)
-    vela = vela_points(options, [p.limit_bytes for p in frontier.points], log) if with_vela else ()
-    hardware = f"{arch.accelerator_config} {arch.system_config} {arch.memory_mode}"
-    return ParetoRun(Path(options.model_path).stem, hardware, frontier, vela)
-
-
-def vela_points(options: Any, limits: Sequence[int], log: Log | None = None) -> tuple[VelaPoint, ...]:
-    """Vela legacy (the `vela` CLI with ``--debug-force-legacy-core``) at each arena size in ``limits``, with the
-    hardware of ``options``."""
-    from npusched.sweep.vela_cell import VelaError, run_vela_cell
-
-    # The CLI runs in a temporary directory: paths the user gave relative to here must be made absolute.
-    config_files = tuple(str(Path(c).resolve()) if Path(c).is_file() else c for c in options.config_files)
-    points = []
-    for limit in limits:
-        cell = replace(options, model_path=str(Path(options.model_path).resolve()), config_files=config_files,
-                       arena_cache_size=limit, optimise="Performance", solver="vela-legacy")
-        try:
-            row = run_vela_cell(cell)
-        except VelaError as exc:
-            points.append(VelaPoint(limit, error=str(exc)))
-        else:
-            points.append(VelaPoint(limit, row["cycles"], row["peak_fast_storage_bytes"]))
-        if log is not None:
-            point = points[-1]
-            log(f"vela legacy at {limit} bytes: " + (point.error or f"{point.cycles:.0f} cycles, "
-                                                                    f"{point.sram_used_bytes} bytes of SRAM used"))
     return tuple(points)

@@ -18,7 +18,23 @@ from typing import Any, NoReturn
 
 from npusched import __version__
 from npusched.errors import NpuschedError, exit_status
-from npusched.sweep.grid import SOLVERS, GridError
+from npusched.sweep.engine import run_sweep
+from npusched.sweep.grid import (
+    SOLVERS,
+    Grid,
+    GridError,
+    configurations_from_axes,
+    expand,
+    find_models,
+    parse_size_bytes,
+)
+from npusched.sweep.gridfile import load_grid_file
+from npusched.sweep.local import run_local, start_fork_server
+from npusched.sweep.plots import write_plots
+from npusched.sweep.ray_executor import run_ray
+from npusched.sweep.report import case_rows, check_baseline, markdown_report, write_table
+from npusched.sweep.store import open_store, rows
+from npusched.target.arch import load_architecture
 
 DEFAULTS: dict[str, Any] = {"accelerator_config": ["ethos-u55-256"], "config": [], "system_config": [None],
                             "memory_mode": [None], "arena_cache_size": [None], "optimise": ["Performance"],
@@ -118,28 +134,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _sweep(args: argparse.Namespace, argv: list[str]) -> int:
-    from npusched.sweep.engine import run_sweep
-    from npusched.sweep.store import open_store
 
     settings = _settings(args)
     if settings["store"] is None:
         raise GridError("--store PATH is required (or 'store' in the grid file)")
     if settings["executor"] == "local":
-        from npusched.sweep.local import start_fork_server
 
         start_fork_server()  # loads npusched in the background while the grid is checked and expanded
     grid, jobs = _grid(settings)
     guard = settings["cell_timeout"] or 2 * grid.time_limit_seconds + 120
     if settings["executor"] == "ray":
-        from npusched.sweep.ray_executor import run_ray
 
         execute = functools.partial(run_ray, jobs=settings["jobs"], guard_seconds=guard,
                                     address=settings["ray_address"])
     else:
-        from npusched.sweep.local import run_local
 
         execute = functools.partial(run_local, jobs=jobs, guard_seconds=guard)
-    from npusched.sweep.grid import expand
 
     cells = expand(grid)
     store = open_store(Path(settings["store"]))
@@ -151,7 +161,6 @@ def _sweep(args: argparse.Namespace, argv: list[str]) -> int:
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
     """Flags over the grid file's keys over the defaults."""
-    from npusched.sweep.gridfile import load_grid_file
 
     from_file = load_grid_file(args.grid) if args.grid else {}
     settings = {name: from_file.get(name, default) for name, default in DEFAULTS.items()}
@@ -183,7 +192,6 @@ def _checked(name: str, value: Any, kind: type) -> Any:
 
 def _grid(settings: dict[str, Any]) -> tuple[Any, int]:
     """The Grid the settings describe, and the local executor's job count."""
-    from npusched.sweep.grid import Grid, configurations_from_axes, find_models, parse_size_bytes
 
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     jobs, workers = settings["jobs"], settings["workers"]
@@ -210,7 +218,6 @@ def _grid(settings: dict[str, Any]) -> tuple[Any, int]:
 
 def _check_hardware(grid: Any) -> None:
     """Fail before running anything if a configuration, arena size or strategy is not a valid architecture."""
-    from npusched.target.arch import load_architecture
 
     for config in grid.configurations:
         for arena in config.arena_cache_sizes or grid.arena_cache_sizes:
@@ -225,8 +232,6 @@ def _check_hardware(grid: Any) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from npusched.sweep.report import case_rows, check_baseline, markdown_report, write_table
-    from npusched.sweep.store import open_store, rows
 
     if args.format == "parquet" and args.output is None:
         raise GridError("--format parquet needs --output PATH")
@@ -243,7 +248,6 @@ def _report(args: argparse.Namespace) -> int:
     else:
         write_table(case_rows(store_rows, args.baseline), args.output, args.format)
     if args.plot:
-        from npusched.sweep.plots import write_plots
 
         for path in write_plots(store_rows, args.baseline, args.plot):
             print(f"plot written to {path}")

@@ -18,11 +18,16 @@ from pathlib import Path
 
 from npusched import __version__
 from npusched.errors import NpuschedError
+from npusched.run import RunOptions
+from npusched.target.arch import resolve_config_file
 
 NPUSCHED_SOLVERS = ("cpsat", "heuristic", "dp")
 VELA_SOLVERS = ("vela-legacy", "vela-default")
 SOLVERS = NPUSCHED_SOLVERS + VELA_SOLVERS
 DEFAULT_CONFIG_FILE = "Arm/vela.ini"
+# The store's bytes-moved column of each memory area.
+AREA_COLUMNS = {"Sram": "bytes_sram", "Dram": "bytes_dram", "OnChipFlash": "bytes_onchipflash",
+                "OffChipFlash": "bytes_offchipflash"}
 
 
 class GridError(NpuschedError):
@@ -93,6 +98,16 @@ class Cell:
                     if key not in ("model_path", "hardware", "configuration")}
         text = json.dumps(identity, sort_keys=True, default=list)
         return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def run_options(self) -> RunOptions:
+        """The options of `pipeline.run` (or the hardware of the `vela` CLI) for this cell."""
+        return RunOptions(
+            model_path=Path(self.model_path), accelerator_config=self.accelerator_config,
+            config_files=self.config_files, system_config=self.system_config, memory_mode=self.memory_mode,
+            arena_cache_size=self.arena_cache_size, optimise=self.optimise, solver=self.solver,
+            time_limit_seconds=self.time_limit_seconds or 30.0, workers=self.workers, seed=self.seed or 0,
+            deterministic=self.solver == "cpsat",
+        )
 
     @property
     def label(self) -> str:
@@ -211,7 +226,6 @@ def _configuration_label(config: HardwareConfig, arena: int | None, optimise: st
 
 def _config_files_sha256(config_files: tuple[str, ...]) -> str:
     """Hash of the configuration files' contents (as Vela resolves their names), so an edited .ini reruns."""
-    from npusched.target.arch import resolve_config_file
 
     digest = hashlib.sha256()
     for name in config_files:

@@ -10,14 +10,13 @@ import json
 import math
 import socket
 import time
-from pathlib import Path
 from typing import Any
 
+from npusched.app.pipeline import run
 from npusched.errors import NpuschedError
-from npusched.sweep.grid import VELA_SOLVERS, Cell
-
-AREA_COLUMNS = {"Sram": "bytes_sram", "Dram": "bytes_dram", "OnChipFlash": "bytes_onchipflash",
-                "OffChipFlash": "bytes_offchipflash"}
+from npusched.ir import MemArea
+from npusched.sweep.grid import AREA_COLUMNS, VELA_SOLVERS, Cell
+from npusched.sweep.vela_cell import run_vela_cell
 
 
 def run_cell(cell: Cell) -> dict[str, Any]:
@@ -25,8 +24,6 @@ def run_cell(cell: Cell) -> dict[str, Any]:
     started = time.monotonic()
     try:
         if cell.solver in VELA_SOLVERS:
-            from npusched.sweep.vela_cell import run_vela_cell
-
             row = run_vela_cell(cell)
         else:
             row = _run_npusched(cell)
@@ -44,23 +41,8 @@ def failure(status: str, error: str, wall_seconds: float | None = None) -> dict[
     return {"outcome": "failed", "status": status, "error": error, "wall_seconds": wall_seconds}
 
 
-def run_options(cell: Cell) -> Any:
-    from npusched.app.pipeline import RunOptions
-
-    return RunOptions(
-        model_path=Path(cell.model_path), accelerator_config=cell.accelerator_config,
-        config_files=cell.config_files, system_config=cell.system_config, memory_mode=cell.memory_mode,
-        arena_cache_size=cell.arena_cache_size, optimise=cell.optimise, solver=cell.solver,
-        time_limit_seconds=cell.time_limit_seconds or 30.0, workers=cell.workers, seed=cell.seed or 0,
-        deterministic=cell.solver == "cpsat",
-    )
-
-
 def _run_npusched(cell: Cell) -> dict[str, Any]:
-    from npusched.app.pipeline import run
-    from npusched.ir import MemArea
-
-    result = run(run_options(cell))
+    result = run(cell.run_options())
     evaluation = result.evaluation
     assert evaluation is not None  # a solver ran
     report = result.solver_report

@@ -23,10 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from npusched.errors import OutputError, ScheduleError
+from npusched.frontend.normalise import normalise
+from npusched.frontend.tflite_reader import read_model_bytes
 from npusched.ir import NpuOp
+from npusched.run import RunOptions, RunResult
 from npusched.schedule.evaluator import cascade_rolling_buffers, evaluate, placement_of
 from npusched.schedule.schedule import OpSchedule, Schedule
 from npusched.target.arch import Estimator
+from npusched.vela.command import vela_arguments
 
 # Estimates agree when they differ by at most this fraction (relative to the larger of the two).
 AGREEMENT_TOLERANCE = 1e-4
@@ -121,39 +125,25 @@ def output_paths(model_path: Path, system_config: str, output_dir: Path) -> tupl
             output_dir / f"{stem}_per-layer.csv")
 
 
-def vela_arguments(options: Any, output_dir: Path) -> list[str]:
-    """Vela's command line for a run's options: the same hardware and strategy, legacy core, per-layer CSV."""
-    args = [str(options.model_path), "--accelerator-config", options.accelerator_config,
-            "--optimise", options.optimise, "--output-dir", str(output_dir),
-            "--debug-force-legacy-core", "--verbose-performance"]
-    for config in options.config_files:
-        args += ["--config", str(config)]
-    if options.system_config is not None:
-        args += ["--system-config", options.system_config]
-    if options.memory_mode is not None:
-        args += ["--memory-mode", options.memory_mode]
-    if options.arena_cache_size is not None:
-        args += ["--arena-cache-size", str(options.arena_cache_size)]
-    return args
-
-
 def check_output_dir(output_dir: Path) -> None:
     """Refuse, before any work, an output directory that is a file."""
     if output_dir.exists() and not output_dir.is_dir():
         raise OutputError(f"--output-dir {output_dir}: is not a directory")
 
 
-def compile_schedule(result: Any, output_dir: Path) -> BackendResult:
-    """Compile ``result``'s schedule (a npusched.app.pipeline.RunResult) with Vela's backend into ``output_dir``.
+def compile_schedule(result: RunResult, output_dir: Path) -> BackendResult:
+    """Compile ``result``'s schedule with Vela's backend into ``output_dir``.
 
     Vela writes into a private directory first; the three files are moved into ``output_dir`` only when the
     whole compilation succeeded, so a refusal leaves nothing behind (and earlier files of the same name whole).
     """
     check_output_dir(output_dir)
-    options, network, schedule = result.options, result.network, result.schedule
+    options, network = result.options, result.network
+    schedule, evaluation = result.solved()
     # Vela's figures are Vela's estimator's; the evaluator is asked the same question.
     arch = result.arch if result.arch.estimator is Estimator.VELA else replace(result.arch, estimator=Estimator.VELA)
-    evaluation = result.evaluation if arch is result.arch else evaluate(network, arch, schedule)
+    if arch is not result.arch:
+        evaluation = evaluate(network, arch, schedule)
     created = not output_dir.exists()
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
@@ -161,13 +151,14 @@ def compile_schedule(result: Any, output_dir: Path) -> BackendResult:
     except OSError as exc:
         raise OutputError(f"--output-dir {output_dir}: cannot write ({exc.strerror or exc})") from None
     try:
+        vela_options = _scheduled_model(options, staging)
         forcing = _ForcedScheduler(network, arch, schedule)
         log = io.StringIO()
         with _patched_vela(forcing), contextlib.redirect_stdout(log):
             from ethosu.vela import vela
 
             try:
-                status = vela.main(vela_arguments(options, staging))
+                status = vela.main(vela_arguments(vela_options, staging, verbose=("--verbose-performance",)))
             except VelaRefusal:
                 raise
             except Exception as exc:  # an assertion or error deep in Vela's backend: name the op it was at
@@ -194,6 +185,20 @@ def compile_schedule(result: Any, output_dir: Path) -> BackendResult:
                          vela_allocation_bytes=forcing.vela_allocation_bytes,
                          npusched_allocation_bytes=evaluation.allocation.size_bytes,
                          limit_bytes=int(arch.arena_cache_size))
+
+
+def _scheduled_model(options: RunOptions, staging: Path) -> RunOptions:
+    """``options`` naming the model that was scheduled: the normalised one (written into ``staging`` under the
+    original's file name, so Vela's output files are named as for the original) where normalisation changed it."""
+    if not options.normalise:
+        return options
+    normalised, record = normalise(read_model_bytes(options.model_path), str(options.model_path))
+    if not record.changed:
+        return options
+    path = staging / "normalised" / Path(options.model_path).name
+    path.parent.mkdir()
+    path.write_bytes(normalised)
+    return replace(options, model_path=path)
 
 
 def _op_in_traceback(exc: BaseException) -> str:

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from npusched.app.pipeline import run, run_options_from_vela_args
 from npusched.errors import ConfigError
+from npusched.run import RunResult
 from npusched.vela.report import read_per_layer, read_summary, read_verbose_schedule
 
 
@@ -73,29 +73,30 @@ class ModelComparison:
         return self.cascades_ours == self.cascades_vela
 
 
-def _our_cascades(result: Any) -> frozenset[tuple[int, int, int]]:
+def _our_cascades(result: RunResult) -> frozenset[tuple[int, int, int]]:
+    schedule, _ = result.solved()
     found = set()
     for sg_position, sg in enumerate(result.network.subgraphs):
         groups: dict[int, list[int]] = {}
         for position, op in enumerate(sg.ops):
-            cascade = result.schedule.op(op.index).cascade
+            cascade = schedule.op(op.index).cascade
             if cascade is not None:
                 groups.setdefault(cascade, []).append(position)
         found |= {(sg_position, p[0], p[-1]) for p in groups.values() if len(p) > 1}
     return frozenset(found)
 
 
-def compare_model(model_path: Path, golden: Path, config: dict[str, Any]) -> ModelComparison:
-    """Run npusched's heuristic on one model and compare it with Vela's golden output for it."""
-    options = run_options_from_vela_args(model_path, config, solver="heuristic")
-    result = run(options)
-    assert result.evaluation is not None and result.schedule is not None  # a solver ran
+def compare_with_golden(result: RunResult, golden: Path) -> ModelComparison:
+    """Compare a run (npusched's heuristic, as a rule) with Vela's golden output for the same model and
+    hardware."""
+    schedule, evaluation = result.solved()
+    model = Path(result.options.model_path).stem
     vela_schedules = read_verbose_schedule(golden / "vela_stdout.txt")
     vela_ops = [op for sched in vela_schedules for op in sched.ops]
     vela_rows = [row for group in read_per_layer(golden / "per_layer.csv") for row in group]
     ours_by_name: dict[str, list] = {}
-    for cost in result.evaluation.ops:
-        ours_by_name.setdefault(cost.name, []).append((cost, result.schedule.op(cost.op_index)))
+    for cost in evaluation.ops:
+        ours_by_name.setdefault(cost.name, []).append((cost, schedule.op(cost.op_index)))
     comparisons = []
     for vela_op, row in zip(vela_ops, vela_rows, strict=True):
         candidates = ours_by_name.get(vela_op.name)
@@ -103,7 +104,7 @@ def compare_model(model_path: Path, golden: Path, config: dict[str, Any]) -> Mod
             continue
         cost, op_sched = candidates.pop(0)
         comparisons.append(OpComparison(
-            model=model_path.stem, name=vela_op.name,
+            model=model, name=vela_op.name,
             block_equal=op_sched.block_config.old_style() == vela_op.block_config,
             npu_ours=cost.npu_cycles, npu_vela=float(row["NPU"]),
             cycles_ours=cost.total_cycles, cycles_vela=float(row["Op Cycles"]),
@@ -111,7 +112,7 @@ def compare_model(model_path: Path, golden: Path, config: dict[str, Any]) -> Mod
     vela_cascades = frozenset((sg_position, start, end) for sg_position, sched in enumerate(vela_schedules)
                               for _, start, end, _ in sched.cascades if end > start)
     return ModelComparison(
-        model=model_path.stem, ops=comparisons, cycles_ours=result.evaluation.total_cycles,
+        model=model, ops=comparisons, cycles_ours=evaluation.total_cycles,
         cycles_vela=float(read_summary(golden / "summary.csv")["cycles_total"]),
         cascades_ours=_our_cascades(result), cascades_vela=vela_cascades,
     )

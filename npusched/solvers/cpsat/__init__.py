@@ -1,0 +1,7 @@
+"""CP-SAT scheduling: the model (``model``), the strategies that solve it (``search``) and the window search for
+networks too large for one model (``windows``)."""
+
+from npusched.solvers.cpsat.model import NetworkFacts
+from npusched.solvers.cpsat.search import CpSatResult, smallest_fast_storage, solve_cpsat
+
+__all__ = ["CpSatResult", "NetworkFacts", "smallest_fast_storage", "solve_cpsat"]

@@ -9,7 +9,7 @@ Where candidates come from (and how many, per subgraph of n passes):
 
 * every pass alone: its best few block configs (``BLOCK_CONFIGS_PER_OP`` by cycles, ranked once with weights
   copied into one buffer and once with weights read in place, plus Vela's), each both ways: <= 2 x (2 x 3 + 1);
-  in the quick first sweep over a large network (``light``), Vela's block config alone;
+  in the quick first sweep over a large network (``vela_configs_only``), Vela's block config alone;
 * the passes of the hint (the heuristic's schedule) and of Vela's MAX_BUFFERED schedule, verbatim: the hint is a
   solution of the model whenever it fits and avoids the artefact below, and Vela's own weight slicings are on
   offer;
@@ -364,13 +364,13 @@ def segments_of(schedule: Schedule, sg: NpuSubgraph) -> list[tuple[int, tuple[Op
 
 def all_candidates(arch: ArchitectureFeatures, facts: SubgraphFacts, references: Sequence[Schedule],
                    hint_first: bool = False,
-                   lo: int = 0, hi: int | None = None, light: bool = False,
+                   lo: int = 0, hi: int | None = None, vela_configs_only: bool = False,
                    priced: tuple[dict[int, Any], dict[tuple[int, bool, int], Any]] | None = None) -> list[Candidate]:
     """Every candidate of one subgraph (see the module docstring) that lies within positions ``lo..hi`` (default:
     the whole subgraph), without duplicates; with ``hint_first`` the first reference is the hint and its
-    candidates are marked "hint". ``light`` keeps to Vela's block configs (no option is priced to find faster
-    ones), for a first quick pass over a large network. ``priced`` is ``price_positions`` over ``lo..hi`` when the
-    caller has it already."""
+    candidates are marked "hint". ``vela_configs_only`` keeps to Vela's block configs (no option is priced to
+    find faster ones), for a first quick pass over a large network. ``priced`` is ``price_positions`` over
+    ``lo..hi`` when the caller has it already."""
     hi = len(facts.sg.ops) - 1 if hi is None else hi
     cands: list[Candidate] = []
     for number, ref in enumerate(references):
@@ -380,7 +380,7 @@ def all_candidates(arch: ArchitectureFeatures, facts: SubgraphFacts, references:
     runs = [(start, stripes, (start, end, stripes) not in facts.minimal_only)
             for start, end, stripes in facts.cascade_runs if lo <= start and end <= hi]
     fastest: dict[tuple[int, bool, int], Any] | None = None
-    if light:
+    if vela_configs_only:
         for pos in range(lo, hi + 1):
             cands.extend(vela_single_candidates(arch, facts, pos))
     else:

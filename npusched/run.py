@@ -1,0 +1,120 @@
+"""What a run is asked (``RunOptions``) and what it produces (``RunResult``).
+
+These records sit between the solvers and everything that reports or deploys a run (``io``, ``vela``, ``app``,
+``sweep``), so each of those can take a typed result without importing the pipeline that makes one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from npusched.errors import ScheduleError
+from npusched.frontend.normalise import Normalisation
+from npusched.lowering.graph import Network
+from npusched.schedule.evaluator import Evaluation
+from npusched.schedule.schedule import Schedule
+from npusched.target.arch import ArchitectureFeatures
+
+# A fast-storage limit no schedule reaches: verifying against it checks everything but the limit.
+UNLIMITED = 1 << 62
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Everything a run depends on; the same options give the same schedule."""
+
+    model_path: Path
+    accelerator_config: str = "ethos-u55-256"
+    config_files: tuple[str, ...] = ()
+    system_config: str | None = None
+    memory_mode: str | None = None
+    arena_cache_size: int | None = None
+    optimise: str = "Performance"
+    solver: str | None = "cpsat"
+    time_limit_seconds: float = 30.0
+    workers: int | None = None
+    seed: int = 0
+    deterministic: bool = False
+    estimator: str = "vela"
+    # Fold the model's static shape arithmetic first (npusched.frontend.normalise); False schedules it as it is.
+    normalise: bool = True
+
+
+@dataclass(frozen=True)
+class NormalisationReport:
+    """What normalising the model changed, and what that did to the partition (both models lowered).
+
+    ``model_bytes`` is the normalised model: what was scheduled, what ``--output-dir`` gives Vela's backend and
+    ``--write-model`` writes.
+    """
+
+    normalisation: Normalisation
+    subgraphs_before: int
+    subgraphs_after: int
+    cpu_ops_before: int
+    cpu_ops_after: int
+    model_bytes: bytes = field(repr=False, default=b"")
+
+    def describe(self) -> str:
+        """E.g. "folded 48 shape operators; 26 NPU subgraphs → 1; 48 CPU operators → 0"."""
+        n = self.normalisation
+        parts = [f"folded {n.folded_operators} shape operator{'s' * (n.folded_operators != 1)}",
+                 f"{self.subgraphs_before} NPU subgraph{'s' * (self.subgraphs_before != 1)} → {self.subgraphs_after}",
+                 f"{self.cpu_ops_before} CPU operator{'s' * (self.cpu_ops_before != 1)} → {self.cpu_ops_after}"]
+        if n.fixed_batch_inputs:
+            parts.append("dynamic batch fixed to 1")
+        return "; ".join(parts)
+
+    def as_json(self) -> dict[str, Any]:
+        return {**self.normalisation.as_json(), "npu_subgraphs_before": self.subgraphs_before,
+                "npu_subgraphs_after": self.subgraphs_after, "cpu_ops_before": self.cpu_ops_before,
+                "cpu_ops_after": self.cpu_ops_after}
+
+
+@dataclass(frozen=True)
+class SolverReport:
+    """What CP-SAT says about its answer, next to the heuristic it started from (both priced by the evaluator)."""
+
+    status: str
+    bound_cycles: float
+    gap: float
+    solve_seconds: float
+    reason: str
+    model_stats: dict[str, Any]
+    heuristic_cycles: float | None
+    heuristic_peak_fast_storage_bytes: int | None
+    # ``bound_cycles`` holds over the candidate space CP-SAT searched; this one for any schedule at all.
+    any_schedule_bound_cycles: float = float("nan")
+    # "Performance" or "Size" (least peak fast storage, then fewest cycles); for Size a proven lower bound on the
+    # peak over the candidate space (None where none was proven) and whether the schedule's peak meets it.
+    strategy: str = "Performance"
+    peak_bound_bytes: int | None = None
+    peak_proven_minimal: bool = False
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """A finished run: its inputs, the lowered network, and (when a solver ran) the verified schedule and its
+    evaluation — the only source of the figures a report prints."""
+
+    options: RunOptions
+    arch: ArchitectureFeatures
+    network: Network
+    status: str
+    schedule: Schedule | None = None
+    evaluation: Evaluation | None = None
+    timings_seconds: dict[str, float] = field(default_factory=dict)
+    solver_report: SolverReport | None = None
+    warnings: tuple[str, ...] = ()
+    # The schedule's total under each estimator (the chosen one is ``evaluation.total_cycles``).
+    cycles_by_estimator: dict[str, float] = field(default_factory=dict)
+    # What normalisation changed (None: nothing to fold, or --no-normalise): the network is the normalised model's.
+    normalisation: NormalisationReport | None = None
+
+    def solved(self) -> tuple[Schedule, Evaluation]:
+        """The schedule and its evaluation, for reports that need both (a run without a solver has neither)."""
+        if self.schedule is None or self.evaluation is None:
+            raise ScheduleError("the run made no schedule (it ran without a solver)")
+        return self.schedule, self.evaluation

@@ -1,0 +1,294 @@
+"""The strategies that solve the CP-SAT model: Performance (fewest cycles within the limit), Size (least peak,
+then fewest cycles at it), the fallback to the hint, the smallest fast storage that fits, and the hand-over to the
+window search for large networks."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ortools.sat.python import cp_model
+
+from npusched.errors import ScheduleError
+from npusched.lowering.graph import Network
+from npusched.schedule.evaluator import Evaluation, evaluate, staging_limit, verify
+from npusched.schedule.peak import explain_peak
+from npusched.schedule.schedule import Schedule
+from npusched.solvers.cpsat.model import (
+    SCALE,
+    CpSatModel,
+    Log,
+    NetworkFacts,
+    OutOfTime,
+    add_hint,
+    build_model,
+    extract_schedule,
+    whole_subgraph_regions,
+)
+from npusched.solvers.cpsat.solver import Progress, SearchBudget, new_solver
+from npusched.solvers.cpsat.windows import search_windows
+from npusched.solvers.max_schedule import max_schedule
+from npusched.target.arch import ArchitectureFeatures, OptimisationStrategy
+
+# Networks with more passes than this are improved window by window instead of in one model.
+FULL_MODEL_MAX_PASSES = 120
+
+
+@dataclass(frozen=True)
+class CpSatResult:
+    schedule: Schedule
+    status: str  # "optimal" | "feasible" | "fallback"
+    objective_cycles: float
+    bound_cycles: float
+    gap: float
+    solve_seconds: float
+    reason: str = ""
+    model_stats: dict[str, Any] = field(default_factory=dict)
+    scaled_objective: int | None = None
+    # A bound for any schedule at all (``any_schedule_bound``); ``bound_cycles`` holds over the candidate space.
+    any_schedule_bound_cycles: float = math.nan
+    # "Performance" (fewest cycles within the limit) or "Size" (least peak, then fewest cycles at that peak).
+    strategy: str = "Performance"
+    # Size: a proven lower bound on the peak fast storage of any schedule of the candidate space, and whether the
+    # schedule's peak meets it (None where no bound was proven: window search, fallback before solving).
+    peak_bound_bytes: int | None = None
+    peak_proven_minimal: bool = False
+
+
+def solve_cpsat(network: Network, arch: ArchitectureFeatures, *, time_limit_seconds: float = 30.0,
+                workers: int | None = None, seed: int = 0, deterministic: bool = False, hint: Schedule | None = None,
+                hint_evaluation: Evaluation | None = None, log: Log | None = None) -> CpSatResult:
+    """Schedule ``network`` with CP-SAT within ``time_limit_seconds`` of wall clock (building included; the
+    answer's evaluation and verification too). ``hint_evaluation`` saves evaluating the hint again.
+
+    ``arch.optimise`` picks the objective: "Performance", the fewest cycles within the fast-storage limit;
+    "Size", the least peak fast storage first and then the fewest cycles at that peak (lexicographic).
+    Never worse than ``hint`` when the hint verifies: the better of the two by the evaluator (by that objective)
+    is returned. Small networks are solved in one model (bounds and gap over the whole candidate space); large
+    ones, or when the one model cannot be built in time, are improved window by window from the hint. Raises
+    ScheduleError when no candidate schedule fits the fast storage.
+    """
+    start = time.monotonic()
+    net = NetworkFacts(network, arch)
+    result = _search(net, start, time_limit_seconds, workers or os.cpu_count() or 1, seed, deterministic, hint,
+                     hint_evaluation, log)
+    return replace(result, any_schedule_bound_cycles=any_schedule_bound(net),
+                   strategy="Size" if _size_first(arch) else "Performance")
+
+
+def _size_first(arch: ArchitectureFeatures) -> bool:
+    return arch.optimise is OptimisationStrategy.SIZE
+
+
+def _rank(evaluation: Evaluation, size_first: bool) -> tuple[float, ...]:
+    """What the objective compares: cycles, or (peak fast storage, cycles) when optimising for size."""
+    return (evaluation.peak_fast_storage, evaluation.total_cycles) if size_first else (evaluation.total_cycles,)
+
+
+def _search(net: NetworkFacts, start: float, time_limit_seconds: float, workers: int, seed: int,
+            deterministic: bool, hint: Schedule | None, hint_evaluation: Evaluation | None,
+            log: Log | None) -> CpSatResult:
+    network, arch = net.network, net.arch
+    size_first = _size_first(arch)
+    references = tuple(s for s in (hint, _max_schedule_or_none(network, arch)) if s is not None)
+    limit = staging_limit(arch)
+    hint_eval = hint_evaluation if hint_evaluation is not None or hint is None else evaluate(network, arch, hint)
+    # The hint with its evaluation when it fits the limit: what the search improves on, and falls back to.
+    fitting = (hint, hint_eval) if hint is not None and hint_eval is not None and \
+        not verify(network, arch, hint, hint_eval) else None
+    # Keep back what the last evaluation and verification of the answer take (no more than setting up took).
+    deadline = start + time_limit_seconds - 1.2 * (time.monotonic() - start)
+    budget = SearchBudget(deadline, workers, seed, deterministic, log)
+    stats: dict[str, Any] = {"passes": net.passes}
+    if net.passes > FULL_MODEL_MAX_PASSES and fitting is not None:
+        return _windows_result(net, references, *fitting, limit, budget, start, stats,
+                               "the network is too large for one model")
+    try:
+        # With a schedule that fits to improve on, leave time to improve it window by window should the one model
+        # take too long to build.
+        # Deterministic runs choose by size alone, never by the clock (the limit stays a safety net).
+        share = 1.0 if deterministic else 0.75 if fitting is not None else 0.9
+        built = build_model(net, whole_subgraph_regions(net), references, limit=limit, log=log,
+                            minimise_memory=size_first, hint_first=hint is not None,
+                            deadline=start + share * (deadline - start))
+    except OutOfTime:
+        if fitting is None:
+            raise ScheduleError(_nothing_found(hint_eval, limit, time_limit_seconds)) from None
+        return _windows_result(net, references, *fitting, limit, budget, start, stats,
+                               "the one model could not be built in time")
+    stats.update(built.stats, mode="full")
+    add_hint(built, hint, hint_eval.peak_fast_storage if hint_eval is not None else None)
+    peak = _PeakBound()
+    if size_first:
+        # First the least peak, in half the time left; then the fewest cycles within it.
+        solver = new_solver(budget.seconds_left() / 2, budget, time_limit_seconds / 4)
+        status = solver.solve(built.model, Progress(log, start, "bytes of fast storage", 1))
+        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            least_peak = round(solver.objective_value)
+            peak = _PeakBound(least_peak, math.ceil(solver.best_objective_bound - 1e-6), status == cp_model.OPTIMAL)
+            smallest = extract_schedule(built, solver.boolean_value)
+            if log is not None:
+                log(f"cp-sat: peak {peak.found_bytes} bytes, bound {peak.bound_bytes} bytes; now the fewest cycles "
+                    "within that peak")
+            _hold_peak_and_minimise_cycles(built, solver, least_peak)
+            solver = new_solver(budget.seconds_left(), budget, time_limit_seconds / 4)
+            cycles_status = solver.solve(built.model, Progress(log, start))
+            if cycles_status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                # The smallest schedule is a solution of the second model too; without time to find it, keep it.
+                return _verified_result(net, smallest, hint, fitting[1] if fitting else None, cp_model.FEASIBLE,
+                                        math.nan, peak, time.monotonic() - start, stats, log)
+            status = cycles_status if status == cp_model.OPTIMAL else cp_model.FEASIBLE
+    else:
+        solver = new_solver(budget.seconds_left(), budget, time_limit_seconds / 2)
+        status = solver.solve(built.model, Progress(log, start))
+    solve_seconds = time.monotonic() - start
+    if status == cp_model.INFEASIBLE:
+        if fitting is not None:
+            return _fallback(fitting[0], fitting[1].total_cycles, "the candidate space has no schedule that fits",
+                             solve_seconds, stats)
+        fit = smallest_fast_storage(net, references, deadline, deterministic)
+        if fit.schedule is None:
+            raise ScheduleError(f"no schedule fits {built.limit} bytes of fast storage")
+        raise ScheduleError(f"no schedule fits {built.limit} bytes of fast storage; the smallest that fits needs "
+                            f"{fit.needed_bytes} bytes"
+                            + ("" if fit.proven else " or fewer (not proven within the time limit)")
+                            + f": {explain_peak(network, arch, fit.schedule)}", needed_bytes=fit.needed_bytes)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        if fitting is None:
+            raise ScheduleError(_nothing_found(hint_eval, limit, time_limit_seconds))
+        return _fallback(fitting[0], fitting[1].total_cycles, f"no CP-SAT solution within {time_limit_seconds:g} s",
+                         solve_seconds, stats)
+    return _verified_result(net, extract_schedule(built, solver.boolean_value), hint, fitting[1] if fitting else None,
+                            status, solver.best_objective_bound / SCALE, peak, solve_seconds, stats, log)
+
+
+def _windows_result(net: NetworkFacts, references: tuple[Schedule, ...], hint: Schedule, hint_eval: Evaluation,
+                    limit: int, budget: SearchBudget, start: float, stats: dict[str, Any], why: str) -> CpSatResult:
+    """The window search's answer from the hint (verified) as a result: feasible, with no bound of its own."""
+    outcome = search_windows(net, references, hint, hint_eval, limit, budget, why)
+    stats.update(outcome.stats)
+    status = "feasible"
+    return CpSatResult(outcome.schedule.with_status(status, outcome.reason), status, outcome.cycles, math.nan,
+                       math.nan, time.monotonic() - start, outcome.reason, stats)
+
+
+@dataclass(frozen=True)
+class _PeakBound:
+    """The least peak fast storage the first (Size) solve found and the lower bound it proved, in bytes."""
+
+    found_bytes: int | None = None
+    bound_bytes: int | None = None
+    proven: bool = False
+
+
+def _hold_peak_and_minimise_cycles(built: CpSatModel, solver: cp_model.CpSolver, peak_bytes: int) -> None:
+    """Turn the solved Size model into its second stage: the peak held to ``peak_bytes``, the cycles minimised,
+    every variable hinted with the first stage's solution (a schedule of that peak is known at once)."""
+    model = built.model
+    model.add(built.peak <= peak_bytes)
+    model.minimize(built.cycles)
+    model.clear_hints()
+    for index in range(len(model.proto.variables)):
+        variable = model.get_int_var_from_proto_index(index)
+        model.add_hint(variable, solver.value(variable))
+
+
+def _verified_result(net: NetworkFacts, found: tuple[Schedule, int], hint: Schedule | None,
+                     hint_eval: Evaluation | None, status: cp_model.CpSolverStatus, bound: float, peak: _PeakBound,
+                     solve_seconds: float, stats: dict[str, Any], log: Log | None) -> CpSatResult:
+    """The solver's schedule once the evaluator has priced and verified it, or the hint (``hint_eval`` is given
+    when the hint fits) when it is better by the objective or the solver's schedule fails verification."""
+    schedule, scaled = found
+    size_first = _size_first(net.arch)
+    evaluation = evaluate(net.network, net.arch, schedule)
+    problems = verify(net.network, net.arch, schedule, evaluation)
+    if hint is not None and hint_eval is not None and (problems or _rank(hint_eval, size_first)
+                                                       < _rank(evaluation, size_first)):
+        # A failed verification should not happen (the model counts memory as the evaluator does); the judge has
+        # the last word either way.
+        reason = (f"the CP-SAT schedule fails verification: {problems[0]}" if problems
+                  else "the hint is better than the CP-SAT schedule")
+        return replace(_fallback(hint, hint_eval.total_cycles, reason, solve_seconds, stats, bound),
+                       peak_bound_bytes=peak.bound_bytes, peak_proven_minimal=peak.proven)
+    if problems:
+        raise ScheduleError(f"the CP-SAT schedule fails verification: {problems[0]}")
+    label = "optimal" if status == cp_model.OPTIMAL else "feasible"
+    gap = 0.0 if status == cp_model.OPTIMAL else _gap(evaluation.total_cycles, bound) if not math.isnan(bound) \
+        else math.nan
+    within = ""
+    if size_first and peak.found_bytes is not None:
+        within = (f"peak {evaluation.peak_fast_storage} bytes, "
+                  + ("the least in the candidate space" if peak.proven else f"bound {peak.bound_bytes} bytes")
+                  + "; cycles at that peak: ")
+    reason = (f"cp-sat {label}: {within}bound {bound:.0f} cycles, gap {gap:.2%}" if not math.isnan(bound)
+              else f"cp-sat {label}: {within}no bound")
+    schedule = schedule.with_status(label, reason)
+    if log is not None:
+        log(f"cp-sat {label}: {evaluation.total_cycles:.0f} cycles, {reason.split(': ', 1)[1]}, "
+            f"{solve_seconds:.1f} s")
+    return CpSatResult(schedule, label, evaluation.total_cycles, bound, gap, solve_seconds, "", stats, scaled,
+                       peak_bound_bytes=peak.bound_bytes, peak_proven_minimal=peak.proven)
+
+
+def _nothing_found(hint_eval: Evaluation | None, limit: int, seconds: float) -> str:
+    why = ("the heuristic's (Vela legacy's) schedule needs "
+           f"{hint_eval.peak_fast_storage} bytes" if hint_eval is not None else "the heuristic (Vela legacy) has none")
+    return (f"no schedule that fits {limit} bytes of fast storage was found within {seconds:.3g} s ({why}); a "
+            "longer --time-limit gives CP-SAT the time to find one or to prove there is none")
+
+
+def _gap(cycles: float, bound: float) -> float:
+    return max(0.0, (cycles - bound) / cycles) if cycles else 0.0
+
+
+def _max_schedule_or_none(network: Network, arch: ArchitectureFeatures) -> Schedule | None:
+    try:
+        return max_schedule(network, arch)
+    except ScheduleError:
+        return None
+
+
+def _fallback(schedule: Schedule, total: float, reason: str, seconds: float, stats: dict[str, Any],
+              bound: float = math.nan) -> CpSatResult:
+    return CpSatResult(schedule.with_status("fallback", reason), "fallback", total, bound,
+                       _gap(total, bound) if not math.isnan(bound) else math.nan, seconds, reason, stats)
+
+
+@dataclass(frozen=True)
+class SmallestFit:
+    """The least fast storage a schedule of the candidate space was found to need, whether that is proven the
+    least, and the schedule that needs it (``needed_bytes`` -1 and no schedule when none was found in time)."""
+
+    needed_bytes: int
+    proven: bool
+    schedule: Schedule | None = None
+
+
+def smallest_fast_storage(net: NetworkFacts, references: tuple[Schedule, ...], deadline: float,
+                          deterministic: bool = False) -> SmallestFit:
+    """The least fast storage a schedule of the candidate space needs (CP-SAT, minimising the limit). With
+    ``deterministic`` the search stops after a fixed amount of work (half the time left), not by the clock."""
+    try:
+        built = build_model(net, whole_subgraph_regions(net), references,
+                            limit=max(staging_limit(net.arch), 1 << 40), minimise_memory=True, deadline=deadline)
+    except OutOfTime:
+        return SmallestFit(-1, False)
+    solver = new_solver(deadline - time.monotonic(), SearchBudget(deadline, workers=1, deterministic=deterministic))
+    status = solver.solve(built.model)
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        schedule, _ = extract_schedule(built, solver.boolean_value)
+        return SmallestFit(int(solver.objective_value), status == cp_model.OPTIMAL, schedule)
+    return SmallestFit(-1, False)
+
+
+def any_schedule_bound(net: NetworkFacts) -> float:
+    """A lower bound on the total cycles of any schedule, whatever its block configs, stripes, cascades and
+    placements: every pass's MACs at the NPU's peak MAC rate (operand traffic, weight transfers and elementwise
+    work only add). Weak, but it needs no search, so it holds where the candidate space ends. Like every bound
+    here it assumes no pass is priced below its own compute time, which only the DMA-credit artefact of Vela's
+    estimate does (see ``npusched.solvers.cpsat.candidates``)."""
+    peak_macs_per_cycle = net.arch.num_macs_per_cycle * net.arch.ncores
+    return sum(op.macs for sg in net.subgraphs for op in sg.ops) / peak_macs_per_cycle

@@ -1,0 +1,258 @@
+"""Large networks: windows of the execution order re-decided with the rest fixed (a large-neighbourhood search).
+
+Used for networks with more passes than one model holds, or when the one model cannot be built in time. Every
+accepted move lowers the objective with everything outside its window unchanged; the search proves no bound.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ortools.sat.python import cp_model
+
+from npusched.schedule.evaluator import Evaluation, evaluate, verify
+from npusched.schedule.schedule import Schedule
+from npusched.solvers.cpsat.candidates import segments_of
+from npusched.solvers.cpsat.model import (
+    SCALE,
+    NetworkFacts,
+    OutOfTime,
+    Region,
+    add_hint,
+    build_model,
+    extract_schedule,
+    incumbent_runs,
+    slack_before,
+)
+from npusched.solvers.cpsat.solver import SearchBudget, new_solver
+from npusched.target.arch import OptimisationStrategy
+
+# Passes a window decides at first (it grows when a sweep over the network finds nothing better).
+WINDOW_PASSES = 16
+
+
+# Wall-clock cap on one window's solve.
+WINDOW_SOLVE_SECONDS = 2.0
+
+
+# With --deterministic the window search makes this many moves per second of the limit, whatever the clock says.
+DETERMINISTIC_MOVES_PER_SECOND = 1.0
+
+
+# Optimising for size, the window search spends this share of its time and moves lowering the peak.
+PEAK_SHARE = 0.4
+
+
+@dataclass(frozen=True)
+class WindowsOutcome:
+    """The window search's schedule (verified), its cycles, why it ran, and its counters."""
+
+    schedule: Schedule
+    cycles: float
+    reason: str
+    stats: dict[str, Any]
+
+
+def search_windows(net: NetworkFacts, references: tuple[Schedule, ...], hint: Schedule, hint_eval: Evaluation,
+                   limit: int, budget: SearchBudget, why: str) -> WindowsOutcome:
+    """The window search from the hint (verified; ``hint_eval`` its evaluation): for Size, first windows that lower
+    the peak (``PEAK_SHARE`` of the time and moves), then windows that lower the cycles within the peak reached."""
+    if budget.log is not None:
+        budget.log(f"cp-sat: {why}; improving the heuristic's schedule window by window")
+    # A deterministic search stops after a number of moves, not at the clock (which stays a safety net).
+    moves = (max(1, round(DETERMINISTIC_MOVES_PER_SECOND * budget.seconds_left())) if budget.deterministic
+             else math.inf)
+    reason = f"large-neighbourhood search over windows ({why}): no bound over the candidate space"
+    stats: dict[str, Any] = {}
+    if net.arch.optimise is OptimisationStrategy.SIZE:
+        peak_moves = max(1, round(PEAK_SHARE * moves)) if budget.deterministic else math.inf
+        peak_budget = replace(budget, deadline=time.monotonic() + PEAK_SHARE * budget.seconds_left())
+        hint, hint_eval, peak_stats = _shrink_peak_by_windows(net, references, hint, hint_eval, limit, peak_budget,
+                                                              peak_moves)
+        stats.update(peak_stats)
+        moves = max(1, moves - peak_moves)
+        limit = min(limit, hint_eval.peak_fast_storage)
+        reason += f"; peak lowered around its step only, cycles then lowered within {limit} bytes"
+    schedule, cycles, window_stats = _improve_by_windows(net, references, hint, hint_eval, limit, budget, moves)
+    stats.update(window_stats, mode="windows")
+    return WindowsOutcome(schedule, cycles, reason, stats)
+
+
+def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], incumbent: Schedule,
+                        evaluation: Evaluation, limit: int, budget: SearchBudget, moves: float
+                        ) -> tuple[Schedule, float, dict[str, Any]]:
+    """Improve ``incumbent`` (verified; ``evaluation`` is the evaluator's) move by move until the deadline or
+    after ``moves`` moves (a deterministic search stops by count, never by the clock). A move
+    decides some regions with everything else fixed, so an accepted move can only lower the total:
+
+    * residency: every pass keeps the incumbent's choices, every feature map of every subgraph may move
+      (dedicated fast storage only): maps live far longer than a window are placed here;
+    * windows of the execution order, costliest first, with Vela's block configs only (cheap: nothing to price
+      but the candidates themselves), then with every candidate, then wider.
+
+    Each stage repeats until it finds nothing better. The result is verified after every sweep; should a
+    sweep's result fail, the previous one is kept."""
+    verified, verified_cycles = incumbent, evaluation.total_cycles
+    stats = {"windows": 0, "improved_windows": 0, "sweeps": 0, "largest_window": 0}
+    moves_left = moves
+    longest = max(len(sg.ops) for sg in net.subgraphs)
+    stages: list[tuple[str, int]] = [] if net.shared else [("residency", 0)]
+    stages.append(("vela_configs_only", WINDOW_PASSES))
+    width = WINDOW_PASSES
+    while True:
+        stages.append(("full", width))
+        if width >= longest:
+            break
+        width *= 2
+
+    def move(regions: list[Region], vela_configs_only: bool, seconds: float) -> bool:
+        """Solve ``regions`` of the incumbent; True when that lowered its cost."""
+        nonlocal incumbent, moves_left
+        if moves_left <= 0:
+            return False
+        moves_left -= 1
+        try:
+            built = build_model(net, regions, (incumbent, *references), limit=limit, incumbent=incumbent,
+                                hint_first=True, deadline=budget.deadline - 0.1, vela_configs_only=vela_configs_only)
+        except OutOfTime:
+            return False
+        add_hint(built, incumbent)
+        solver = new_solver(min(budget.seconds_left(), seconds), budget, seconds / 2)
+        status = solver.solve(built.model)
+        stats["windows"] += 1
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return False
+        if solver.objective_value >= sum(_incumbent_cost(net, incumbent, region) for region in regions):
+            return False
+        incumbent, _ = extract_schedule(built, solver.boolean_value, incumbent)
+        stats["improved_windows"] += 1
+        return True
+
+    while stages and time.monotonic() < budget.deadline and moves_left > 0:
+        kind, width = stages[0]
+        improved = False
+        if kind == "residency":
+            # Every run fixed: the free part of each region is empty.
+            regions = [Region(sgi, len(sg.ops), len(sg.ops) - 1, 0, len(sg.ops) - 1)
+                       for sgi, sg in enumerate(net.subgraphs) if sg.ops]
+            improved = move(regions, True, 4 * WINDOW_SOLVE_SECONDS)
+        else:
+            for sgi, lo, hi in windows_by_cost(net, width, evaluation):
+                if budget.seconds_left() < 0.2 or moves_left <= 0:
+                    break
+                region = aligned_region(net, incumbent, sgi, lo, hi)
+                stats["largest_window"] = max(stats["largest_window"], region.hi - region.lo + 1)
+                improved = move([region], kind == "vela_configs_only", WINDOW_SOLVE_SECONDS) or improved
+        stats["sweeps"] += 1
+        if not improved:
+            stages.pop(0)
+            continue
+        evaluation = evaluate(net.network, net.arch, incumbent)
+        if verify(net.network, net.arch, incumbent, evaluation, limit) or evaluation.total_cycles > verified_cycles:
+            break
+        verified, verified_cycles = incumbent, evaluation.total_cycles
+        if budget.log is not None:
+            what = "residency" if kind == "residency" else f"{width}-pass windows" + (
+                " (Vela block configs)" if kind == "vela_configs_only" else "")
+            budget.log(f"cp-sat: sweep {stats['sweeps']} ({what}): {verified_cycles:.0f} cycles")
+    return verified, verified_cycles, stats
+
+
+def windows_by_cost(net: NetworkFacts, width: int, evaluation: Evaluation) -> list[tuple[int, int, int]]:
+    """(subgraph, first, last position) of windows of ``width`` passes over every subgraph, overlapping by half,
+    the costliest first (where the time runs out before a sweep ends, the largest gains come first)."""
+    cycles = {cost.op_index: cost.total_cycles for cost in evaluation.ops}
+    step = max(1, width // 2)
+    windows = [(sgi, lo, min(lo + width, len(sg.ops)) - 1) for sgi, sg in enumerate(net.subgraphs)
+               for lo in range(0, max(1, len(sg.ops) - step), step) if sg.ops]
+
+    def cost(window: tuple[int, int, int]) -> float:
+        sgi, lo, hi = window
+        return sum(cycles.get(op.index, 0.0) for op in net.subgraphs[sgi].ops[lo:hi + 1])
+
+    return sorted(windows, key=lambda w: -cost(w))
+
+
+def aligned_region(net: NetworkFacts, incumbent: Schedule, sgi: int, lo: int, hi: int) -> Region:
+    """The window ``lo..hi`` widened to whole runs of the incumbent (a window never cuts one of its cascades),
+    with the runs just outside it."""
+    runs = [(start, start + len(ops) - 1) for start, ops in segments_of(incumbent, net.subgraphs[sgi])]
+    first = next(k for k, (_, end) in enumerate(runs) if end >= lo)
+    last = next(k for k, (_, end) in enumerate(runs) if end >= hi)
+    return Region(sgi, runs[first][0], runs[last][1], runs[max(first - 1, 0)][0],
+                  runs[min(last + 1, len(runs) - 1)][1])
+
+
+def _incumbent_cost(net: NetworkFacts, incumbent: Schedule, region: Region) -> int:
+    """The scaled price of the incumbent over ``ext_lo..ext_hi``, as the window model's tables price it."""
+    places = {fm: incumbent.placement(fm) or p for fm, p in net.base.items()}
+    runs = incumbent_runs(net, incumbent, region.sg_index)
+    slack = slack_before(net, runs, region.sg_index, region.ext_lo)
+    total = 0
+    for run in runs:
+        if region.ext_lo <= run.start <= region.ext_hi:
+            totals, slack, _ = net.pricer.price(net.subgraphs[region.sg_index].ops, run, places, slack)
+            total += sum(round(t * SCALE) for t in totals)
+    return total
+
+
+def _peak_rank(evaluation: Evaluation) -> tuple[int, int]:
+    """(peak fast storage, steps at that peak): a move that lowers the use at one of several equal peaks counts
+    as progress."""
+    peak = evaluation.peak_fast_storage
+    return peak, sum(memory.usage.count(peak) for memory in evaluation.memory)
+
+
+def _peak_position(net: NetworkFacts, evaluation: Evaluation) -> tuple[int, int]:
+    """(subgraph, position) of the pass at or just before the first step where fast-storage use peaks."""
+    sgi, memory = max(enumerate(evaluation.memory), key=lambda item: item[1].peak)
+    step = memory.usage.index(memory.peak)
+    ops = net.subgraphs[sgi].ops
+    return sgi, max((pos for pos, op in enumerate(ops) if memory.op_steps.get(op.index, 0) <= step), default=0)
+
+
+def _shrink_peak_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], incumbent: Schedule,
+                            evaluation: Evaluation, limit: int, budget: SearchBudget, moves: float
+                            ) -> tuple[Schedule, Evaluation, dict[str, Any]]:
+    """Lower the peak fast storage of ``incumbent`` (verified) window by window: a window around the step where
+    the use peaks is re-decided with its highest use minimised, twice as wide when that finds nothing lower,
+    back to ``WINDOW_PASSES`` after a success. What a window decides (its cascades, its rolling and weight
+    buffers, the residency of maps that live only inside it) lives only inside it, and the passes outside keep
+    their choices, so the use elsewhere stays as it was: an accepted move never raises the peak. Each accepted
+    move is verified by the evaluator. Stops at the deadline, after ``moves`` moves, or when a window as wide
+    as the subgraph finds nothing lower."""
+    stats = {"peak_windows": 0, "peak_improved_windows": 0}
+    width = WINDOW_PASSES
+    while moves > 0 and budget.seconds_left() > 0.2:
+        moves -= 1
+        sgi, pos = _peak_position(net, evaluation)
+        last = len(net.subgraphs[sgi].ops) - 1
+        if width > 2 * (last + 1):
+            break
+        region = aligned_region(net, incumbent, sgi, max(0, pos - width // 2), min(last, pos + width // 2))
+        peak = evaluation.peak_fast_storage
+        try:
+            built = build_model(net, [region], (incumbent, *references), limit=peak, minimise_memory=True,
+                                incumbent=incumbent, hint_first=True, deadline=budget.deadline - 0.1)
+        except OutOfTime:
+            break
+        add_hint(built, incumbent, peak)
+        solver = new_solver(min(budget.seconds_left(), WINDOW_SOLVE_SECONDS), budget, WINDOW_SOLVE_SECONDS / 2)
+        status = solver.solve(built.model)
+        stats["peak_windows"] += 1
+        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and solver.objective_value < peak:
+            candidate, _ = extract_schedule(built, solver.boolean_value, incumbent)
+            candidate_eval = evaluate(net.network, net.arch, candidate)
+            if (not verify(net.network, net.arch, candidate, candidate_eval, limit)
+                    and _peak_rank(candidate_eval) < _peak_rank(evaluation)):
+                incumbent, evaluation, width = candidate, candidate_eval, WINDOW_PASSES
+                stats["peak_improved_windows"] += 1
+                if budget.log is not None:
+                    budget.log(f"cp-sat: peak {evaluation.peak_fast_storage} bytes "
+                               f"({evaluation.total_cycles:.0f} cycles)")
+                continue
+        width *= 2
+    return incumbent, evaluation, stats
