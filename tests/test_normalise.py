@@ -249,3 +249,57 @@ def test_folders_agree_with_the_reference_kernels():
     assert values["new_shape"].tolist() == [1, 192]
     assert values["u1_vec"].tolist() == [6]
     _assert_exact(raw, normalised, seeds=(0, 1, 2))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the pipeline: what is scheduled, what is written, what Vela's backend compiles
+
+U65 = ["--accelerator-config", "ethos-u65-256", "--config", "Arm/vela.ini", "--system-config", "Ethos_U65_Mid_End",
+       "--memory-mode", "Dedicated_Sram_256KB"]
+
+
+def test_run_schedules_the_normalised_model_and_says_what_changed(tmp_path):
+    from npusched.app.pipeline import run
+    from npusched.run import RunOptions
+
+    raw = tmp_path / "mnv3.tflite"
+    raw.write_bytes(_keras("mobilenet_v3", 60, 1))
+    written = tmp_path / "mnv3_normalised.tflite"
+    written.write_bytes(normalise(raw.read_bytes())[0])
+    options = RunOptions(model_path=raw, accelerator_config="ethos-u55-128", solver="heuristic")
+    result = run(options)
+    as_is = run(RunOptions(model_path=raw, accelerator_config="ethos-u55-128", solver="heuristic", normalise=False))
+    on_written = run(RunOptions(model_path=written, accelerator_config="ethos-u55-128", solver="heuristic"))
+    report = result.normalisation
+    assert report is not None and as_is.normalisation is None and on_written.normalisation is None
+    assert (report.subgraphs_before, report.subgraphs_after) == (len(as_is.network.subgraphs), 1)
+    assert (report.cpu_ops_before, report.cpu_ops_after) == (len(as_is.network.cpu_ops), 0)
+    assert report.describe().startswith(f"folded 21 shape operators; {report.subgraphs_before} NPU subgraphs → 1")
+    # Scheduling the model normalised here is scheduling the written file.
+    assert result.evaluation.total_cycles == on_written.evaluation.total_cycles
+    assert result.evaluation.total_cycles < as_is.evaluation.total_cycles
+
+
+def test_cli_writes_the_normalised_model_and_vela_compiles_it(tmp_path, capsys):
+    """A Keras-style U-Net's transposed convolution takes its output shape from SHAPE -> ... -> PACK: Vela's
+    legacy backend stops on the raw file; normalised, it compiles, and its estimate is npusched's."""
+    import json
+
+    from npusched.app.cli import main
+
+    raw = tmp_path / "unet.tflite"
+    raw.write_bytes(_keras("unet"))
+    written, out, doc = tmp_path / "unet_normalised.tflite", tmp_path / "out", tmp_path / "unet.json"
+    argv = [str(raw), *U65, "--solver", "heuristic", "--quiet", "--write-model", str(written), "--output-dir",
+            str(out), "--json", str(doc)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "Normalised: folded 7 shape operators" in printed and "agrees with npusched's" in printed
+    assert written.read_bytes() == normalise(raw.read_bytes())[0]
+    assert (out / "unet_vela.tflite").exists()
+    normalisation = json.loads(doc.read_text())["normalisation"]
+    assert normalisation["folded_by_type"] == {"STRIDED_SLICE": 3, "MUL": 2, "PACK": 1, "SHAPE": 1}
+    assert normalisation["cpu_ops_after"] == 0 < normalisation["cpu_ops_before"]
+    # --no-normalise hands Vela the file as it is, which its legacy backend refuses (an error, nothing written).
+    assert main([*argv[:-4], "--output-dir", str(tmp_path / "raw_out"), "--no-normalise"]) == 2
+    assert "error:" in capsys.readouterr().err

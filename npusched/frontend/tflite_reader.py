@@ -389,14 +389,18 @@ def parse_tflite(data: bytes, source: str = "<bytes>") -> TfliteModel:
 
 def read_tflite(path: str | Path) -> TfliteModel:
     """Read a .tflite file; every problem with the file raises ModelError with a one-line reason."""
+    return parse_tflite(read_model_bytes(path), str(path))
+
+
+def read_model_bytes(path: str | Path) -> bytes:
+    """A model file's bytes; a missing or unreadable file raises ModelError with a one-line reason."""
     source = str(path)
     p = Path(path)
     if p.is_dir():
         raise ModelError(f"{source}: is a directory, not a TFLite file")
     try:
-        data = p.read_bytes()
+        return p.read_bytes()
     except FileNotFoundError:
         raise ModelError(f"{source}: no such file") from None
     except OSError as exc:
         raise ModelError(f"{source}: cannot read file ({exc.strerror or exc})") from None
-    return parse_tflite(data, source)
