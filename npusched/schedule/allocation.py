@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from npusched.lowering.graph import Network, NpuSubgraph
-from npusched.schedule.evaluation import Evaluation, evaluate
 from npusched.schedule.memory_layout import LiveRange
+from npusched.schedule.pass_costs import Evaluation, evaluate
 from npusched.schedule.rules import ALLOCATION_QUANTUM
 from npusched.schedule.schedule import Schedule
 from npusched.target.arch import ArchitectureFeatures

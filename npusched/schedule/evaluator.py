@@ -18,7 +18,6 @@ through it; it steps through the positions of ``memory_layout``, the per-subgrap
 too), ``pricing`` (one pass), ``evaluation`` (the whole schedule) and ``verification``.
 """
 
-from npusched.schedule.evaluation import BandwidthKey, Evaluation, OpCost, evaluate
 from npusched.schedule.memory_layout import LiveRange
 from npusched.schedule.memory_model import (
     PassMemory,
@@ -31,6 +30,7 @@ from npusched.schedule.memory_model import (
     scheduling_view,
     subgraph_memory,
 )
+from npusched.schedule.pass_costs import BandwidthKey, Evaluation, OpCost, evaluate
 from npusched.schedule.pricing import (
     encoded_weights_for,
     full_weight_transfer_cycles,

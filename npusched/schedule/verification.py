@@ -9,8 +9,8 @@ from typing import Any
 from npusched.ir import NpuOp
 from npusched.lowering.graph import Network, NpuSubgraph
 from npusched.schedule.allocation import Allocation, allocate_ranges, fast_storage_ranges
-from npusched.schedule.evaluation import Evaluation, evaluate
 from npusched.schedule.memory_model import cascade_rolling_buffers
+from npusched.schedule.pass_costs import Evaluation, evaluate
 from npusched.schedule.pricing import block_depth, staging_limit
 from npusched.schedule.rules import ifm_stripes, weights_need_dma
 from npusched.schedule.schedule import OpSchedule, Schedule
