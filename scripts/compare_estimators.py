@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from conftest import CONFIGS, MODELS, VELA_FAILED, model_path  # noqa: E402
 
-from npusched.app.pipeline import run  # noqa: E402
+from npusched import solve_options  # noqa: E402
 from npusched.errors import NpuschedError  # noqa: E402
 from npusched.vela.command import run_options_from_vela_args  # noqa: E402
 
@@ -42,13 +42,13 @@ def run_cell(config: str, model: str, time_limit: float, workers: int) -> dict[s
     def options(**overrides: object):
         return run_options_from_vela_args(model_path(model), CONFIGS[config], **overrides)
 
-    heuristic = run(options(solver="heuristic"))
+    heuristic = solve_options(options(solver="heuristic")).run
     row: dict[str, object] = {"config": config, "model": model,
                               "vela_legacy_vela": heuristic.cycles_by_estimator["vela"],
                               "vela_legacy_contention": heuristic.cycles_by_estimator["contention"]}
     for estimator in ("vela", "contention"):
-        result = run(options(solver="cpsat", estimator=estimator, deterministic=True, workers=workers,
-                             time_limit_seconds=time_limit))
+        result = solve_options(options(solver="cpsat", estimator=estimator, deterministic=True, workers=workers,
+                                       time_limit_seconds=time_limit)).run
         for priced in ("vela", "contention"):
             row[f"cpsat_{estimator}_{priced}"] = result.cycles_by_estimator[priced]
         row[f"status_{estimator}"] = result.status

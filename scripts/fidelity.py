@@ -22,7 +22,8 @@ import csv
 import sys
 from pathlib import Path
 
-from npusched.app.pipeline import load_network, run
+from npusched import solve_options
+from npusched.app.pipeline import load_network
 from npusched.errors import NpuschedError
 from npusched.vela.command import run_options_from_vela_args
 from npusched.vela.default_core import compare_default_core
@@ -68,8 +69,8 @@ def main() -> int:
                                                                            estimator="vela-default"))
                 model = compare_default_core(network, arch, golden, golden.name)
             else:
-                model = compare_with_golden(run(run_options_from_vela_args(model_path, config, solver="heuristic")),
-                                            golden)
+                options = run_options_from_vela_args(model_path, config, solver="heuristic")
+                model = compare_with_golden(solve_options(options).run, golden)
         except NpuschedError as exc:
             print(f"{golden.name}: error: {exc}")
             continue

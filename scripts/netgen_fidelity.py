@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from npusched.app.pipeline import run
+from npusched import solve_options
 from npusched.errors import NpuschedError
 from npusched.netgen import ARCHITECTURES, generate
 from npusched.vela.command import run_options_from_vela_args
@@ -83,7 +83,7 @@ def reproduce(case: Case, config: dict[str, Any]) -> str:
 
 def first_difference(model: Path, golden: Path, config: dict[str, Any]) -> str:
     """The first op (in Vela's order) whose op cycles differ by more than 1%, and which of its choices differ."""
-    result = run(run_options_from_vela_args(model, config, solver="heuristic"))
+    result = solve_options(run_options_from_vela_args(model, config, solver="heuristic")).run
     ours: dict[str, list[Any]] = {}
     for cost in result.evaluation.ops:
         ours.setdefault(cost.name, []).append((cost, result.schedule.op(cost.op_index)))
@@ -128,7 +128,8 @@ def run_case(case: Case, config_name: str, config: dict[str, Any], work: Path, t
     counts = {"vela_passes": sum(len(s.ops) for s in schedules),
               "vela_cpu_ops": read_cpu_operator_count(golden / "vela_stdout.txt")}
     try:
-        comparison = compare_with_golden(run(run_options_from_vela_args(model, config, solver="heuristic")), golden)
+        options = run_options_from_vela_args(model, config, solver="heuristic")
+        comparison = compare_with_golden(solve_options(options).run, golden)
         difference = ""
         if abs(comparison.cycles_error) > WITHIN_PERCENT:
             difference = first_difference(model, golden, config)

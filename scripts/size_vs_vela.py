@@ -31,7 +31,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from npusched.app.pipeline import load_network, run  # noqa: E402
+from npusched import solve_options  # noqa: E402
+from npusched.app.pipeline import load_network  # noqa: E402
 from npusched.errors import ScheduleError  # noqa: E402
 from npusched.vela.command import run_options_from_vela_args  # noqa: E402
 
@@ -73,7 +74,7 @@ def model_row(model: str, config: dict[str, Any], vela: dict[str, int], args: ar
     known = [v for v in (vela.get("legacy"), vela.get("regor")) if v is not None]
     row["vela_min"] = min(known) if known else None
     try:
-        result = run(options)
+        result = solve_options(options).run
     except ScheduleError as exc:
         row.update(status=f"error: {exc}", seconds=time.monotonic() - start)
         return row

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from npusched.app.pipeline import run  # noqa: E402
+from npusched import solve_options  # noqa: E402
 from npusched.errors import NpuschedError  # noqa: E402
 from npusched.io.report_json import write_json  # noqa: E402
 from npusched.vela.backend import compile_schedule, tflite_contents  # noqa: E402
@@ -49,7 +49,7 @@ def check_cell(model: Path, config_name: str, solver: str, time_limit: float, wo
                                          deterministic=True, workers=1)
     started = time.monotonic()
     try:
-        result = run(options)
+        result = solve_options(options).run
     except NpuschedError as exc:
         return {**row, "error": str(exc)}
     try:

@@ -129,12 +129,17 @@ def test_network_structure_is_consistent(lowered, name):
         assert indices == sorted(indices) and not seen & set(indices)
         seen |= set(indices)
         assert all(net.ops[op.index] is op for op in sg.ops)
+        # The pass DAG: passes and the feature maps they read and write; the execution order is a topological
+        # order of it, so every map is written before it is read.
         g = sg.graph
-        assert sorted(g.nodes) == indices and nx.is_directed_acyclic_graph(g)
-        for u, v, data in g.edges(data=True):
-            producer, consumer = g.nodes[u]["op"], g.nodes[v]["op"]
-            assert u < v and producer.ofm.tensor == data["tensor"]
-            assert data["tensor"] in (consumer.ifm.tensor, consumer.ifm2.tensor if consumer.ifm2 else None)
+        assert sorted(n for n in g.nodes if isinstance(n, int)) == indices and nx.is_directed_acyclic_graph(g)
+        position = {index: p for p, index in enumerate(indices)}
+        for op in sg.ops:
+            assert list(g.successors(op.index)) == [op.ofm.tensor]
+            for fm in g.predecessors(op.index):
+                assert fm in (op.ifm.tensor, op.ifm2.tensor if op.ifm2 else None) and not fm.is_const
+                assert all(position[w] < position[op.index] for w in sg.writers(fm))
+                assert op.index in sg.readers(fm)
         produced = {op.ofm.tensor for op in sg.ops}
         for op in sg.ops:
             for acc in (op.ifm, op.ifm2):

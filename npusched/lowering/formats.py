@@ -10,12 +10,12 @@ elementwise pass whose depth is not a multiple of 16 when it could overwrite a l
 from __future__ import annotations
 
 from npusched.ir import DataType, Shape4D, TensorFormat
-from npusched.lowering.netgraph import BINARY_ELEMENTWISE, VOp, VSubgraph, VTensor, block_kind
+from npusched.lowering.netgraph import BINARY_ELEMENTWISE, WorkingGraph, WorkingOp, WorkingTensor, block_kind
 from npusched.lowering.packing import Pass
 from npusched.target.arch import ArchitectureFeatures
 
 
-def _memory_function(op: VOp) -> str | None:
+def _memory_function(op: WorkingOp) -> str | None:
     if op.memory_function is not None:
         return op.memory_function
     if op.prebuilt is not None:
@@ -23,7 +23,7 @@ def _memory_function(op: VOp) -> str | None:
     return None
 
 
-def _brick_allowed(tens: VTensor, arch: ArchitectureFeatures) -> bool:
+def _brick_allowed(tens: WorkingTensor, arch: ArchitectureFeatures) -> bool:
     """Vela's check_format_restrictions: may ``tens`` leave linear format?"""
     if not tens.ops:
         return False
@@ -94,17 +94,17 @@ def _avoid_brick_for_elementwise_ofm(ps: Pass, formats: dict[int, TensorFormat])
     return False
 
 
-def brick_allowed(sg: VSubgraph, arch: ArchitectureFeatures) -> dict[int, bool]:
+def brick_allowed(sg: WorkingGraph, arch: ArchitectureFeatures) -> dict[int, bool]:
     """Tensor id -> may use brick format, judged on the optimised graph (before pass packing), as Vela
     does right after its graph optimiser."""
     allowed: dict[int, bool] = {}
 
-    def visit(tens: VTensor) -> None:
+    def visit(tens: WorkingTensor) -> None:
         allowed[id(tens)] = _brick_allowed(tens, arch)
 
     seen: set[int] = set()
 
-    def walk(tens: VTensor | None) -> None:
+    def walk(tens: WorkingTensor | None) -> None:
         if tens is None or id(tens) in seen:
             return
         seen.add(id(tens))
@@ -119,7 +119,7 @@ def brick_allowed(sg: VSubgraph, arch: ArchitectureFeatures) -> dict[int, bool]:
 
 
 def assign_formats(runs: list[list[Pass]], allowed: dict[int, bool]) -> None:
-    """Set ``VTensor.format`` on the tensors of the NPU passes (NPU subgraph outputs stay linear)."""
+    """Set ``WorkingTensor.format`` on the tensors of the NPU passes (NPU subgraph outputs stay linear)."""
     allowed = dict(allowed)
     for run in runs:
         members = {id(ps) for ps in run}

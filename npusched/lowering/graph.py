@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import gc
 import sys
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import TYPE_CHECKING
+
+import networkx as nx
 
 from npusched.errors import ModelError
 from npusched.frontend.supported import npu_support
@@ -36,8 +38,8 @@ from npusched.lowering.netgraph import (
     CONV_TYPES,
     DEPTHWISE_TYPES,
     STARTUP_TYPES,
-    VOp,
-    VTensor,
+    WorkingOp,
+    WorkingTensor,
     activation_for,
     block_kind,
 )
@@ -46,38 +48,47 @@ from npusched.lowering.rewrites import GraphRewriter
 from npusched.lowering.softmax import lower_softmax
 from npusched.target.arch import ArchitectureFeatures
 
-if TYPE_CHECKING:
-    import networkx as nx
-
-
 
 @dataclass(frozen=True, eq=False)
 class NpuSubgraph:
-    """A run of NPU passes Vela compiles into one command stream.
+    """A run of NPU passes Vela compiles into one command stream, in Vela's execution order (``ops``).
 
-    ``edges`` are (producer op index, consumer op index, feature map) for every feature map one pass produces
-    and a later pass of the same subgraph reads; ``graph`` is the same as a networkx DiGraph (one node per op
-    index with attribute ``op``, edges with attribute ``tensor``), built on first use so that a run which does
-    not need it does not pay for importing networkx. ``inputs`` are the feature maps read from outside the
-    subgraph (graph inputs or CPU results), ``outputs`` those read outside it.
+    ``inputs`` are the feature maps read from outside the subgraph (graph inputs or CPU results), ``outputs`` those
+    read outside it. ``graph`` is the pass DAG the memory model reads its readers and writers from (and so every
+    live range).
     """
 
     name: str
     ops: tuple[NpuOp, ...]
     inputs: tuple[FeatureMap, ...]
     outputs: tuple[FeatureMap, ...]
-    edges: tuple[tuple[int, int, FeatureMap], ...] = field(default=(), repr=False)
 
     @cached_property
     def graph(self) -> nx.DiGraph:
-        import networkx
-
-        graph = networkx.DiGraph()
-        for op in self.ops:
-            graph.add_node(op.index, op=op)
-        for producer, consumer, tensor in self.edges:
-            graph.add_edge(producer, consumer, tensor=tensor)
+        """The pass DAG as readers and writers: a node per pass (its op index; attributes ``op`` and
+        ``position`` in ``ops``) and per feature map it reads or writes (constants are not feature maps); an edge
+        from a map to each pass reading it (attribute ``role``: ifm or ifm2) and from a pass to the map it
+        writes. ``ops`` is a topological order of it."""
+        graph = nx.DiGraph()
+        for position, op in enumerate(self.ops):
+            graph.add_node(op.index, op=op, position=position)
+            for role, access in (("ifm", op.ifm), ("ifm2", op.ifm2)):
+                if access is not None and not access.tensor.is_const and not graph.has_edge(access.tensor, op.index):
+                    graph.add_edge(access.tensor, op.index, role=role)
+            graph.add_edge(op.index, op.ofm.tensor)
         return graph
+
+    def readers(self, fm: FeatureMap) -> tuple[int, ...]:
+        """Op indices of the passes that read ``fm``, in execution order."""
+        return self._in_order(self.graph.successors(fm)) if fm in self.graph else ()
+
+    def writers(self, fm: FeatureMap) -> tuple[int, ...]:
+        """Op indices of the passes that write ``fm``, in execution order."""
+        return self._in_order(self.graph.predecessors(fm)) if fm in self.graph else ()
+
+    def _in_order(self, indices: Iterable[int]) -> tuple[int, ...]:
+        nodes = self.graph.nodes
+        return tuple(sorted(indices, key=lambda index: nodes[index]["position"]))
 
 
 @dataclass(frozen=True, eq=False)
@@ -105,7 +116,7 @@ def _support_reason(top: TfliteOperator | None, tsg: TfliteSubgraph) -> str | No
 _DECOMPOSERS = {"Softmax": lower_softmax, "Mean": lower_mean, "UnidirectionalSequenceLstm": lower_lstm}
 
 
-def _decompose(op: VOp, top: TfliteOperator | None, model: TfliteModel, tsg: TfliteSubgraph,
+def _decompose(op: WorkingOp, top: TfliteOperator | None, model: TfliteModel, tsg: TfliteSubgraph,
                arch: ArchitectureFeatures) -> list[NpuOp] | None:
     """Ask the decomposition module for ``op``'s NPU ops; None (op stays on the CPU) if it has none."""
     fn = _DECOMPOSERS.get(op.type)
@@ -129,7 +140,7 @@ def _decompose(op: VOp, top: TfliteOperator | None, model: TfliteModel, tsg: Tfl
 # ---------------------------------------------------------------------------------------------------------
 # pass -> NpuOp
 
-def _kernel(op: VOp) -> Kernel:
+def _kernel(op: WorkingOp) -> Kernel:
     w, h = op.kernel_size()
     sx, sy = op.stride()
     dx, dy = op.dilation()
@@ -152,7 +163,7 @@ def _packed_activation(ps: Pass) -> tuple[str | None, float | None, float | None
     return None, None, None
 
 
-def _swap_and_scalar(prim: VOp) -> tuple[bool, bool]:
+def _swap_and_scalar(prim: WorkingOp) -> tuple[bool, bool]:
     """(reversed_operands, uses_scalar) as Vela's SchedulerOperation decides them."""
     ifm, ifm2, ofm = prim.ifm, prim.ifm2, prim.ofm
     uses_scalar = ifm2 is not None and ifm is not None and (ifm.shape == [] or ifm2.shape == [])
@@ -163,7 +174,7 @@ def _swap_and_scalar(prim: VOp) -> tuple[bool, bool]:
     return ifm_can_swap and ifm2_primary, uses_scalar
 
 
-def _access(tens: VTensor, shape, offset=None, access_shape=None) -> OperandAccess:
+def _access(tens: WorkingTensor, shape, offset=None, access_shape=None) -> OperandAccess:
     return OperandAccess(tensor=tens.feature_map(), shape=shape, offset=offset, access_shape=access_shape)
 
 
@@ -271,10 +282,10 @@ def _lower_model(model: TfliteModel, arch: ArchitectureFeatures) -> Network:
     for tsg in model.subgraphs:
         vsg, by_index = import_subgraph(tsg)
 
-        def support(op: VOp, _tsg: TfliteSubgraph = tsg, _idx: dict = by_index) -> str | None:
+        def support(op: WorkingOp, _tsg: TfliteSubgraph = tsg, _idx: dict = by_index) -> str | None:
             return _support_reason(_idx.get(op.op_index) if op.op_index is not None else None, _tsg)
 
-        def decompose(op: VOp, _tsg: TfliteSubgraph = tsg, _idx: dict = by_index) -> list[NpuOp] | None:
+        def decompose(op: WorkingOp, _tsg: TfliteSubgraph = tsg, _idx: dict = by_index) -> list[NpuOp] | None:
             top = _idx.get(op.op_index) if op.op_index is not None else None
             return _decompose(op, top, model, _tsg, arch)
 
@@ -323,26 +334,21 @@ def _readers_per_run(passes: list[Pass], run_of: dict[int, int]) -> dict[tuple[i
     return counts
 
 
-def _npu_subgraph(name: str, run: list[Pass], built: dict[int, NpuOp], sg_outputs: list[VTensor]) -> NpuSubgraph:
+def _npu_subgraph(name: str, run: list[Pass], built: dict[int, NpuOp], sg_outputs: list[WorkingTensor]) -> NpuSubgraph:
     ops = [built[id(ps)] for ps in run if id(ps) in built]
-    edges: dict[tuple[int, int], FeatureMap] = {}
-    producer: dict[int, int] = {}
+    produced: set[int] = set()
     in_run = {id(ps) for ps in run}
     inputs: list[FeatureMap] = []
     outputs: list[FeatureMap] = []
     for ps in run:
         if id(ps) not in built:
             continue
-        me = built[id(ps)]
         for t in ps.inputs:
             if t.is_const or t.purpose == "LUT":
                 continue
-            if id(t) in producer:
-                edges[(producer[id(t)], me.index)] = t.feature_map()
-            elif not any(t.feature_map() == x for x in inputs):
+            if id(t) not in produced and not any(t.feature_map() == x for x in inputs):
                 inputs.append(t.feature_map())
-        for t in ps.outputs:
-            producer[id(t)] = me.index
+        produced.update(id(t) for t in ps.outputs)
     for ps in run:
         if id(ps) not in built:
             continue
@@ -351,8 +357,7 @@ def _npu_subgraph(name: str, run: list[Pass], built: dict[int, NpuOp], sg_output
                            for c in t.consumers()) or any(t is o for o in sg_outputs)
             if external and not any(t.feature_map() == x for x in outputs):
                 outputs.append(t.feature_map())
-    return NpuSubgraph(name=name, ops=tuple(ops), inputs=tuple(inputs), outputs=tuple(outputs),
-                       edges=tuple((a, b, fm) for (a, b), fm in edges.items()))
+    return NpuSubgraph(name=name, ops=tuple(ops), inputs=tuple(inputs), outputs=tuple(outputs))
 
 
 __all__ = ["Network", "NpuSubgraph", "lower_model", "Quantization"]

@@ -17,9 +17,9 @@ from npusched.lowering.netgraph import (
     CONV_TYPES,
     DEPTHWISE_TYPES,
     FUSED_ACTIVATION,
-    VOp,
-    VSubgraph,
-    VTensor,
+    WorkingGraph,
+    WorkingOp,
+    WorkingTensor,
     activation_for,
 )
 
@@ -34,24 +34,24 @@ def _vela_type(opcode: str) -> str:
     return "".join(part.capitalize() for part in opcode.split("_"))
 
 
-def _reordered_weights(src: VTensor, axes: tuple[int, ...]) -> VTensor:
+def _reordered_weights(src: WorkingTensor, axes: tuple[int, ...]) -> WorkingTensor:
     """A constant copy of ``src`` with its axes permuted (Vela names the copy ``<name>_reshape``)."""
     vals = np.transpose(np.asarray(src.values), axes)
-    tens = VTensor(name=src.name + "_reshape", shape=list(vals.shape), dtype=src.dtype,
+    tens = WorkingTensor(name=src.name + "_reshape", shape=list(vals.shape), dtype=src.dtype,
                    quantization=src.quantization, values=vals, uid=src.uid)
-    VOp("Const", tens.name).set_output(tens)
+    WorkingOp("Const", tens.name).set_output(tens)
     return tens
 
 
-def _flat_bias(src: VTensor) -> VTensor:
+def _flat_bias(src: WorkingTensor) -> WorkingTensor:
     vals = np.asarray(src.values).reshape(-1)
-    tens = VTensor(name=src.name + "_reshape", shape=[int(vals.size)], dtype=src.dtype,
+    tens = WorkingTensor(name=src.name + "_reshape", shape=[int(vals.size)], dtype=src.dtype,
                    quantization=src.quantization, values=vals, uid=src.uid)
-    VOp("Const", tens.name).set_output(tens)
+    WorkingOp("Const", tens.name).set_output(tens)
     return tens
 
 
-def _attrs_from_options(op: VOp, options: dict) -> None:
+def _attrs_from_options(op: WorkingOp, options: dict) -> None:
     attrs = dict(options)
     if "stride_w" in attrs:
         attrs["stride_w"] = int(attrs["stride_w"])
@@ -77,28 +77,28 @@ def _attrs_from_options(op: VOp, options: dict) -> None:
         op.activation = activation_for(FUSED_ACTIVATION[faf])
 
 
-def import_subgraph(tsg: TfliteSubgraph) -> tuple[VSubgraph, dict[int, TfliteOperator]]:
+def import_subgraph(tsg: TfliteSubgraph) -> tuple[WorkingGraph, dict[int, TfliteOperator]]:
     """The working graph of one TFLite subgraph, plus a map from op_index to the reader's operator."""
     tensors = [
-        VTensor(name=t.name, shape=[int(d) for d in t.shape], dtype=t.dtype, quantization=t.quantization,
+        WorkingTensor(name=t.name, shape=[int(d) for d in t.shape], dtype=t.dtype, quantization=t.quantization,
                 values=None if t.data is None else np.asarray(t.data), is_variable=bool(t.is_variable), uid=t.index)
         for t in tsg.tensors
     ]
     by_index: dict[int, TfliteOperator] = {}
-    virtual_outputs: list[VTensor] = []
+    virtual_outputs: list[WorkingTensor] = []
     for top in tsg.operators:
         by_index[top.index] = top
-        inputs: list[VTensor | None] = [tensors[i] if i >= 0 else None for i in top.inputs]
+        inputs: list[WorkingTensor | None] = [tensors[i] if i >= 0 else None for i in top.inputs]
         outputs = [tensors[i] for i in top.outputs if i >= 0]
         vtype = _vela_type(top.opcode)
         name = outputs[0].name if outputs else "unknown_op_name"
-        op = VOp(vtype, name, inputs=inputs, outputs=outputs, op_index=top.index, tflite_op=top.opcode)
+        op = WorkingOp(vtype, name, inputs=inputs, outputs=outputs, op_index=top.index, tflite_op=top.opcode)
         for out in outputs:
             out.ops = [op]
         if vtype in ("AssignVariable", "CallOnce"):
             # Ops without outputs would never be reached from the subgraph outputs: give them a virtual one.
             op.name = f"{vtype}_{top.index}"
-            virt = VTensor(name=op.name, shape=[], dtype=tensors[0].dtype if tensors else None)
+            virt = WorkingTensor(name=op.name, shape=[], dtype=tensors[0].dtype if tensors else None)
             op.set_output(virt)
             virtual_outputs.append(virt)
         if vtype in CONV_TYPES | DEPTHWISE_TYPES or vtype == "FullyConnected":
@@ -116,8 +116,8 @@ def import_subgraph(tsg: TfliteSubgraph) -> tuple[VSubgraph, dict[int, TfliteOpe
         if top.custom_code is not None:
             op.attrs["custom_code"] = top.custom_code
 
-    def dedupe(indices: tuple[int, ...]) -> list[VTensor]:
-        out: list[VTensor] = []
+    def dedupe(indices: tuple[int, ...]) -> list[WorkingTensor]:
+        out: list[WorkingTensor] = []
         for i in indices:
             if tensors[i] not in out:
                 out.append(tensors[i])
@@ -127,11 +127,11 @@ def import_subgraph(tsg: TfliteSubgraph) -> tuple[VSubgraph, dict[int, TfliteOpe
     ins = dedupe(tsg.inputs)
     for tens in ins:
         if not tens.ops:
-            VOp("Placeholder" if tens.values is None else "Const", tens.name).set_output(tens)
+            WorkingOp("Placeholder" if tens.values is None else "Const", tens.name).set_output(tens)
     for tens in tensors:
         if not tens.ops:
-            VOp("Placeholder" if tens.is_variable else "Const", tens.name).set_output(tens)
-    sg = VSubgraph(name=tsg.name, output_tensors=outs, original_inputs=ins)
+            WorkingOp("Placeholder" if tens.is_variable else "Const", tens.name).set_output(tens)
+    sg = WorkingGraph(name=tsg.name, output_tensors=outs, original_inputs=ins)
     return sg, by_index
 
 

@@ -130,7 +130,7 @@ FUSED_ACTIVATION = {"RELU": "Relu", "RELU6": "Relu6", "RELU_N1_TO_1": "ReluN1To1
 
 
 @dataclass(eq=False)
-class VTensor:
+class WorkingTensor:
     """A tensor of the working graph (identity matters: two tensors may share a name)."""
 
     name: str
@@ -141,13 +141,13 @@ class VTensor:
     is_variable: bool = False
     uid: int = -1
     purpose: str = "FeatureMap"
-    ops: list[VOp] = field(default_factory=list)
-    consumer_list: list[VOp | None] = field(default_factory=list)
+    ops: list[WorkingOp] = field(default_factory=list)
+    consumer_list: list[WorkingOp | None] = field(default_factory=list)
     fm_override: FeatureMap | None = None
     format: TensorFormat = TensorFormat.NHWC
     const_override: ConstTensor | None = None
 
-    def consumers(self) -> list[VOp | None]:
+    def consumers(self) -> list[WorkingOp | None]:
         return self.consumer_list
 
     @property
@@ -173,8 +173,8 @@ class VTensor:
     def shape4d(self) -> Shape4D:
         return Shape4D.from_list(self.shape)
 
-    def clone(self, suffix: str = "_clone") -> VTensor:
-        return VTensor(name=self.name + suffix, shape=list(self.shape), dtype=self.dtype,
+    def clone(self, suffix: str = "_clone") -> WorkingTensor:
+        return WorkingTensor(name=self.name + suffix, shape=list(self.shape), dtype=self.dtype,
                        quantization=self.quantization, values=self.values, is_variable=self.is_variable,
                        purpose=self.purpose)
 
@@ -199,13 +199,13 @@ class VTensor:
 
 
 @dataclass(eq=False)
-class VOp:
+class WorkingOp:
     """An operation of the working graph: Vela's Operation with the attributes the lowering reads."""
 
     type: str
     name: str
-    inputs: list[VTensor | None] = field(default_factory=list)
-    outputs: list[VTensor] = field(default_factory=list)
+    inputs: list[WorkingTensor | None] = field(default_factory=list)
+    outputs: list[WorkingTensor] = field(default_factory=list)
     attrs: dict[str, Any] = field(default_factory=dict)
     run_on_npu: bool = True
     cpu_reason: str | None = None
@@ -237,44 +237,44 @@ class VOp:
     def _indices(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
         return INDICES.get(self.type, _NO_INDICES)
 
-    def _get(self, which: int, ix: int) -> VTensor | None:
+    def _get(self, which: int, ix: int) -> WorkingTensor | None:
         lst = self._indices()[which]
         if ix >= len(lst) or lst[ix] >= len(self.inputs):
             return None
         return self.inputs[lst[ix]]
 
     @property
-    def ifm(self) -> VTensor | None:
+    def ifm(self) -> WorkingTensor | None:
         return self._get(0, 0)
 
     @property
-    def ifm2(self) -> VTensor | None:
+    def ifm2(self) -> WorkingTensor | None:
         return self._get(0, 1)
 
     @property
-    def weights(self) -> VTensor | None:
+    def weights(self) -> WorkingTensor | None:
         return self._get(1, 0)
 
     @property
-    def bias(self) -> VTensor | None:
+    def bias(self) -> WorkingTensor | None:
         return self._get(2, 0)
 
     @property
-    def ofm(self) -> VTensor | None:
+    def ofm(self) -> WorkingTensor | None:
         return None if not self.outputs else self.outputs[0]
 
     # --- graph editing (Vela's Operation helpers) ----------------------------------------------------------
-    def add_input(self, tens: VTensor) -> None:
+    def add_input(self, tens: WorkingTensor) -> None:
         self.inputs.append(tens)
         if self not in tens.consumer_list:
             tens.consumer_list.append(self)
 
-    def set_input(self, tens: VTensor, idx: int) -> None:
+    def set_input(self, tens: WorkingTensor, idx: int) -> None:
         self.inputs[idx] = tens
         if self not in tens.consumer_list:
             tens.consumer_list.append(self)
 
-    def set_output(self, tens: VTensor) -> None:
+    def set_output(self, tens: WorkingTensor) -> None:
         tens.ops = [self]
         self.outputs = [tens]
 
@@ -334,38 +334,38 @@ class VOp:
 
 
 @dataclass
-class VSubgraph:
+class WorkingGraph:
     """One TFLite subgraph in working form."""
 
     name: str
-    output_tensors: list[VTensor]
-    input_tensors: list[VTensor] = field(default_factory=list)
-    original_inputs: list[VTensor] = field(default_factory=list)
+    output_tensors: list[WorkingTensor]
+    input_tensors: list[WorkingTensor] = field(default_factory=list)
+    original_inputs: list[WorkingTensor] = field(default_factory=list)
 
 
 _NO_QUANT = Quantization()
 
 
 def const_tensor(name: str, shape: list[int], dtype: DataType, values: Any,
-                 quantization: Quantization = _NO_QUANT, purpose: str = "FeatureMap") -> VTensor:
+                 quantization: Quantization = _NO_QUANT, purpose: str = "FeatureMap") -> WorkingTensor:
     """A constant tensor driven by its own Const op (Vela's create_const_tensor)."""
     np_dtype = {DataType.uint8: np.uint8, DataType.int8: np.int8, DataType.int16: np.int16,
                 DataType.int32: np.int32, DataType.int64: np.int64, DataType.float32: np.float32}.get(dtype, np.int64)
     arr = np.array(values, dtype=np_dtype).reshape(shape)
-    tens = VTensor(name=name, shape=list(shape), dtype=dtype, quantization=quantization, values=arr,
+    tens = WorkingTensor(name=name, shape=list(shape), dtype=dtype, quantization=quantization, values=arr,
                    purpose=purpose)
-    VOp("Const", name, outputs=[tens]).set_output(tens)
+    WorkingOp("Const", name, outputs=[tens]).set_output(tens)
     return tens
 
 
-def update_consumers(sg: VSubgraph) -> None:
+def update_consumers(sg: WorkingGraph) -> None:
     """Recompute every reachable tensor's consumer list by a depth-first walk from the outputs (Vela's
     Subgraph.update_consumers for a graph without passes). Subgraph outputs get a ``None`` consumer."""
     seen_ops: set[int] = set()
     seen_tens: set[int] = set()
     sg.input_tensors = []
 
-    def visit_op(op: VOp) -> None:
+    def visit_op(op: WorkingOp) -> None:
         if id(op) in seen_ops:
             return
         seen_ops.add(id(op))
@@ -380,7 +380,7 @@ def update_consumers(sg: VSubgraph) -> None:
             if id(out) not in seen_tens:
                 out.consumer_list = []
 
-    def visit_tensor(tens: VTensor) -> None:
+    def visit_tensor(tens: WorkingTensor) -> None:
         if id(tens) in seen_tens:
             return
         seen_tens.add(id(tens))
@@ -393,13 +393,13 @@ def update_consumers(sg: VSubgraph) -> None:
         tens.consumer_list.append(None)
 
 
-def all_ops(sg: VSubgraph) -> list[VOp]:
+def all_ops(sg: WorkingGraph) -> list[WorkingOp]:
     """Every op reachable from the outputs, inputs before consumers (Vela's get_all_ops order)."""
-    result: list[VOp] = []
+    result: list[WorkingOp] = []
     seen_ops: set[int] = set()
     seen_tens: set[int] = set()
 
-    def visit_op(op: VOp) -> None:
+    def visit_op(op: WorkingOp) -> None:
         if id(op) in seen_ops:
             return
         seen_ops.add(id(op))
@@ -407,7 +407,7 @@ def all_ops(sg: VSubgraph) -> list[VOp]:
             visit_tensor(inp)
         result.append(op)
 
-    def visit_tensor(tens: VTensor | None) -> None:
+    def visit_tensor(tens: WorkingTensor | None) -> None:
         if tens is None or id(tens) in seen_tens:
             return
         seen_tens.add(id(tens))
@@ -419,14 +419,14 @@ def all_ops(sg: VSubgraph) -> list[VOp]:
     return result
 
 
-def rewrite_pre_order(sg: VSubgraph, op_rewrites: Sequence[Callable], tensor_rewrites: Sequence[Callable] = (),
+def rewrite_pre_order(sg: WorkingGraph, op_rewrites: Sequence[Callable], tensor_rewrites: Sequence[Callable] = (),
                       rewrite_unsupported: bool = True) -> None:
     """Vela's rewrite_graph_pre_order: visit from the outputs; each op is rewritten (repeatedly, until a
     fixpoint) before its inputs are visited, so consumers see their producers un-rewritten."""
-    op_done: dict[int, VOp] = {}
-    tens_done: dict[int, VTensor | None] = {}
+    op_done: dict[int, WorkingOp] = {}
+    tens_done: dict[int, WorkingTensor | None] = {}
 
-    def visit_op(op: VOp) -> VOp:
+    def visit_op(op: WorkingOp) -> WorkingOp:
         if id(op) in op_done:
             return op_done[id(op)]
         res = op
@@ -440,12 +440,12 @@ def rewrite_pre_order(sg: VSubgraph, op_rewrites: Sequence[Callable], tensor_rew
         op_done[id(res)] = res
         # Like Vela, collect into the list object installed before visiting: if a rewrite further down
         # installs a new list on this node, the new list wins and these results are dropped.
-        old_inputs, new_inputs = res.inputs, list[VTensor | None]()
+        old_inputs, new_inputs = res.inputs, list[WorkingTensor | None]()
         res.inputs = new_inputs
         for t in old_inputs:
             visited = visit_tensor(t)
             new_inputs.append(visited)
-        old_outputs, new_outputs = res.outputs, list[VTensor]()
+        old_outputs, new_outputs = res.outputs, list[WorkingTensor]()
         res.outputs = new_outputs
         for t in old_outputs:
             visited = visit_tensor(t)
@@ -453,7 +453,7 @@ def rewrite_pre_order(sg: VSubgraph, op_rewrites: Sequence[Callable], tensor_rew
             new_outputs.append(visited)
         return res
 
-    def visit_tensor(tens: VTensor | None) -> VTensor | None:
+    def visit_tensor(tens: WorkingTensor | None) -> WorkingTensor | None:
         if tens is None:
             return None
         if id(tens) in tens_done:
@@ -467,7 +467,7 @@ def rewrite_pre_order(sg: VSubgraph, op_rewrites: Sequence[Callable], tensor_rew
         tens_done[id(tens)] = res
         tens_done[id(res)] = res
         if res is not None:
-            old_ops, new_ops = res.ops, list[VOp]()
+            old_ops, new_ops = res.ops, list[WorkingOp]()
             res.ops = new_ops
             for o in old_ops:
                 visited = visit_op(o)
@@ -480,12 +480,12 @@ def rewrite_pre_order(sg: VSubgraph, op_rewrites: Sequence[Callable], tensor_rew
     update_consumers(sg)
 
 
-def visit_post_order(sg: VSubgraph, op_visits: Sequence[Callable], tensor_visits: Sequence[Callable] = ()) -> None:
+def visit_post_order(sg: WorkingGraph, op_visits: Sequence[Callable], tensor_visits: Sequence[Callable] = ()) -> None:
     """Vela's visit_graph_post_order: producers before consumers; visitors must not replace nodes."""
     seen_ops: set[int] = set()
     seen_tens: set[int] = set()
 
-    def visit_op(op: VOp) -> None:
+    def visit_op(op: WorkingOp) -> None:
         if id(op) in seen_ops:
             return
         seen_ops.add(id(op))
@@ -496,7 +496,7 @@ def visit_post_order(sg: VSubgraph, op_visits: Sequence[Callable], tensor_visits
         for t in list(op.outputs):
             visit_tensor(t)
 
-    def visit_tensor(tens: VTensor | None) -> None:
+    def visit_tensor(tens: WorkingTensor | None) -> None:
         if tens is None or id(tens) in seen_tens:
             return
         seen_tens.add(id(tens))

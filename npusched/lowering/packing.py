@@ -17,9 +17,9 @@ from npusched.lowering.netgraph import (
     CONCAT_TYPES,
     RELU_TYPES,
     UNARY_ELEMENTWISE,
-    VOp,
-    VSubgraph,
-    VTensor,
+    WorkingGraph,
+    WorkingOp,
+    WorkingTensor,
     block_kind,
 )
 from npusched.lowering.rewrite_helpers import avgpool_nop
@@ -59,25 +59,25 @@ _SEQUENCE: list[tuple[frozenset | None, int, int]] = [
 class Pass:
     name: str
     placement: str  # "Npu", "Cpu", "MemoryOnly", "StartupInit"
-    ops: list[VOp]
-    primary_op: VOp | None
-    inputs: list[VTensor]
-    outputs: list[VTensor]
-    ifm_tensor: VTensor | None = None
-    ifm2_tensor: VTensor | None = None
-    ofm_tensor: VTensor | None = None
+    ops: list[WorkingOp]
+    primary_op: WorkingOp | None
+    inputs: list[WorkingTensor]
+    outputs: list[WorkingTensor]
+    ifm_tensor: WorkingTensor | None = None
+    ifm2_tensor: WorkingTensor | None = None
+    ofm_tensor: WorkingTensor | None = None
     ifm_shapes: list = field(default_factory=list)
     ofm_shapes: list = field(default_factory=list)
     npu_block_type: str = "Default"
 
 
-def pack_into_passes(sg: VSubgraph) -> list[Pass]:
+def pack_into_passes(sg: WorkingGraph) -> list[Pass]:
     """The subgraph's passes in Vela's execution order (startup pass excluded)."""
     reverse_passes: list[Pass] = []
     op_refs: dict[int, int] = collections.defaultdict(int)
     tens_refs: dict[int, int] = collections.defaultdict(int)
 
-    def visit_op(op: VOp) -> None:
+    def visit_op(op: WorkingOp) -> None:
         op_refs[id(op)] += 1
         if op_refs[id(op)] == 1:
             for t in op.outputs:
@@ -90,13 +90,13 @@ def pack_into_passes(sg: VSubgraph) -> list[Pass]:
             ofm_shape = op.ofm_shapes[0] if op.run_on_npu and op.ofm_shapes else None
             build_pass(op, ofm, ofm_shape)
 
-    def visit_tensor(tens: VTensor) -> None:
+    def visit_tensor(tens: WorkingTensor) -> None:
         tens_refs[id(tens)] += 1
         if tens_refs[id(tens)] == len(tens.consumers()):
             for op in reversed(tens.ops):
                 visit_op(op)
 
-    def can_pack(inp: VTensor, cur: VOp) -> bool:
+    def can_pack(inp: WorkingTensor, cur: WorkingOp) -> bool:
         if len(inp.ops) != 1:
             return False
         nxt = inp.ops[0]
@@ -111,17 +111,17 @@ def pack_into_passes(sg: VSubgraph) -> list[Pass]:
                 return False
         return True
 
-    def build_pass(start: VOp, ofm: VTensor, ofm_shape) -> Pass:
-        reverse_ops: list[VOp] = []
+    def build_pass(start: WorkingOp, ofm: WorkingTensor, ofm_shape) -> Pass:
+        reverse_ops: list[WorkingOp] = []
         flags = EMPTY
         block = "Default"
-        input_set: list[VTensor] = []
-        ifm_tensor: VTensor | None = None
+        input_set: list[WorkingTensor] = []
+        ifm_tensor: WorkingTensor | None = None
         ifm_shapes: list = []
-        primary: VOp | None = None
-        queue: collections.deque[tuple[VOp, VTensor | None]] = collections.deque([(start, None)])
+        primary: WorkingOp | None = None
+        queue: collections.deque[tuple[WorkingOp, WorkingTensor | None]] = collections.deque([(start, None)])
 
-        def add_input(t: VTensor) -> None:
+        def add_input(t: WorkingTensor) -> None:
             if not any(t is x for x in input_set):
                 input_set.append(t)
 
@@ -162,8 +162,8 @@ def pack_into_passes(sg: VSubgraph) -> list[Pass]:
             else "StartupInit"
         ops_list = list(reversed(reverse_ops))
         refcounts: dict[int, int] = collections.defaultdict(int)
-        ordered: list[VTensor] = []
-        luts: list[VTensor] = []
+        ordered: list[WorkingTensor] = []
+        luts: list[WorkingTensor] = []
 
         if primary is None and any(o.type in (_POST | _POST_LIMITED) and o.run_on_npu for o in ops_list):
             # A standalone activation: give it a 1x1 AvgPool as primary op.
@@ -190,7 +190,7 @@ def pack_into_passes(sg: VSubgraph) -> list[Pass]:
             for t in pool.inputs:
                 add_input(t)
 
-        def add_ordered(t: VTensor | None) -> None:
+        def add_ordered(t: WorkingTensor | None) -> None:
             if t is None or not any(t is x for x in input_set):
                 return
             if refcounts[id(t)] == 0:
@@ -248,7 +248,7 @@ def pack_into_passes(sg: VSubgraph) -> list[Pass]:
     return _reorder_cpu_passes(sg, list(reversed(reverse_passes)))
 
 
-def _reorder_cpu_passes(sg: VSubgraph, passes: list[Pass]) -> list[Pass]:
+def _reorder_cpu_passes(sg: WorkingGraph, passes: list[Pass]) -> list[Pass]:
     """Vela's regrouping: CPU passes that only read graph inputs go first (in model order), concat slices
     split by a CPU pass are grouped, and CPU passes sink towards later CPU passes when nothing in between
     depends on them."""

@@ -17,8 +17,8 @@ from npusched.lowering import luts
 from npusched.lowering.netgraph import (
     BINARY_ELEMENTWISE,
     INDICES,
-    VOp,
-    VTensor,
+    WorkingOp,
+    WorkingTensor,
 )
 
 
@@ -89,19 +89,19 @@ def quantise_scale(scale: float) -> tuple[int, int]:
     return mult, shift
 
 
-def is_quantized(t: VTensor) -> bool:
+def is_quantized(t: WorkingTensor) -> bool:
     return t.dtype in (DataType.int8, DataType.uint8, DataType.int16, DataType.int32, DataType.int64) and \
         bool(t.quantization.scale) and bool(t.quantization.zero_point)
 
 
-def scaling_equal(a: VTensor, b: VTensor) -> bool:
+def scaling_equal(a: WorkingTensor, b: WorkingTensor) -> bool:
     return is_quantized(a) and is_quantized(b) and a.quantization.scale == b.quantization.scale and \
         a.quantization.zero_point == b.quantization.zero_point
 
 
-def avgpool_nop(name: str) -> VOp:
+def avgpool_nop(name: str) -> WorkingOp:
     """Vela's 1x1 AvgPool that copies (and rescales/activates) its input."""
-    return VOp("AvgPool", name, attrs={"padding": "VALID", "stride_w": 1, "stride_h": 1, "filter_width": 1,
+    return WorkingOp("AvgPool", name, attrs={"padding": "VALID", "stride_w": 1, "stride_h": 1, "filter_width": 1,
                                        "filter_height": 1, "strides": (1, 1, 1, 1), "ksize": (1, 1, 1, 1),
                                        "skirt": (0, 0, 0, 0), "explicit_padding": (0, 0, 0, 0)})
 
@@ -116,7 +116,7 @@ def calc_resize_factor(ifm_w: int, stride_x: int) -> tuple[int, int]:
     return factor, stride_x // factor
 
 
-def zero_point(t: VTensor) -> int:
+def zero_point(t: WorkingTensor) -> int:
     return int(t.quantization.zero_point[0]) if t.quantization.zero_point else 0
 
 
@@ -126,7 +126,7 @@ def keeps_strides(arch: object) -> bool:
     return str(getattr(arch, "estimator", "")) == "vela-default"
 
 
-def ifm_index(op: VOp, which: int) -> int:
+def ifm_index(op: WorkingOp, which: int) -> int:
     return INDICES[op.type][0][which]
 
 
@@ -185,8 +185,8 @@ def bilinear_phase_kernels(in_h: int, in_w: int, out_h: int, out_w: int) -> list
     return kernels
 
 
-def clone_op(op: VOp, suffix: str) -> VOp:
-    res = VOp(op.type, op.name + suffix, inputs=list(op.inputs), outputs=list(op.outputs), attrs=dict(op.attrs),
+def clone_op(op: WorkingOp, suffix: str) -> WorkingOp:
+    res = WorkingOp(op.type, op.name + suffix, inputs=list(op.inputs), outputs=list(op.outputs), attrs=dict(op.attrs),
               run_on_npu=op.run_on_npu, original_type=op.original_type, tflite_op=op.tflite_op,
               activation=op.activation, resampling_mode=op.resampling_mode, rounding_mode=op.rounding_mode,
               read_offsets=list(op.read_offsets), read_shapes=list(op.read_shapes),
@@ -194,7 +194,7 @@ def clone_op(op: VOp, suffix: str) -> VOp:
     return res
 
 
-def strided_slice_bounds(op: VOp) -> tuple[list[int], list[int]]:
+def strided_slice_bounds(op: WorkingOp) -> tuple[list[int], list[int]]:
     """Begin/end of a STRIDED_SLICE after applying its begin/end masks (no ellipsis/new-axis support)."""
     inp = op.inputs[0]
     begin = [int(v) for v in np.asarray(op.inputs[1].values).reshape(-1)]
@@ -223,40 +223,40 @@ def strided_slice_bounds(op: VOp) -> tuple[list[int], list[int]]:
     return out_b, out_e
 
 
-def splice_prebuilt(op: VOp, npu_ops: list[NpuOp]) -> VOp:
+def splice_prebuilt(op: WorkingOp, npu_ops: list[NpuOp]) -> WorkingOp:
     """Replace ``op`` by already-lowered NpuOps, linking their feature maps to the working graph's tensors.
 
     Feature maps equal to the op's own (current) inputs/outputs map to those tensors; any other non-constant
     feature map is an intermediate created by the decomposition; constants get a Const producer.
     """
-    known: dict[FeatureMap, VTensor] = {}
+    known: dict[FeatureMap, WorkingTensor] = {}
     for t in list(op.inputs) + list(op.outputs):
         if t is not None:
             known.setdefault(t.feature_map(), t)
-    made: dict[FeatureMap, VTensor] = {}
+    made: dict[FeatureMap, WorkingTensor] = {}
 
-    def tensor_for(fm: FeatureMap) -> VTensor:
+    def tensor_for(fm: FeatureMap) -> WorkingTensor:
         if fm in known:
             return known[fm]
         if fm in made:
             return made[fm]
-        t = VTensor(name=fm.name, shape=list(fm.orig_shape) if fm.orig_shape is not None else fm.shape.as_list(),
+        t = WorkingTensor(name=fm.name, shape=list(fm.orig_shape) if fm.orig_shape is not None else fm.shape.as_list(),
                     dtype=fm.dtype, quantization=fm.quantization, uid=fm.uid, fm_override=fm)
         if fm.constant is not None:
             t.values = np.asarray(fm.constant.values)
             t.const_override = fm.constant
-            VOp("Const", fm.name).set_output(t)
+            WorkingOp("Const", fm.name).set_output(t)
         made[fm] = t
         return t
 
     ofm_tensor = op.ofm
-    last: VOp | None = None
+    last: WorkingOp | None = None
     for nop in npu_ops:
         inputs = [tensor_for(nop.ifm.tensor)]
         if nop.ifm2 is not None:
             inputs.append(tensor_for(nop.ifm2.tensor))
         out = tensor_for(nop.ofm.tensor)
-        vop = VOp(nop.op_type, nop.name, inputs=inputs, outputs=[out], run_on_npu=True,
+        vop = WorkingOp(nop.op_type, nop.name, inputs=inputs, outputs=[out], run_on_npu=True,
                   original_type=op.original_type, tflite_op=op.tflite_op, prebuilt=nop)
         if nop.op_type in BINARY_ELEMENTWISE or nop.ifm2 is not None:
             vop.ifm_shapes = [nop.ifm.shape] + ([nop.ifm2.shape] if nop.ifm2 is not None else [])
@@ -280,8 +280,8 @@ def splice_prebuilt(op: VOp, npu_ops: list[NpuOp]) -> VOp:
     return last
 
 
-def concat_slice_writer(concat: VOp, ofm: VTensor, name: str, ifm: VTensor, ifm_shape: Shape4D,
-                        write_offset: Shape4D) -> VOp:
+def concat_slice_writer(concat: WorkingOp, ofm: WorkingTensor, name: str, ifm: WorkingTensor, ifm_shape: Shape4D,
+                        write_offset: Shape4D) -> WorkingOp:
     """One AvgPool writing ``ifm`` into a slice of the concatenation's OFM."""
     pool = avgpool_nop(name)
     pool.original_type = concat.type if concat.type != "Pad" else "ConcatTFLite"

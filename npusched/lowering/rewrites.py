@@ -27,8 +27,8 @@ from npusched.lowering.netgraph import (
     DEPTHWISE_TYPES,
     RELU_TYPES,
     Activation,
-    VOp,
-    VSubgraph,
+    WorkingGraph,
+    WorkingOp,
     activation_for,
     block_kind,
     const_tensor,
@@ -52,8 +52,8 @@ from npusched.lowering.rewrites_memory import MemoryOpRewrites
 from npusched.lowering.rewrites_shape import ShapeRewrites
 from npusched.target.arch import ArchitectureFeatures
 
-SupportFn = Callable[[VOp], str | None]
-DecomposeFn = Callable[[VOp], list[NpuOp] | None]
+SupportFn = Callable[[WorkingOp], str | None]
+DecomposeFn = Callable[[WorkingOp], list[NpuOp] | None]
 
 
 @dataclass
@@ -65,7 +65,7 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
     support: SupportFn
     decompose: DecomposeFn
     # === driver =========================================================================================
-    def optimise(self, sg: VSubgraph) -> None:
+    def optimise(self, sg: WorkingGraph) -> None:
         update_consumers(sg)
         rewrite_pre_order(sg, [self.optimise_quantize, self.shape_to_constant, self.check_asymmetric_weights,
                                self.fixup_pool_strides], rewrite_unsupported=False)
@@ -103,13 +103,13 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
         update_consumers(sg)
 
     @staticmethod
-    def _skip_prebuilt(fn: Callable[[VOp], VOp]) -> Callable[[VOp], VOp]:
-        def wrapped(op: VOp) -> VOp:
+    def _skip_prebuilt(fn: Callable[[WorkingOp], WorkingOp]) -> Callable[[WorkingOp], WorkingOp]:
+        def wrapped(op: WorkingOp) -> WorkingOp:
             return op if op.prebuilt is not None else fn(op)
         return wrapped
 
     # === compile-time constant folding ==================================================================
-    def optimise_quantize(self, op: VOp) -> VOp:
+    def optimise_quantize(self, op: WorkingOp) -> WorkingOp:
         if op.type != "Quantize" or not op.run_on_npu:
             return op
         ifm, ofm = op.ifm, op.ofm
@@ -131,7 +131,7 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
         op.type = "Const"
         return op
 
-    def shape_to_constant(self, op: VOp) -> VOp:
+    def shape_to_constant(self, op: WorkingOp) -> WorkingOp:
         if op.type != "Shape" or not op.run_on_npu:
             return op
         ifm, ofm = op.ifm, op.ofm
@@ -143,7 +143,7 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
         ofm.values = np.array(ifm.shape)
         return op
 
-    def check_asymmetric_weights(self, op: VOp) -> VOp:
+    def check_asymmetric_weights(self, op: WorkingOp) -> WorkingOp:
         """Convolutions with int8/int16 IFMs and non-zero weight zero points stay on the CPU (Vela only
         adjusts them with --force-symmetric-int-weights)."""
         if op.type in CONV_TYPES | DEPTHWISE_TYPES and op.ifm is not None and op.weights is not None:
@@ -153,7 +153,7 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
                     op.cpu_reason = "has asymmetric weights (non-zero weight zero point)"
         return op
 
-    def fixup_pool_strides(self, op: VOp) -> VOp:
+    def fixup_pool_strides(self, op: WorkingOp) -> WorkingOp:
         if op.type in ("AvgPool", "MaxPool", "QuantizedAvgPool", "QuantizedMaxPool"):
             k_w, k_h = op.kernel_size()
             s_w, s_h = op.stride()
@@ -168,7 +168,7 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
         return op
 
     # === placement and shapes ===========================================================================
-    def supported_operator_check(self, op: VOp) -> VOp:
+    def supported_operator_check(self, op: WorkingOp) -> WorkingOp:
         if op.type in ("Const", "Placeholder", "SubgraphInput"):
             op.run_on_npu = False
             return op
@@ -180,13 +180,13 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
         op.cpu_reason = reason
         return op
 
-    def set_shapes(self, op: VOp) -> VOp:
+    def set_shapes(self, op: WorkingOp) -> WorkingOp:
         if op.run_on_npu and op.needs_shapes() and not (op.ifm_shapes or op.ofm_shapes):
             op.set_ifm_ofm_shapes()
         return op
 
     # === operator rewrites ==============================================================================
-    def _to_lut(self, op: VOp, values: list[int], lut_name: str) -> VOp:
+    def _to_lut(self, op: WorkingOp, values: list[int], lut_name: str) -> WorkingOp:
         """Turn ``op`` into an Add of scalar zero whose fused LUT activation does the work (Vela's
         convert_to_lut); marked as a no-op so that the LUT can move onto the producer."""
         ifm, ofm = op.ifm, op.ofm
@@ -204,7 +204,7 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
         op.set_ifm_ofm_shapes()
         return op
 
-    def convert_exp_rsqrt_to_lut(self, op: VOp) -> VOp:
+    def convert_exp_rsqrt_to_lut(self, op: WorkingOp) -> WorkingOp:
         if op.type == "Exp" and op.ifm.dtype in (DataType.int8, DataType.int16):
             vals = luts.activation_lut("exp", op.ifm.quantization, op.ofm.quantization, op.ifm.dtype)
             return self._to_lut(op, vals, "exp")
@@ -216,7 +216,7 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
             return res
         return op
 
-    def convert_decomposable(self, op: VOp) -> VOp:
+    def convert_decomposable(self, op: WorkingOp) -> WorkingOp:
         """SOFTMAX, MEAN and UNIDIRECTIONAL_SEQUENCE_LSTM become chains of simpler NPU ops (decomposition
         modules); the returned op is the one now producing the original OFM."""
         if op.type not in ("Softmax", "Mean", "UnidirectionalSequenceLstm") or not op.run_on_npu:
@@ -226,7 +226,7 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
             return op
         return splice_prebuilt(op, npu_ops)
 
-    def convert_depthwise_to_conv(self, op: VOp) -> VOp:
+    def convert_depthwise_to_conv(self, op: WorkingOp) -> WorkingOp:
         if op.type == "DepthwiseConv2DBias" and op.attrs.get("depth_multiplier", 1) != 1:
             ifm_shape, ofm_shape = op.ifm_shapes[0], op.ofm_shapes[0]
             if ifm_shape.depth == 1 and ofm_shape.depth == op.attrs["depth_multiplier"]:
@@ -238,7 +238,7 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
                 w.shape = list(w.values.shape)
         return op
 
-    def convert_conv_to_fc(self, op: VOp) -> VOp:
+    def convert_conv_to_fc(self, op: WorkingOp) -> WorkingOp:
         if op.type == "Conv2DBias":
             ifm = op.ifm_shapes[0]
             kh, kw = op.inputs[1].shape[0], op.inputs[1].shape[1]
@@ -251,7 +251,7 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
                 w.shape = list(w.values.shape)
         return op
 
-    def convert_lrelu(self, op: VOp) -> VOp:
+    def convert_lrelu(self, op: WorkingOp) -> WorkingOp:
         if op.type != "LeakyRelu":
             return op
         ifm, ofm = op.ifm, op.ofm
@@ -266,7 +266,7 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
             return self._to_lut(op, vals, "lrelu")
         return op
 
-    def convert_avg_pool_to_conv2d(self, op: VOp) -> VOp:
+    def convert_avg_pool_to_conv2d(self, op: WorkingOp) -> WorkingOp:
         if op.type != "AvgPool":
             return op
         s_x, s_y = op.stride()
@@ -284,7 +284,7 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
         op.set_ifm_ofm_shapes()
         return op
 
-    def fixup_strided_conv(self, op: VOp) -> VOp:
+    def fixup_strided_conv(self, op: WorkingOp) -> WorkingOp:
         """Fold a wide stride into depth (IFM W/f x C*f, kernel W/f x I*f) where Vela does; and drop the
         stride along an axis where the OFM is 1 wide, keeping the original padding explicitly."""
         if op.type != "Conv2DBias":
@@ -334,13 +334,13 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
             op.attrs.update({"stride_w": s_x, "stride_h": s_y, "strides": (1, s_y, s_x, 1)})
         return op
 
-    def convert_hardswish_to_lut(self, op: VOp) -> VOp:
+    def convert_hardswish_to_lut(self, op: WorkingOp) -> WorkingOp:
         if op.type == "HardSwish":
             vals = luts.activation_lut("hardswish", op.ifm.quantization, op.ofm.quantization, op.ifm.dtype)
             return self._to_lut(op, vals, "hardswish")
         return op
 
-    def rewrite_fully_connected_input(self, op: VOp) -> VOp:
+    def rewrite_fully_connected_input(self, op: WorkingOp) -> WorkingOp:
         if op.type == "FullyConnected" and not op.read_shapes[0]:
             depth = op.weights.shape[-2]
             elems = op.ifm.elements()
@@ -352,7 +352,7 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
                 op.ofm_shapes[0] = Shape4D(o.height * o.width, 1, 1, o.depth)
         return op
 
-    def convert_batched_fc_shape(self, op: VOp) -> VOp:
+    def convert_batched_fc_shape(self, op: WorkingOp) -> WorkingOp:
         if op.type == "FullyConnected" and op.ifm_shapes[0].batch > 1:
             split = {4: (2, 2), 6: (2, 3), 8: (2, 4), 9: (3, 3), 12: (3, 4), 16: (4, 4)}
             n = op.ifm_shapes[0].batch
@@ -369,7 +369,7 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
                 op.attrs["padding"] = "SAME"
         return op
 
-    def fixup_conv2d_backprop(self, op: VOp) -> VOp:
+    def fixup_conv2d_backprop(self, op: WorkingOp) -> WorkingOp:
         if op.type == "Conv2DBackpropInput":
             op.inputs[2], op.inputs[0] = op.inputs[0], op.inputs[2]
             op.type = "Conv2DBackpropInputSwitchedBias"
@@ -379,7 +379,7 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
             op.attrs.update({"strides": (1, 1, 1, 1), "stride_w": 1, "stride_h": 1})
         return op
 
-    def fixup_relus_with_differing_scaling(self, op: VOp) -> VOp:
+    def fixup_relus_with_differing_scaling(self, op: WorkingOp) -> WorkingOp:
         if op.run_on_npu and op.type in RELU_TYPES:
             ifm, ofm = op.inputs[0], op.outputs[0]
             if not scaling_equal(ifm, ofm):
@@ -401,7 +401,7 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
                 return fused
         return op
 
-    def reorder_depthwise_weights(self, op: VOp) -> VOp:
+    def reorder_depthwise_weights(self, op: WorkingOp) -> WorkingOp:
         if op.type in DEPTHWISE_TYPES:
             w = op.inputs[1]
             if not getattr(w, "_dw_reordered", False):
@@ -410,7 +410,7 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
                 w._dw_reordered = True  # type: ignore[attr-defined]
         return op
 
-    def convert_tanh_sigmoid_to_lut(self, op: VOp) -> VOp:
+    def convert_tanh_sigmoid_to_lut(self, op: WorkingOp) -> WorkingOp:
         if op.type in ("Sigmoid", "Tanh"):
             ifm, ofm = op.ifm, op.ofm
             if ifm.dtype != ofm.dtype or ifm.dtype not in (DataType.int8, DataType.uint8):
@@ -420,7 +420,7 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
             return self._to_lut(op, vals, kind)
         return op
 
-    def convert_quantize(self, op: VOp) -> VOp:
+    def convert_quantize(self, op: WorkingOp) -> WorkingOp:
         if op.type == "Quantize":
             nop = avgpool_nop(op.name + "_avgpool")
             op.type = "AvgPool"
@@ -428,7 +428,7 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
         return op
 
     # === late rewrites ==================================================================================
-    def fuse_activation_with_prev(self, op: VOp) -> VOp:
+    def fuse_activation_with_prev(self, op: WorkingOp) -> WorkingOp:
         """Move a LUT no-op's activation onto the op producing its input, when nothing else reads it."""
         if op.activation is None or not op.attrs.get("is_nop", False):
             return op

@@ -15,8 +15,8 @@ from npusched.lowering.netgraph import (
     CONCAT_TYPES,
     MEMORY_ONLY_TYPES,
     SPLIT_TYPES,
-    VOp,
-    VTensor,
+    WorkingOp,
+    WorkingTensor,
 )
 from npusched.lowering.rewrite_helpers import avgpool_nop, concat_slice_writer, ifm_index, strided_slice_bounds
 from npusched.target.arch import ArchitectureFeatures
@@ -28,14 +28,14 @@ class MemoryOpRewrites:
     arch: ArchitectureFeatures
 
     # === concatenation and split ========================================================================
-    def rewrite_concat(self, op: VOp) -> None:
+    def rewrite_concat(self, op: WorkingOp) -> None:
         if not op.run_on_npu or op.type not in CONCAT_TYPES:
             return
         ofm = op.ofm
         ofm.ops = []
         if op.type == "ConcatTFLite" and op.activation is not None:
             # The activation cannot be fused into the per-input copies: it becomes its own op.
-            act = VOp(op.activation.op_type, op.name + op.activation.op_type, original_type=op.activation.op_type)
+            act = WorkingOp(op.activation.op_type, op.name + op.activation.op_type, original_type=op.activation.op_type)
             act.activation = None
             op.activation = None
             inter = ofm.clone("_act_intermediate")
@@ -70,7 +70,7 @@ class MemoryOpRewrites:
                                 Shape4D.from_list(write_offset))
             offset = end
 
-    def rewrite_unpack_output(self, op: VOp) -> VOp:
+    def rewrite_unpack_output(self, op: WorkingOp) -> WorkingOp:
         if op.run_on_npu and op.type == "Unpack":
             axis = int(op.attrs["axis"])
             if axis < 0:
@@ -81,7 +81,7 @@ class MemoryOpRewrites:
             op.ofm_shapes = [Shape4D.from_list(desired) for _ in op.outputs]
         return op
 
-    def rewrite_stridedslice_output(self, op: VOp) -> VOp:
+    def rewrite_stridedslice_output(self, op: WorkingOp) -> WorkingOp:
         if not op.run_on_npu or op.type != "StridedSlice":
             return op
         new_axis_mask = int(op.attrs.get("new_axis_mask", 0))
@@ -114,14 +114,14 @@ class MemoryOpRewrites:
         op.attrs["split_axis_4D"] = axis_4d
         return op
 
-    def nop_split_to_identity(self, op: VOp) -> VOp:
+    def nop_split_to_identity(self, op: WorkingOp) -> WorkingOp:
         if op.type == "Split" and op.attrs.get("num_splits") == 1:
             op.inputs = [i for i in op.inputs if i is not None and i.shape == op.outputs[0].shape]
             op.type = "Identity"
         return op
 
-    def _split_geometry(self, op: VOp) -> tuple[VTensor, list[VTensor], int | None, list[int] | None,
-                                                 list[int] | None, VTensor | None]:
+    def _split_geometry(self, op: WorkingOp) -> tuple[WorkingTensor, list[WorkingTensor], int | None, list[int] | None,
+                                                 list[int] | None, WorkingTensor | None]:
         start = end = axis = strides = None
         if op.type == "Split":
             axis = int(np.asarray(op.inputs[0].values).reshape(-1)[0])
@@ -148,7 +148,7 @@ class MemoryOpRewrites:
             axis += len(inp.shape)
         return inp, op.outputs, axis, start, end, strides
 
-    def rewrite_split(self, tens: VTensor) -> VTensor:
+    def rewrite_split(self, tens: WorkingTensor) -> WorkingTensor:
         if len(tens.ops) != 1 or tens.ops[0].type not in SPLIT_TYPES or tens.ops[0].type == "Unpack":
             return tens
         split = tens.ops[0]
@@ -156,7 +156,7 @@ class MemoryOpRewrites:
             return tens
         inp, outputs, axis, start, end, strides = self._split_geometry(split)
         tens.ops = []
-        read = VOp("SplitSliceRead", split.name, original_type=split.type, tflite_op=split.tflite_op)
+        read = WorkingOp("SplitSliceRead", split.name, original_type=split.type, tflite_op=split.tflite_op)
         read.inputs = [inp]
         idx_of_out = 0
         if start is None or end is None:
@@ -192,12 +192,12 @@ class MemoryOpRewrites:
             read.ifm_stride_multiplier[0] = [1, full[1], full[2]]
         return tens
 
-    def remove_split_slice_read(self, op: VOp) -> None:
+    def remove_split_slice_read(self, op: WorkingOp) -> None:
         if op.type != "SplitSliceRead":
             return
         ofm = op.ofm
 
-        def fits(cons: VOp) -> bool:
+        def fits(cons: WorkingOp) -> bool:
             if cons.ifm is ofm:
                 cons_shape = cons.ifm_shapes[0].as_list()
             elif cons.type in BINARY_ELEMENTWISE and cons.ifm2 is ofm:
@@ -251,7 +251,7 @@ class MemoryOpRewrites:
                 op.ifm.consumer_list.remove(op)
 
     # === memory-only ops ================================================================================
-    def bypass_memory_only(self, op: VOp) -> VOp:
+    def bypass_memory_only(self, op: WorkingOp) -> WorkingOp:
         """RESHAPE/SQUEEZE/EXPAND_DIMS: make the producer write the OFM directly, or copy with a DMA when the
         IFM has other readers, comes from the CPU or a graph input, or is a MEAN's output."""
         if not op.run_on_npu or op.type not in MEMORY_ONLY_TYPES:
@@ -269,7 +269,7 @@ class MemoryOpRewrites:
                 ofm.ops.append(prev)
         return op
 
-    def remove_passthrough_tensor(self, tens: VTensor) -> VTensor:
+    def remove_passthrough_tensor(self, tens: WorkingTensor) -> WorkingTensor:
         if len(tens.ops) == 1 and tens.ops[0].type == "Identity":
             return tens.ops[0].inputs[0]
         return tens

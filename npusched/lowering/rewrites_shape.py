@@ -14,8 +14,8 @@ from npusched.ir import (
 from npusched.lowering.netgraph import (
     CONV_TYPES,
     DEPTHWISE_TYPES,
-    VOp,
-    VTensor,
+    WorkingOp,
+    WorkingTensor,
     block_kind,
     const_tensor,
 )
@@ -38,7 +38,7 @@ class ShapeRewrites:
 
     arch: ArchitectureFeatures
 
-    def fixup_resize(self, op: VOp) -> VOp:
+    def fixup_resize(self, op: WorkingOp) -> WorkingOp:
         if op.type not in ("ResizeBilinear", "ResizeNearestNeighbor") or not op.run_on_npu:
             return op
         if op.ifm_shapes[0] == op.ofm_shapes[0]:
@@ -51,7 +51,7 @@ class ShapeRewrites:
             return self._resize_bilinear_hpc(op)
         return self._resize_to_upscale_and_pool(op)
 
-    def _resize_1x1_to_add(self, op: VOp) -> VOp:
+    def _resize_1x1_to_add(self, op: WorkingOp) -> WorkingOp:
         op.type = "Add"
         op.name = op.name + "_add"
         shape = op.ofm_shapes[0].as_list()
@@ -62,7 +62,7 @@ class ShapeRewrites:
         op.set_ifm_ofm_shapes()
         return op
 
-    def _resize_to_upscale_and_pool(self, op: VOp) -> VOp:
+    def _resize_to_upscale_and_pool(self, op: WorkingOp) -> WorkingOp:
         """Repeated x2 nearest-neighbour upscaling 1x1 AvgPools, then a final pool (or depthwise select)."""
         outputs = op.outputs
         orig_ofm_shape = op.ofm_shapes[0]
@@ -85,7 +85,7 @@ class ShapeRewrites:
             up_shape[1] *= 2 if up_w != 1 else 1
             shape = op.ofm_shapes[0].as_list()
             shape[1:3] = up_shape
-            out = VTensor(name=f"{op.outputs[0].name}_{count}", shape=shape, dtype=op.ifm.dtype,
+            out = WorkingTensor(name=f"{op.outputs[0].name}_{count}", shape=shape, dtype=op.ifm.dtype,
                           quantization=op.outputs[0].quantization)
             scaled.set_output(out)
             scaled.write_shape = Shape4D.from_list(shape)
@@ -111,7 +111,7 @@ class ShapeRewrites:
         scaled.set_ifm_ofm_shapes()
         return op
 
-    def _resize_nn_ac_to_depthwise(self, op: VOp, up_h: int, up_w: int) -> VOp:
+    def _resize_nn_ac_to_depthwise(self, op: WorkingOp, up_h: int, up_w: int) -> WorkingOp:
         depth = op.ofm.shape[-1]
         op.type = "DepthwiseConv2DBias"
         op.attrs.update({"padding": "VALID", "stride_h": 1, "stride_w": 1, "strides": (1, 1, 1, 1),
@@ -130,7 +130,7 @@ class ShapeRewrites:
         op.set_ifm_ofm_shapes()
         return op
 
-    def _resize_bilinear_hpc(self, op: VOp) -> VOp:
+    def _resize_bilinear_hpc(self, op: WorkingOp) -> WorkingOp:
         """Half-pixel-centre x2 bilinear resize: a 1x1 AvgPool copy of the IFM, then four 2x2 depthwise
         convolutions (one per output phase: TL, TR, BL, BR) whose outputs interleave in the OFM through a
         doubled OFM stride and a per-phase tile base offset; each pads by one edge value on two sides."""
@@ -140,7 +140,7 @@ class ShapeRewrites:
         kernels = bilinear_phase_kernels(h, w, oh, ow)
         ofm.ops = []
         elem_size = ofm.dtype.size_in_bytes
-        inter = VTensor(name="intermediate_tens", shape=list(ifm.shape), dtype=ifm.dtype,
+        inter = WorkingTensor(name="intermediate_tens", shape=list(ifm.shape), dtype=ifm.dtype,
                         quantization=ofm.quantization)
         op.name = "rb_init_avgpool"
         op.type = "AvgPool"
@@ -153,7 +153,7 @@ class ShapeRewrites:
         for i in (0, 1):
             for j in (0, 1):
                 index = i * 2 + j
-                dw = VOp("DepthwiseConv2DBias", f"depthwise_conv_{index}", original_type="ResizeBilinear",
+                dw = WorkingOp("DepthwiseConv2DBias", f"depthwise_conv_{index}", original_type="ResizeBilinear",
                          tflite_op=op.tflite_op)
                 dw.attrs = {"padding": "TILE", "stride_h": 1, "stride_w": 1, "strides": (1, 1, 1, 1),
                             "depth_multiplier": 1, "channel_multiplier": 1, "dilation_h_factor": 1,
@@ -177,7 +177,7 @@ class ShapeRewrites:
                 dw.set_ifm_ofm_shapes()
         return op
 
-    def replace_pad_by_hw_pad(self, op: VOp) -> VOp:
+    def replace_pad_by_hw_pad(self, op: WorkingOp) -> WorkingOp:
         """Fold a preceding PAD into the convolution's/pool's hardware padding where that is exact."""
         if not ((op.type in CONV_TYPES or op.type in DEPTHWISE_TYPES or op.type == "AvgPool")
                 and op.type not in ("Conv2DBackpropInput", "Conv2DBackpropInputSwitchedBias")
@@ -230,7 +230,7 @@ class ShapeRewrites:
         op.set_ifm_ofm_shapes()
         return op
 
-    def fixup_dilation_gt2(self, op: VOp) -> VOp:
+    def fixup_dilation_gt2(self, op: WorkingOp) -> WorkingOp:
         if op.type not in ("Conv2DBias", "DepthwiseConv2DBias"):
             return op
         d_w, d_h = op.dilation()
@@ -255,7 +255,7 @@ class ShapeRewrites:
         op.attrs["dilation_w_factor"] = hw_w
         return op
 
-    def convert_pad(self, op: VOp) -> VOp:
+    def convert_pad(self, op: WorkingOp) -> WorkingOp:
         """A PAD that could not become hardware padding: one AvgPool copies the IFM into the middle of the
         OFM and up to six more write the constant borders."""
         if op.type != "Pad" or not op.run_on_npu:
@@ -297,7 +297,7 @@ class ShapeRewrites:
         op.type = "ConcatTFLite"
         return main
 
-    def add_padding_fields(self, op: VOp) -> VOp:
+    def add_padding_fields(self, op: WorkingOp) -> WorkingOp:
         if not op.run_on_npu or "padding" not in op.attrs:
             return op
         ifm_shape, ofm_shape = op.ifm_shapes[0], op.ofm_shapes[0]
@@ -318,7 +318,7 @@ class ShapeRewrites:
         op.attrs["skirt"] = skirt
         return op
 
-    def fixup_bias_tensors(self, op: VOp, dtype: DataType | None = None) -> VOp:
+    def fixup_bias_tensors(self, op: WorkingOp, dtype: DataType | None = None) -> WorkingOp:
         if op.needs_bias() and op.bias is None and op.inputs[1] is not None:
             n = op.inputs[1].shape[-1]
             if dtype is None:

@@ -53,26 +53,30 @@ class TensorUse:
 
 
 def tensor_use(network_or_subgraph: Network | NpuSubgraph) -> TensorUse:
-    producers: dict[FeatureMap, list[int]] = {}
-    consumers: dict[FeatureMap, list[int]] = {}
+    """Readers and writers of every feature map, read off each subgraph's pass DAG (``NpuSubgraph.graph``)."""
+    producers: dict[FeatureMap, tuple[int, ...]] = {}
+    consumers: dict[FeatureMap, tuple[int, ...]] = {}
     outputs: set[FeatureMap] = set()
     inputs: set[FeatureMap] = set()
     writes: dict[FeatureMap, str] = {}
     for sg in subgraphs_of(network_or_subgraph):
         outputs.update(sg.outputs)
         inputs.update(sg.inputs)
-        for op in sg.ops:
-            for access in (op.ifm, op.ifm2):
-                if access is not None and not access.tensor.is_const:
-                    users = consumers.setdefault(access.tensor, [])
-                    if op.index not in users:
-                        users.append(op.index)
-            producers.setdefault(op.ofm.tensor, []).append(op.index)
+        read: set[FeatureMap] = set()
+        written: set[FeatureMap] = set()
+        for op in sg.ops:  # maps in the order passes first touch them: what a walk over the schedule sees
+            for fm in sg.graph.predecessors(op.index):
+                if fm not in read:
+                    read.add(fm)
+                    consumers[fm] = consumers.get(fm, ()) + sg.readers(fm)
+            for fm in sg.graph.successors(op.index):
+                if fm not in written:
+                    written.add(fm)
+                    producers[fm] = producers.get(fm, ()) + sg.writers(fm)
             if op.attr("memory_function") == "VariableTensorWrite" and op.attr("variable_tensor") is not None:
                 var = op.attr("variable_tensor")
                 writes[op.ofm.tensor] = var.name if isinstance(var, FeatureMap) else str(var)
-    return TensorUse({k: tuple(v) for k, v in producers.items()}, {k: tuple(v) for k, v in consumers.items()},
-                     frozenset(outputs), frozenset(inputs), frozenset(writes.values()), writes)
+    return TensorUse(producers, consumers, frozenset(outputs), frozenset(inputs), frozenset(writes.values()), writes)
 
 
 # --------------------------------------------------------------------------------------------------------------

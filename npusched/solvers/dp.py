@@ -136,7 +136,7 @@ class _GroupChoice:
 
 
 @dataclass(frozen=True)
-class _Candidate:
+class _PartialSchedule:
     """A schedule of the passes before a boundary: total cycles, peak fast storage, what stays live into the
     step after its last strategy (``tail``) and the slack its last pass leaves to the next one."""
 
@@ -146,13 +146,13 @@ class _Candidate:
     slack: float
     group: _Group | None = None
     ops: tuple[OpSchedule, ...] = ()
-    parent: _Candidate | None = field(default=None, repr=False)
+    parent: _PartialSchedule | None = field(default=None, repr=False)
 
     def op_schedules(self, cascade_names: Sequence[int]) -> list[OpSchedule]:
         """Every pass's choices, with cascade (named by the op index of its last pass, ``cascade_names`` maps
         positions to op indices) and rolling buffer filled in."""
         out: list[OpSchedule] = []
-        node: _Candidate | None = self
+        node: _PartialSchedule | None = self
         while node is not None:
             group = node.group
             if group is not None:
@@ -477,7 +477,7 @@ class _SubgraphSearch:
 
     # ---- the frontier -----------------------------------------------------------------------------------------
 
-    def _objective(self, cand: _Candidate) -> tuple[float, ...]:
+    def _objective(self, cand: _PartialSchedule) -> tuple[float, ...]:
         if self.size_first:
             # 2020's candidate metric: SRAM and cycles weighed by the architecture's weights.
             weight_sram = float(self.arch.max_sram_used_weight)
@@ -500,15 +500,15 @@ class _SubgraphSearch:
                 kept_ids.add(id(item))
         return kept
 
-    def _prune(self, candidates: list[_Candidate]) -> list[_Candidate]:
+    def _prune(self, candidates: list[_PartialSchedule]) -> list[_PartialSchedule]:
         front = _pareto(candidates, lambda c: (c.cycles, c.peak, c.tail, -c.slack))
         return self._cap(front, self._objective, lambda c: (c.peak, c.tail), self.opts.frontier_size)
 
-    def run(self) -> tuple[list[_Candidate], int]:
+    def run(self) -> tuple[list[_PartialSchedule], int]:
         """Final candidates (best first) and the smallest peak any complete candidate reached (over the limit
         ones included, for the error message)."""
-        frontiers: list[list[_Candidate]] = [[] for _ in range(self.n + 1)]
-        frontiers[0] = [_Candidate(0.0, 0, 0, 0.0)]
+        frontiers: list[list[_PartialSchedule]] = [[] for _ in range(self.n + 1)]
+        frontiers[0] = [_PartialSchedule(0.0, 0, 0, 0.0)]
         smallest = [UNLIMITED] * (self.n + 1)
         smallest[0] = 0
         for start in range(self.n):
@@ -530,7 +530,7 @@ class _SubgraphSearch:
                         smallest[group.end + 1] = min(smallest[group.end + 1], max(peak, smallest[start]))
                         if peak > self.limit:
                             continue
-                        frontiers[group.end + 1].append(_Candidate(
+                        frontiers[group.end + 1].append(_PartialSchedule(
                             cand.cycles + choice.cycles, peak, at_step - (choice.buffers_all - choice.buffers_kept),
                             choice.slack, group, choice.ops, cand))
         final = sorted(self._prune(frontiers[self.n]), key=self._objective)
@@ -644,8 +644,8 @@ def _place_feature_maps(network: Network | NpuSubgraph, arch: ArchitectureFeatur
     return schedule
 
 
-def _first_verified(sg: NpuSubgraph, arch: ArchitectureFeatures, placements: tuple, final: Sequence[_Candidate],
-                    op_by_index: Mapping[int, NpuOp], limit: int, names: Sequence[int]) -> _Candidate | None:
+def _first_verified(sg: NpuSubgraph, arch: ArchitectureFeatures, placements: tuple, final: Sequence[_PartialSchedule],
+                    op_by_index: Mapping[int, NpuOp], limit: int, names: Sequence[int]) -> _PartialSchedule | None:
     """The best final candidate that the evaluator accepts for this subgraph (the DP's memory model mirrors
     the evaluator's, so normally the first)."""
     for cand in final:

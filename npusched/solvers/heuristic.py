@@ -379,13 +379,13 @@ def _non_local_for_min(ctx: _Context, costs: Mapping[int, StripeCost], snap: Sna
 
 
 @dataclass(frozen=True)
-class _Candidate:
+class _Restriped:
     costs: dict[int, StripeCost]
     cascades: dict[int, CascadeInfo]
 
 
 def _optimise_cascade(ctx: _Context, info: CascadeInfo, costs: Mapping[int, StripeCost], snap: Snapshot,
-                      template: Mapping[int, StripeCost], limit: int, cache: dict) -> _Candidate | None:
+                      template: Mapping[int, StripeCost], limit: int, cache: dict) -> _Restriped | None:
     """Re-stripe one cascade of the min schedule (Vela's ``optimize_sub_schedule``): taller stripes of its last
     pass are tried until the rebuilt cascades no longer fit or split into more cascades."""
     positions = range(info.start, info.end + 1)
@@ -398,7 +398,7 @@ def _optimise_cascade(ctx: _Context, info: CascadeInfo, costs: Mapping[int, Stri
 
     buffered = _buffered(ctx, sub, snap, ctx.limit, {})
     last = sub_ops[-1]
-    best: _Candidate | None = None
+    best: _Restriped | None = None
     most_cascades = 0
     for i, height in enumerate(range(sub[last.pos].stripe.height + 1, last.ofm_shape.height // 2 + 1)):
         proposal = _striped(ctx, last.ofm_shape.with_height(height), buffered, cache)
@@ -407,7 +407,7 @@ def _optimise_cascade(ctx: _Context, info: CascadeInfo, costs: Mapping[int, Stri
             most_cascades = len(cascades)
         usage = schedule_memory_estimate(sub_ops, chosen, cascades, non_local)
         if usage <= limit and len(cascades) <= most_cascades:
-            best = _Candidate(chosen, cascades)
+            best = _Restriped(chosen, cascades)
             if not cascades:
                 break
         else:

@@ -12,7 +12,7 @@ import socket
 import time
 from typing import Any
 
-from npusched.app.pipeline import run
+from npusched.app.api import solve_options
 from npusched.errors import NpuschedError
 from npusched.ir import MemArea
 from npusched.sweep.grid import AREA_COLUMNS, VELA_SOLVERS, Cell
@@ -42,7 +42,7 @@ def failure(status: str, error: str, wall_seconds: float | None = None) -> dict[
 
 
 def _run_npusched(cell: Cell) -> dict[str, Any]:
-    result = run(cell.run_options())
+    result = solve_options(cell.run_options()).run
     evaluation = result.evaluation
     assert evaluation is not None  # a solver ran
     report = result.solver_report

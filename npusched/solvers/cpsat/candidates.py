@@ -20,32 +20,20 @@ Where candidates come from (and how many, per subgraph of n passes):
   in place: <= n x (MAX_CASCADE_LENGTH - 1) x (SMALL_STRIPES + STRIPE_HEIGHTS) x 4;
 * and every such run with smallest stripes, for memory (Vela's block configs, weights buffered or in place:
   <= n x (MAX_CASCADE_LENGTH - 1) x 4): Vela's minimal stripes (each pass as many rows as the next pass's vertical
-  stride, even for a nearest-neighbour upscaling pass: the stripes of its ``--optimise Size`` schedule) and
-  one-row stripes (two for an upscaling pass). A rolling buffer holds round_up(producer rows + consumer IFM rows,
-  consumer IFM rows) rows, so one-row stripes give the smallest buffers: a producer writing one row before a
-  stride-2 consumer needs half the rows of one writing two. Vela never proposes them, but its backend compiles
-  them (tests/test_small_memory.py runs Vela 5.2.0 legacy with one-row minimal stripes: it compiles
-  mobilenet_v2_224_int8 in 358,400 bytes of SRAM). Stripes derived backwards from a final height double at every
-  stride-2 pass and are even throughout a cascade with an upscaling pass: with them alone mobilenet_v2_224_int8's
-  smallest fit was 376,320 bytes; with Vela's minimal stripes it is 361,984, with one-row stripes 358,400.
+  stride: the stripes of its ``--optimise Size`` schedule) and one-row stripes (two for an upscaling pass), which
+  give the smallest rolling buffers; Vela never proposes them, but its backend compiles them.
 
-Longer cascades were measured (before one-row stripes were added) and left out: allowing 32 passes lowered the
-smallest fit of none of kws_dscnn_int8, person_detect, str_ww_int8, vww_96_int8, mobilenet_v2_224_int8 and
-resnet_large_ic_int8 (nor 24 of generated U-Net, ResNet and 1-D audio networks): a longer run adds a rolling
-buffer per pass and seldom ends in a smaller feature map. Allowing 16 (32) passes made person_detect's model take
-1.7x (2.3x) as long to build.
-
-Generated buffered weights are not pre-buffered (their buffer is live from their own step): Vela does the same
-whenever memory is short, and its estimate (the evaluator's) credits the prefetch under the previous pass either
-way, so a pre-buffered variant would cost the same and only take more memory.
+Generated buffered weights are not pre-buffered (their buffer is live from their own step): Vela's estimate
+credits the prefetch under the previous pass either way, so a pre-buffered variant would cost the same and only
+take more memory. Why cascades stop at ``MAX_CASCADE_LENGTH`` and what the smallest stripes buy is measured in
+docs/architecture.md ("The CP-SAT candidate space").
 
 Dominated block configs are dropped before ranking (``drop_dominated``). Candidates that would profit from an
 artefact of Vela's estimate are kept out of the model, the hint's own included: a cascaded pass with buffered
 weights is priced with its weight transfer at zero but still credited with the part of it hidden under the
-previous pass, which can price it below its own compute time (allowing it, CP-SAT "finds" schedules 3x faster
-than Vela's on str_ww_int8). Keeping the candidate space independent of the hint this way also keeps it
-independent of the memory limit, so more memory never shrinks it. The hint stays the fallback: the result is
-the better of the two by the evaluator.
+previous pass, which can price it below its own compute time. Keeping the candidate space independent of the
+hint this way also keeps it independent of the memory limit, so more memory never shrinks it. The hint stays the
+fallback: the result is the better of the two by the evaluator.
 """
 
 from __future__ import annotations
