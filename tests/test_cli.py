@@ -112,6 +112,7 @@ def test_console_script_exit_status(tmp_path: Path) -> None:
     assert proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_default_solver_is_cpsat_and_reports_bound_and_heuristic(tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "kws.json"
@@ -127,6 +128,7 @@ def test_default_solver_is_cpsat_and_reports_bound_and_heuristic(tmp_path: Path,
     assert 0.0 <= doc["gap"] <= 1.0 and doc["solve_seconds"] > 0
 
 
+@pytest.mark.slow
 def test_time_limit_counts_from_each_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """main() called from Python counts its time limit from the call, not from when the module was imported: a
     process that has been running longer than the limit (a test run, a batch script) still gets the whole limit."""
@@ -138,7 +140,9 @@ def test_time_limit_counts_from_each_call(tmp_path: Path, monkeypatch: pytest.Mo
     assert doc["status"] == "optimal" and doc["model_stats"]["mode"] == "full"
 
 
+@pytest.mark.slow
 def test_impossible_limit_is_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
     line = _expect_one_line_error(capsys, [str(EXAMPLE), *HEE[:-2], "--arena-cache-size", "64", "--time-limit", "20",
-                                           "--workers", "2"], "no schedule fits 64 bytes of fast storage")
+                                           "--workers", "2", "--deterministic"],
+                                  "no schedule fits 64 bytes of fast storage")
     assert "the smallest that fits needs" in line

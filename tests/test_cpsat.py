@@ -20,6 +20,7 @@ from npusched.solvers.heuristic import heuristic_schedule
 from npusched.solvers.max_schedule import max_schedule
 
 
+@pytest.mark.slow
 def test_three_pass_slice_matches_brute_force(corpus_dir):
     """kws_dscnn_int8's first three passes (conv 3x3 -> depthwise -> 1x1 conv) on a U65 with 256 KiB of
     dedicated SRAM. By hand: the two feature maps between the passes may each sit in DRAM or SRAM, or live only in
@@ -67,6 +68,7 @@ def test_three_pass_slice_matches_brute_force(corpus_dir):
     assert result.objective_cycles == best
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", ["u65-256_mid_dedicated256k", "u55-256_hee_shared_arena128k"])
 @pytest.mark.parametrize("model", ["kws_dscnn_int8", "micro_speech_int8", "ad01_int8"])
 def test_objective_is_the_evaluators_total(corpus_dir, model, config):
@@ -105,6 +107,7 @@ def test_impossible_limit_names_the_smallest_size(corpus_dir):
         solve_cpsat(network, arch, time_limit_seconds=10, workers=2, deterministic=True)
 
 
+@pytest.mark.slow
 def test_deterministic_runs_give_the_same_schedule(corpus_dir):
     arch, network = load_corpus("kws_dscnn_int8", "u65-256_mid_dedicated256k")
     first = solve_cpsat(network, arch, time_limit_seconds=30, workers=2, seed=7, deterministic=True)
@@ -137,6 +140,7 @@ def test_single_pass_optimum_by_hand(corpus_dir, arena):
     assert buffered < in_place  # the two cases really differ
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model,config,arena,size_first", [
     ("vww_96_int8", "u55-256_hee_shared_arena128k", 60_000, False),
     ("vww_96_int8", "u55-256_hee_shared_arena128k", None, True),

@@ -27,6 +27,9 @@ from npusched.vela.golden import run_golden
 
 DEDICATED = ("u65-256_mid_dedicated256k", "u65-512_high_dedicated384k")
 
+# Slow tier (pytest -m 'not slow' skips it): CP-SAT on generated networks with long limits, and the vela CLI.
+pytestmark = pytest.mark.slow
+
 
 def _network(tmp_path: Path, arch: str, passes: int, seed: int, cpu_splits: int | None = None) -> Path:
     path = tmp_path / f"{arch}_{passes}_{seed}.tflite"

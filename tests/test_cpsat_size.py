@@ -18,6 +18,9 @@ from npusched.solvers.max_schedule import max_schedule
 
 SIZE = "u55-128_hee_shared_size"
 
+# Slow tier (pytest -m 'not slow' skips it): CP-SAT with long limits.
+pytestmark = pytest.mark.slow
+
 
 def _every_schedule(net: Network, arch) -> list[tuple[int, float]]:
     """(peak fast storage, cycles) of every schedule of the candidate space that verifies: every exact cover of

@@ -45,6 +45,7 @@ def _golden_cycles(config: str, model: str) -> float:
         return float(next(csv.DictReader(handle))["cycles_total"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", tuple(CONFIGS))
 @pytest.mark.parametrize("model", MODELS)
 def test_dp_schedule_verifies_within_the_limit(config, model):
@@ -64,6 +65,7 @@ def test_dp_schedule_verifies_within_the_limit(config, model):
             assert choice.ofm_stripe.height < op.ofm.shape.height
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", MODELS)
 def test_dp_is_at_least_as_fast_as_the_max_schedule_when_everything_fits(model):
     """With an unlimited arena the max schedule (Vela's choice: its cycles are Vela's cycles_total) is one of
@@ -75,6 +77,7 @@ def test_dp_is_at_least_as_fast_as_the_max_schedule_when_everything_fits(model):
     assert evaluation.total_cycles <= reference.total_cycles
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model,arena", [("vww_96_int8", 60_000), ("kws_dscnn_int8", 17_000),
                                          ("resnet8_ic_int8", 50_000)])
 def test_dp_fits_a_tight_arena(model, arena):
@@ -111,6 +114,7 @@ def test_cascading_can_be_turned_off():
         dp_schedule(network, arch, options=DpOptions(use_cascading=False))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config,model,arena,optimise", [
     ("u55-128_hee_shared", "vww_96_int8", None, "Performance"),
     ("u55-256_hee_shared_arena128k", "vww_96_int8", 60_000, "Performance"),

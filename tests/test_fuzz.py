@@ -53,6 +53,9 @@ TIME_LIMIT_SECONDS = 5.0
 HANG_SECONDS = 120.0
 SYSTEM, MODE = "Ethos_U55_High_End_Embedded", "Shared_Sram"
 
+# Slow tier (pytest -m 'not slow' skips it): hundreds of fuzzed runs.
+pytestmark = pytest.mark.slow
+
 
 # ---------------------------------------------------------------------------------------------------------------
 # where the flatbuffer keeps the values worth changing

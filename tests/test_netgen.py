@@ -103,6 +103,7 @@ VELA_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch, passes, seed, config", VELA_CASES)
 def test_heuristic_equals_vela_legacy(tmp_path, arch, passes, seed, config):
     model = _write(tmp_path, arch, passes, seed)
@@ -118,6 +119,7 @@ def test_heuristic_equals_vela_legacy(tmp_path, arch, passes, seed, config):
     assert abs(comparison.cycles_error) <= 1.0, (comparison.cycles_ours, comparison.cycles_vela)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["nasnet", "mixed", "unet"])
 def test_cpsat_is_verified_and_not_worse_than_the_heuristic(tmp_path, arch):
     model = _write(tmp_path, arch, 30, 2)

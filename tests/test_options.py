@@ -62,6 +62,7 @@ def _npu_ops(config: str, model: str):
 # Vela's choice at full height = the golden max schedule
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["mobilenet_v2_224_int8", "person_detect", "kws_dscnn_int8", "dtln"])
 def test_vela_choice_is_golden_max_schedule(model: str) -> None:
     config = "u55-128_hee_shared"

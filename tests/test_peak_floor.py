@@ -29,6 +29,7 @@ def _assert_above_floor(network, arch, schedules) -> None:
         assert floor.whole_bytes <= evaluation.network_peak_fast_storage, schedule.solver
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", MODELS)
 def test_no_schedule_goes_below_the_floor(model):
     """Vela's own schedules (the heuristic's, for Size and for Performance), the max schedule and the DP's all
@@ -41,6 +42,7 @@ def test_no_schedule_goes_below_the_floor(model):
     _assert_above_floor(network, arch, schedules)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["resnet8_ic_int8", "vww_96_int8", "person_detect", "dtln"])
 def test_cpsat_smallest_schedule_meets_the_floor(model):
     """CP-SAT proves its least peak over its own candidate space; the floor holds over every schedule Vela's
@@ -70,6 +72,7 @@ def test_resnet8_floor_by_hand():
     assert "rolling buffer after pass 1" in floor.describe()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("architecture", ["mixed", "resnet", "mobilenet_v2", "nasnet", "densenet"])
 def test_floor_holds_on_generated_networks(tmp_path: Path, architecture: str):
     """Networks the corpus does not have (CPU operators mid-graph, branching cells, concatenations): the floor
@@ -82,6 +85,7 @@ def test_floor_holds_on_generated_networks(tmp_path: Path, architecture: str):
     _assert_above_floor(network, arch, [heuristic, result.schedule])
 
 
+@pytest.mark.slow
 def test_residual_cascades_would_not_lower_the_corpus_floors(tmp_path: Path):
     """The what-if of residual adds joining cascades (Vela's rules forbid it) lowers no corpus model's floor:
     what sets each one (the network input with the first cascade's output, a skip map held whole, passes that

@@ -84,6 +84,7 @@ MOBILENET_V2_FLOOR_BYTES = (224 * 224 * 3 + 56 * 56 * 32
 VELA_MINIMAL_BYTES = MOBILENET_V2_FLOOR_BYTES + 2 * 112 * 16
 
 
+@pytest.mark.slow
 def test_mobilenet_v2_smallest_fit_is_the_first_cascades_floor():
     """With the 128 KiB arena, where Vela's legacy core stops and the heuristic has no schedule, the error names
     the least fast storage of the candidate space, proven: the hand-worked floor above, 358,400 bytes, below the
@@ -100,6 +101,7 @@ def test_mobilenet_v2_smallest_fit_is_the_first_cascades_floor():
     assert "not proven" not in str(info.value)
 
 
+@pytest.mark.slow
 def test_mobilenet_v2_fits_the_floor_without_the_heuristic():
     """At exactly that size CP-SAT, given no heuristic schedule to start from, finds a schedule of its own
     candidates that the evaluator verifies, its first cascade in one-row stripes."""
@@ -139,6 +141,7 @@ ONE_ROW_VELA = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_velas_backend_compiles_one_row_cascades(tmp_path):
     """Vela never proposes one-row stripes before a stride-2 pass, but its backend compiles them: made to start
     from one-row stripes, Vela cascades mobilenet_v2_224_int8's first six passes, writes the command stream and
@@ -159,6 +162,7 @@ def test_velas_backend_compiles_one_row_cascades(tmp_path):
     assert used is not None and float(used.group(1)) * 1024 == MOBILENET_V2_FLOOR_BYTES
 
 
+@pytest.mark.slow
 def test_generated_unet_fits_below_the_heuristic(tmp_path):
     """A U-Net (netgen, seed 0, 40 passes) under --optimise Size: its peak is where a cascade from a
     nearest-neighbour upscaling (32 -> 64 rows, depth 32) through a 1x1 convolution (depth 16) writes a
@@ -184,6 +188,7 @@ def test_generated_unet_fits_below_the_heuristic(tmp_path):
     assert (resize.ofm_stripe.height, conv.ofm_stripe.height) == (2, 1)
 
 
+@pytest.mark.slow
 def test_person_detect_fits_below_velas_size_schedule():
     """person_detect's first cascade (conv 3x3/2 -> depthwise 3x3 -> conv 1x1 -> depthwise 3x3/2, 48 wide, depth
     8 and 16, padded to 16) sits between its input (96 x 96 x 1) and a 24 x 24 x 16 map. Vela's minimal stripes

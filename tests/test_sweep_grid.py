@@ -20,6 +20,9 @@ from npusched.sweep.cli import main
 MODELS = ("kws_dscnn_int8", "micro_speech_int8", "ad01_int8", "resnet8_ic_int8")
 CELLS = 4 * 2 * 3 * 2
 
+# Slow tier (pytest -m 'not slow' skips it): a whole sweep, killed and resumed.
+pytestmark = pytest.mark.slow
+
 
 def grid_args(corpus_dir: Path, store: Path) -> list[str]:
     return [*(str(corpus_dir / f"{m}.tflite") for m in MODELS),

@@ -9,6 +9,9 @@ import pytest
 
 from npusched.sweep.cli import main
 
+# Slow tier (pytest -m 'not slow' skips it): Ray.
+pytestmark = pytest.mark.slow
+
 
 def cycles(store: Path) -> dict[str, tuple[str, str, float | None]]:
     with sqlite3.connect(store) as connection:

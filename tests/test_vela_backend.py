@@ -34,6 +34,7 @@ def _plain_vela(model: str, config: str, output_dir: Path) -> Path:
     return output_dir / f"{model}_vela.tflite"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("config", "model"), CASES)
 def test_heuristic_compiles_to_velas_own_file(config: str, model: str, tmp_path: Path) -> None:
     """Forced into Vela's backend, the heuristic's schedule gives Vela's own .tflite and Vela's own estimate."""
@@ -46,6 +47,7 @@ def test_heuristic_compiles_to_velas_own_file(config: str, model: str, tmp_path:
     assert tflite_contents(compiled.tflite_path) == tflite_contents(_plain_vela(model, config, tmp_path / "vela"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("config", "model"), CASES)
 def test_cpsat_schedule_compiles_and_vela_agrees(config: str, model: str, tmp_path: Path) -> None:
     result = run(run_options(config, model, solver="cpsat", time_limit_seconds=5, deterministic=True, workers=1))
@@ -68,6 +70,7 @@ def test_a_refused_decision_names_the_op_and_writes_nothing(tmp_path: Path) -> N
     assert earlier.read_bytes() == b"an earlier compilation"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("config", "model", "solver"), [
     ("u55-128_hee_shared_size", "str_ww_int8", "heuristic"),
     ("u65-256_mid_dedicated256k", "kws_dscnn_int8", "cpsat"),
@@ -97,6 +100,7 @@ def test_the_prefetch_window_is_needed_to_reproduce_a_schedule() -> None:
     assert evaluate(result.network, result.arch, schedule).total_cycles != result.evaluation.total_cycles
 
 
+@pytest.mark.slow
 def test_cli_output_dir_and_saved_schedule(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--output-dir writes Vela's three files; --schedule compiles a saved schedule to the same .tflite."""
     model = model_path("kws_dscnn_int8")
@@ -127,6 +131,7 @@ def test_cli_bad_output_dir_and_schedule_are_one_line_errors(tmp_path: Path,
         assert len(err) == 1 and err[0].startswith("error: ") and fragment in err[0]
 
 
+@pytest.mark.slow
 def test_compilations_in_one_process_do_not_share_velas_weight_cache(tmp_path: Path) -> None:
     """Vela caches encoded weights process-wide: mobilenet_v2's Size schedule, compiled after its Performance one,
     reused the earlier compilation's weight tensors and failed in Vela's allocator before each compilation started

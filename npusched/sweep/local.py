@@ -43,7 +43,10 @@ def start_fork_server() -> Any:
 
 def run_local(cells: list[Cell], jobs: int, guard_seconds: float,
               work: CellWork = run_cell) -> Generator[Event, None, None]:
-    """Run the cells, yielding Started/Finished as they happen; closing the generator kills the cells in flight."""
+    """Run the cells, yielding Started/Finished as they happen; closing the generator kills the cells in flight.
+
+    ``work`` measures one cell in its process (default: the runner). It is the test hook: a stand-in that crashes
+    or hangs exercises the guards without depending on how long a real solve takes on the machine."""
     context = start_fork_server()
     pending = list(reversed(cells))
     running: dict[Connection, _Running] = {}
