@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from conftest import golden_cases, golden_path, load_corpus, run_options
@@ -116,3 +118,45 @@ def test_vela_backend_reports_its_own_allocation(tmp_path: Path) -> None:
         assert float(next(csv.DictReader(handle))["sram_memory_used"]) * 1024 == compiled.vela_allocation_bytes
     assert compiled.allocation_fits and not any("allocator" in line for line in compiled.warnings())
     assert compiled.npusched_allocation_bytes <= compiled.vela_allocation_bytes
+
+
+def _fragmenting_allocator(overhead_bytes: int) -> Any:
+    """An allocator that always loses ``overhead_bytes`` to fragmentation above the live peak."""
+    def allocate_with_overhead(ranges: Any, **_: Any) -> Any:
+        return SimpleNamespace(size_bytes=live_peak(tuple(ranges)) + overhead_bytes)
+    return allocate_with_overhead
+
+
+def _cpsat_under_tight_limit(monkeypatch: pytest.MonkeyPatch, overhead_bytes: int) -> tuple[Any, Any, int]:
+    """resnet8 on the U65 with its dedicated SRAM at 85% of the heuristic's peak, solved by CP-SAT with answers
+    judged by an allocator that loses ``overhead_bytes``."""
+    import npusched.solvers.cpsat.repair as repair
+    from npusched.solvers.cpsat import solve_cpsat
+
+    _, network, _, evaluation = _heuristic(DEDICATED, "resnet8_ic_int8")
+    limit = int(0.85 * evaluation.network_peak_fast_storage) // 16 * 16
+    arch, network, hint, hint_evaluation = _heuristic(DEDICATED, "resnet8_ic_int8", arena_cache_size=limit)
+    monkeypatch.setattr(repair, "allocate_ranges", _fragmenting_allocator(overhead_bytes))
+    result = solve_cpsat(network, arch, time_limit_seconds=60, workers=1, deterministic=True, hint=hint,
+                         hint_evaluation=hint_evaluation)
+    return result, evaluate(network, arch, result.schedule), limit
+
+
+def test_cpsat_repairs_an_answer_whose_allocation_overflows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When CP-SAT's answer does not fit at addresses, it solves again with the limit tightened by the excess
+    until one does, and says how many rounds that took and what it cost."""
+    overhead = 8192
+    result, evaluation, limit = _cpsat_under_tight_limit(monkeypatch, overhead)
+    repairs = result.model_stats["allocation_repairs"]
+    assert repairs["rounds"] >= 1 and repairs["first_excess_bytes"] > 0 and repairs["fits"]
+    assert result.status == "feasible"  # the first solve's bound no longer proves the tightened answer optimal
+    assert evaluation.network_peak_fast_storage + overhead <= limit
+    assert repairs["cost_cycles"] >= 0
+
+
+def test_cpsat_falls_back_when_no_repair_fits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An answer that can never fit at addresses is never emitted: the heuristic's schedule, which does, is."""
+    result, _, limit = _cpsat_under_tight_limit(monkeypatch, 1 << 30)
+    repairs = result.model_stats["allocation_repairs"]
+    assert result.status == "fallback" and not repairs["fits"] and repairs["first_excess_bytes"] > 0
+    assert "over the limit" in result.reason

@@ -28,6 +28,7 @@ from npusched.solvers.cpsat.model import (
     extract_schedule,
     whole_subgraph_regions,
 )
+from npusched.solvers.cpsat.repair import repair_allocation
 from npusched.solvers.cpsat.solver import Progress, SearchBudget, new_solver
 from npusched.solvers.cpsat.windows import search_windows
 from npusched.solvers.max_schedule import max_schedule
@@ -161,8 +162,17 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, workers:
             raise ScheduleError(_nothing_found(hint_eval, limit, time_limit_seconds))
         return _fallback(fitting[0], fitting[1].total_cycles, f"no CP-SAT solution within {time_limit_seconds:g} s",
                          solve_seconds, stats)
-    return _verified_result(net, extract_schedule(built, solver.boolean_value), hint, fitting[1] if fitting else None,
-                            status, solver.best_objective_bound / SCALE, peak, solve_seconds, stats, log)
+    bound = solver.best_objective_bound / SCALE  # the first solve's: a repair searches a smaller space
+    # The answer's buffers must also fit at addresses; if they do not, solve again with the limit tightened.
+    found, status, repair = repair_allocation(built, solver, status, budget, time_limit_seconds / 4, log)
+    stats["allocation_repairs"] = repair.as_stats()
+    if found is None:
+        if fitting is None:
+            raise ScheduleError(f"no schedule whose buffers fit {limit} bytes of fast storage was found: "
+                                f"{repair.reason}")
+        return _fallback(fitting[0], fitting[1].total_cycles, repair.reason, time.monotonic() - start, stats)
+    return _verified_result(net, found, hint, fitting[1] if fitting else None, status, bound, peak,
+                            time.monotonic() - start if repair.rounds else solve_seconds, stats, log)
 
 
 def _windows_result(net: NetworkFacts, references: tuple[Schedule, ...], hint: Schedule, hint_eval: Evaluation,
