@@ -162,7 +162,8 @@ def _solve(network: Network, arch: ArchitectureFeatures, options: RunOptions, st
     if options.solver == "dp":
         return dp_schedule(network, arch, options.optimise), None
     if options.solver == "vela-default":
-        return solve_with_default_core(network, arch, options).schedule, None
+        model_bytes = scheduled_model_bytes(options)
+        return solve_with_default_core(network, arch, options, model_bytes=model_bytes).schedule, None
     if options.solver != "cpsat":
         raise ScheduleError(f"unknown solver '{options.solver}' (known: cpsat, heuristic, dp, vela-default)")
     heuristic_error: ScheduleError | None = None

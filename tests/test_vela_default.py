@@ -1,0 +1,99 @@
+"""Issue 20: the default (C++) core's cost model (``--estimator vela-default``) and its schedules as a baseline
+(``--solver vela-default``), checked against what that core itself chose and estimated (tests/data/golden/
+vela-5.2.0-regor: its debug database and summary)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from conftest import CONFIGS, GOLDEN_ROOT, load_corpus, run_options
+
+from npusched.app.pipeline import run
+from npusched.schedule.evaluator import evaluate
+from npusched.target.arch import Estimator
+from npusched.vela.default_core import compare_default_core, read_default_core_ops, schedule_from_default_core
+
+REGOR_DIR = GOLDEN_ROOT / "vela-5.2.0-regor"
+DEFAULT = {"estimator": "vela-default"}
+
+
+def _golden(config: str, model: str) -> Path:
+    return REGOR_DIR / config / model
+
+
+def test_estimator_names() -> None:
+    assert Estimator("vela") is Estimator.VELA_LEGACY  # the older name still parses
+    assert Estimator.VELA is Estimator.VELA_LEGACY
+    assert {"vela", "vela-legacy", "vela-default", "contention"} <= set(Estimator.names())
+
+
+def test_every_estimator_totals_a_run() -> None:
+    result = run(run_options("u55-128_hee_shared", "micro_speech_int8", solver="heuristic"))
+    totals = result.cycles_by_estimator
+    assert {"vela-legacy", "vela-default", "contention", "vela"} <= set(totals)
+    assert totals["vela"] == totals["vela-legacy"] == result.evaluation.total_cycles
+
+
+# Models whose passes are the default core's one for one (no op the two graph optimisers decompose differently).
+SAME_GRAPH = ("kws_dscnn_int8", "micro_speech_int8", "person_detect", "str_ww_int8", "vww_96_int8")
+
+
+# (str_ww_int8 and person_detect on u65-256 are off: weight buffering of a few ops, see docs/estimator.md)
+CASES = [("u55-128_hee_shared", model) for model in SAME_GRAPH] + [
+    ("u65-256_mid_dedicated256k", model) for model in ("kws_dscnn_int8", "micro_speech_int8", "vww_96_int8")]
+
+
+@pytest.mark.parametrize(("config", "model"), CASES)
+def test_default_core_schedule_priced_as_it_prices_it(config: str, model: str) -> None:
+    """Its own schedule, priced by npusched's evaluator under vela-default, costs what it says: the network
+    total within 1% of its summary, and the NPU cycles of every op it schedules within 1% of its own."""
+    arch, network = load_corpus(model, config, **DEFAULT)
+    comparison = compare_default_core(network, arch, _golden(config, model), model)
+    assert abs(comparison.cycles_error) <= 1.0, (comparison.cycles_ours, comparison.cycles_vela)
+    off = [(op.name, op.npu_ours, op.npu_vela) for op in comparison.ops if abs(op.npu_error) > 1.0]
+    assert not off, off[:3]
+    assert len(comparison.ops) >= 27
+
+
+def test_partial_blocks_count_only_micro_blocks_present() -> None:
+    """The default core's first kws_dscnn convolution (OFM 25x5x64, block 10x6x16) costs fewer NPU cycles under
+    its own model than under the legacy one, which counts 3 whole block rows where 2.5 are present."""
+    config, model = "u55-128_hee_shared", "kws_dscnn_int8"
+    arch, network = load_corpus(model, config, **DEFAULT)
+    imported = schedule_from_default_core(network, arch, read_default_core_ops(_golden(config, model) /
+                                                                                 "debug_db.xml"))
+    first = network.subgraphs[0].ops[0]
+    assert imported.matched[first.index].ofm_block.as_list() == [1, 10, 6, 16]
+    default = evaluate(network, arch, imported.schedule).ops[0]
+    legacy = evaluate(network, replace(arch, estimator=Estimator.VELA_LEGACY), imported.schedule).ops[0]
+    assert default.op_cycles < legacy.op_cycles
+
+
+def test_import_says_what_it_cannot_express() -> None:
+    """keyword_scrambled's softmax runs on the NPU in the default core but not in npusched's graph: said."""
+    config, model = "u55-128_hee_shared", "keyword_scrambled_8bit"
+    arch, network = load_corpus(model, config, **DEFAULT)
+    imported = schedule_from_default_core(network, arch, read_default_core_ops(_golden(config, model) /
+                                                                                 "debug_db.xml"))
+    assert any("have no npusched pass" in warning for warning in imported.warnings)
+    assert imported.schedule.notes == imported.warnings
+
+
+def test_every_golden_case_is_there() -> None:
+    for config in CONFIGS:
+        assert (REGOR_DIR / config / "kws_dscnn_int8" / "debug_db.xml").is_file()
+
+
+@pytest.mark.slow
+def test_solver_vela_default_runs_the_default_core() -> None:
+    """--solver vela-default runs the vela CLI's default core and prices its schedule: the same figure as its
+    golden output, read back (Vela is deterministic)."""
+    config, model = "u55-128_hee_shared", "micro_speech_int8"
+    result = run(run_options(config, model, solver="vela-default", **DEFAULT))
+    arch, network = load_corpus(model, config, **DEFAULT)
+    golden = compare_default_core(network, arch, _golden(config, model), model)
+    assert result.evaluation is not None
+    assert result.evaluation.total_cycles == golden.cycles_ours
+    assert abs(golden.cycles_error) <= 1.0
