@@ -121,7 +121,8 @@ def run(options: RunOptions, log: Callable[[str], None] | None = None, started: 
         # The reproduction of Vela reproduces Vela also where its legacy scheduler goes over the arena (it only
         # warns): a valid schedule, over the limit.
         limit = staging_limit(arch)
-        peak = evaluation.peak_fast_storage
+        # At addresses, when fragmentation makes them need more than the peak.
+        peak = max(evaluation.peak_fast_storage, evaluation.allocation.size_bytes)
         status, problems = "over_limit", []
         warnings = (f"the heuristic's (Vela legacy's) schedule uses {peak} bytes of fast storage, {peak - limit} "
                     f"bytes ({(peak - limit) / max(limit, 1):.0%}) over the limit of {limit} bytes, as Vela's "

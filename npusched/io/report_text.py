@@ -159,6 +159,9 @@ def solver_lines(result: RunResult) -> list[str]:
         "Lower bound, candidate space (proven)"
     lines += [_kv(bound_label, bound), _kv("Gap to that bound", gap),
               _kv("Lower bound, any schedule", any_bound), _kv("Solve time", f"{report.solve_seconds:.2f} s")]
+    repairs = report.model_stats.get("allocation_repairs")
+    if repairs and repairs.get("rounds"):
+        lines.append(_kv("Allocation repairs", f"{repairs['rounds']} (cost {repairs['cost_cycles']:.0f} cycles)"))
     if report.reason:
         lines.append(f"Note: {report.reason}")
     return lines
