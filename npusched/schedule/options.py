@@ -43,8 +43,9 @@ from npusched.schedule.rules import (
 )
 from npusched.schedule.schedule import TensorPlacement
 from npusched.target import performance as perf
+from npusched.target import performance_default as perf_default
 from npusched.target import weights as wts
-from npusched.target.arch import ArchitectureFeatures
+from npusched.target.arch import ArchitectureFeatures, Estimator
 from npusched.target.block_config import (
     BlockConfig,
     enumerate_block_configs,
@@ -303,8 +304,16 @@ def _price(arch: ArchitectureFeatures, ctx: _OpContext, config: BlockConfig,
         stream = streams[depth] = _weight_stream(arch, ctx, depth)
     weights, encoded_bytes = stream
     query = _with_config(ctx.query, config)
-    result = perf.estimate_full_op_performance(arch, op.op_type, op.activation, query, weights=weights,
-                                               lut=ctx.lut, memcpy=ctx.memcpy)
+    if arch.estimator is Estimator.VELA_DEFAULT:
+        # ranked as the evaluator will price it: the default core rewards other blocks (those dividing the OFM)
+        scales = weights.scale_element_bytes * op.ofm.shape.depth if weights is not None else 0
+        result = perf_default.estimate_full_op_performance(
+            arch, op.op_type, op.activation, query, weights=weights,
+            weight_bytes=max(weights.encoded_bytes - scales, 0) if weights is not None else 0,
+            lut=ctx.lut, memcpy=ctx.memcpy)
+    else:
+        result = perf.estimate_full_op_performance(arch, op.op_type, op.activation, query, weights=weights,
+                                                   lut=ctx.lut, memcpy=ctx.memcpy)
     access = tuple(result.access_cycles[m] for m in ACCESS_AREAS)
     return OptionPrice(
         op_cycles=int(result.op_cycles), npu_cycles=result.npu_cycles, access_cycles=access,
