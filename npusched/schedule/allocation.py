@@ -30,7 +30,7 @@ from npusched.schedule.schedule import Schedule
 from npusched.target.arch import ArchitectureFeatures
 
 # Work the hill climb may spend: neighbour visits over all its re-placements (deterministic, not timed).
-CLIMB_WORK = 3_000_000
+CLIMB_WORK = 1_000_000
 # Re-placements without a smaller allocation after which the climb gives up.
 CLIMB_PATIENCE = 600
 # CP-SAT refines allocations of at most this many ranges that the climb left above the peak.
@@ -211,6 +211,7 @@ class _Packer:
         stale = 0
         self.work = 0
         while best_size > peak and stale < CLIMB_PATIENCE and self.work < CLIMB_WORK:
+            self.work += 4 * len(self.ranges)  # finding the top, copying the order, the positions
             top = max(range(len(self.ranges)), key=lambda i: (self.offsets[i] + self.sizes[i], -position[i]))
             chain = self._deciders(top)
             if len(chain) < 2:
