@@ -20,7 +20,7 @@ from npusched.app.replay import read_schedule
 from npusched.io.report_json import document
 from npusched.schedule.evaluator import evaluate
 from npusched.vela.backend import VelaRefusal, compile_schedule, output_paths, tflite_contents
-from npusched.vela.command import vela_hardware_args
+from npusched.vela.command import run_options_from_vela_args, vela_hardware_args
 
 MODELS = ("keyword_scrambled_8bit", "kws_dscnn_int8", "ad01_int8")
 BACKEND_CONFIGS = ("u55-128_hee_shared_size", "u65-256_mid_dedicated256k")
@@ -131,6 +131,36 @@ def test_cli_bad_output_dir_and_schedule_are_one_line_errors(tmp_path: Path,
         assert len(err) == 1 and err[0].startswith("error: ") and fragment in err[0]
 
 
+def test_a_refused_deployment_keeps_the_summary_and_the_json(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A schedule Vela's backend refuses (a saved document whose weight buffer is 16 bytes larger than Vela encodes
+    it) still gives the summary, the JSON and the plot; the deployment error is one line naming the op and Vela's
+    reason, the exit status 2, and nothing is left in --output-dir."""
+    model = str(model_path("kws_dscnn_int8"))
+    hardware = vela_hardware_args(CONFIGS["u65-256_mid_dedicated256k"])
+    saved = tmp_path / "saved.json"
+    assert main([model, *hardware, "--solver", "heuristic", "--quiet", "--json", str(saved)]) == 0
+    capsys.readouterr()
+    doc = json.loads(saved.read_text())
+    record = next(r for r in doc["ops"] if r.get("weight_buffering", {}).get("kind", "none") != "none")
+    record["weight_buffering"]["buffer_bytes"] = [size + 16 for size in record["weight_buffering"]["buffer_bytes"]]
+    tampered = tmp_path / "tampered.json"
+    tampered.write_text(json.dumps(doc))
+    out, plot, output_dir = tmp_path / "out.json", tmp_path / "memory.svg", tmp_path / "vela"
+    assert main([model, *hardware, "--schedule", str(tampered), "--quiet", "--json", str(out),
+                 "--plot-memory", str(plot), "--output-dir", str(output_dir)]) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.strip().splitlines()
+    assert line.startswith("error: Vela's backend refuses op ") and f"op {record['op_index']} '" in line
+    assert "Vela encodes weight buffers of" in line and f"the schedule is in {out}" in line
+    assert "Total cycles" in captured.out and f"schedule written to {out}" in captured.out
+    kept = json.loads(out.read_text())
+    kept_record = next(r for r in kept["ops"] if r.get("op_index") == record["op_index"])
+    assert kept_record["weight_buffering"]["buffer_bytes"] == record["weight_buffering"]["buffer_bytes"]
+    assert kept["vela_backend"] is None and plot.stat().st_size > 0
+    assert not output_dir.exists()
+
+
 @pytest.mark.slow
 def test_compilations_in_one_process_do_not_share_velas_weight_cache(tmp_path: Path) -> None:
     """Vela caches encoded weights process-wide: mobilenet_v2's Size schedule, compiled after its Performance one,
@@ -138,4 +168,18 @@ def test_compilations_in_one_process_do_not_share_velas_weight_cache(tmp_path: P
     with an empty cache."""
     for config in ("u55-128_hee_shared", "u55-128_hee_shared_size"):
         result = run(run_options(config, "mobilenet_v2_224_int8", solver="heuristic"))
+        assert compile_schedule(result, tmp_path / config).agreed
+
+
+@pytest.mark.slow
+def test_compilations_in_one_process_do_not_share_velas_lut_tensors(tmp_path: Path) -> None:
+    """Vela keys a LUT tensor's equivalence id by its values in a process-wide cache: a generated network with
+    sigmoids, compiled for a second configuration in the same process, failed Vela's allocator ("Two different
+    addresses cannot be assigned to the same tensor") before each compilation started with an empty cache."""
+    from npusched.netgen import generate
+
+    path = tmp_path / "mixed.tflite"
+    path.write_bytes(generate("mixed", 50, 11))
+    for config in ("u55-128_hee_shared", "u65-256_mid_dedicated256k"):
+        result = run(run_options_from_vela_args(path, CONFIGS[config], solver="heuristic"))
         assert compile_schedule(result, tmp_path / config).agreed

@@ -28,11 +28,11 @@ from npusched.io.pareto_report import format_pareto, write_pareto_csv
 from npusched.io.plots import plot_memory, plot_pareto
 from npusched.io.report_json import check_output_path, write_json
 from npusched.io.report_text import format_summary
-from npusched.run import RunOptions
+from npusched.run import RunOptions, RunResult
 from npusched.schedule.memory_breakdown import memory_breakdown
 from npusched.solvers.pareto import DEFAULT_INNER_POINTS
 from npusched.target.arch import Estimator
-from npusched.vela.backend import check_output_dir, compile_schedule
+from npusched.vela.backend import VelaRefusal, check_output_dir, compile_schedule
 
 SOLVERS = ("heuristic", "cpsat", "dp", "vela-default")
 DEFAULT_SOLVER = "cpsat"
@@ -212,18 +212,14 @@ def _run(args: argparse.Namespace, started: float) -> int:
         result = replay(options, args.schedule)
     else:
         result = run(options, log=_progress, started=started)
-    backend = None
-    if args.output_dir is not None:
-        backend = compile_schedule(result, args.output_dir)
-        for warning in backend.warnings():
-            sys.stderr.write(f"warning: {warning}\n")
     for warning in result.warnings:
         sys.stderr.write(f"warning: {warning}\n")
 
+    # The schedule is kept whatever Vela's backend makes of it: everything else is written, and the summary
+    # printed, before the compile (--output-dir, last), so a refused deployment costs only the deployment.
     summary = format_summary(result, per_layer=not args.quiet)
     if args.json is not None:  # written before the summary is printed, so a failed write prints only the error
-        write_json(result, args.json, inputs=args.config or (),
-                   vela_backend=backend.as_json() if backend is not None else None)
+        write_json(result, args.json, inputs=args.config or ())
     if args.write_model is not None:
         write_model(options, args.write_model)
     if args.plot_memory is not None:
@@ -231,17 +227,33 @@ def _run(args: argparse.Namespace, started: float) -> int:
         plot_memory(memory_breakdown(result.network, schedule, evaluation), evaluation.staging_limit,
                     f"{args.model.stem}: fast storage per step ({args.solver})", args.plot_memory)
     print(summary)
-    if backend is not None:
-        verdict = "agrees with npusched's" if backend.agreed else "DISAGREES with npusched's (see the warnings)"
-        print(f"Vela's backend wrote {backend.tflite_path}, {backend.summary_csv_path.name} and "
-              f"{backend.per_layer_csv_path.name}; Vela's estimate, {backend.vela_total_cycles:,.0f} cycles, {verdict}")
     if args.json is not None:
         print(f"schedule written to {args.json}")
     if args.write_model is not None:
         print(f"scheduled model written to {args.write_model}")
     if args.plot_memory is not None:
         print(f"memory plot written to {args.plot_memory}")
+    if args.output_dir is not None:
+        _deploy(args, result)
     return 0
+
+
+def _deploy(args: argparse.Namespace, result: RunResult) -> None:
+    """Compile the schedule with Vela's backend into --output-dir. A decision Vela refuses is one error line
+    naming the op and Vela's reason (exit status 2); the summary and the JSON, written already, stay."""
+    try:
+        backend = compile_schedule(result, args.output_dir)
+    except VelaRefusal as exc:
+        reason = str(exc) if str(exc).startswith("Vela's backend") else f"Vela's backend refuses {exc}"
+        kept = f"; the schedule is in {args.json}" if args.json is not None else ""
+        raise VelaRefusal(f"{reason} (--output-dir {args.output_dir}: nothing written{kept})") from None
+    for warning in backend.warnings():
+        sys.stderr.write(f"warning: {warning}\n")
+    if args.json is not None:  # again, now with what Vela made of the schedule
+        write_json(result, args.json, inputs=args.config or (), vela_backend=backend.as_json())
+    verdict = "agrees with npusched's" if backend.agreed else "DISAGREES with npusched's (see the warnings)"
+    print(f"Vela's backend wrote {backend.tflite_path}, {backend.summary_csv_path.name} and "
+          f"{backend.per_layer_csv_path.name}; Vela's estimate, {backend.vela_total_cycles:,.0f} cycles, {verdict}")
 
 
 def _check_plot_options(args: argparse.Namespace) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import io
 import shutil
+import sys
 import tempfile
 import traceback
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ from npusched.errors import OutputError, ScheduleError
 from npusched.frontend.normalise import normalise
 from npusched.frontend.tflite_reader import read_model_bytes
 from npusched.ir import NpuOp
+from npusched.lowering.graph import RECURSION_LIMIT
 from npusched.run import RunOptions, RunResult
 from npusched.schedule.evaluator import cascade_rolling_buffers, evaluate, placement_of
 from npusched.schedule.schedule import OpSchedule, Schedule
@@ -158,7 +160,10 @@ def compile_schedule(result: RunResult, output_dir: Path) -> BackendResult:
             from ethosu.vela import vela
 
             try:
-                status = vela.main(vela_arguments(vela_options, staging, verbose=("--verbose-performance",)))
+                # Vela sets the process's recursion limit (default 1000, too few for its graph walks on a few
+                # hundred passes: RecursionError); ours, as deep as the lowering allows, restored afterwards.
+                status = vela.main(vela_arguments(vela_options, staging, verbose=(
+                    "--verbose-performance", "--recursion-limit", str(max(RECURSION_LIMIT, sys.getrecursionlimit())))))
             except VelaRefusal:
                 raise
             except Exception as exc:  # an assertion or error deep in Vela's backend: name the op it was at
@@ -216,8 +221,12 @@ def _patched_vela(forcing: _ForcedScheduler) -> Iterator[None]:
     """Vela's scheduling step replaced by ``forcing``, and its per-op estimate recorded, for one compilation.
 
     Vela caches encoded weight tensors process-wide; a tensor of an earlier compilation would be allocated twice,
-    so each compilation starts, as the ``vela`` command does, with an empty cache."""
+    so each compilation starts, as the ``vela`` command does, with an empty cache. So with the equivalence ids of
+    LUT tensors (keyed by their values): one kept from an earlier compilation failed Vela's allocator ("Two
+    different addresses cannot be assigned to the same tensor"). Vela's main sets the recursion limit; the
+    caller's is restored."""
     from ethosu.vela import npu_performance, scheduler
+    from ethosu.vela.tensor import create_equivalence_id
     from ethosu.vela.weight_compressor import CompressedWeightCache
 
     original_schedule, original_estimate = scheduler.schedule_passes, npu_performance.estimate_full_op_performance
@@ -230,11 +239,15 @@ def _patched_vela(forcing: _ForcedScheduler) -> Iterator[None]:
     scheduler.schedule_passes = forcing.schedule_passes
     npu_performance.estimate_full_op_performance = recording_estimate
     CompressedWeightCache.cache.clear()
+    create_equivalence_id.cache_clear()
+    recursion_limit = sys.getrecursionlimit()
     try:
         yield
     finally:
         scheduler.schedule_passes, npu_performance.estimate_full_op_performance = original_schedule, original_estimate
         CompressedWeightCache.cache.clear()
+        create_equivalence_id.cache_clear()
+        sys.setrecursionlimit(recursion_limit)
 
 
 class _ForcedScheduler:
