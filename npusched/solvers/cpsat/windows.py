@@ -96,7 +96,7 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
     Each stage repeats until it finds nothing better. The result is verified after every sweep; should a
     sweep's result fail, the previous one is kept."""
     verified, verified_cycles = incumbent, evaluation.total_cycles
-    stats = {"windows": 0, "improved_windows": 0, "sweeps": 0, "largest_window": 0}
+    stats: dict[str, Any] = {"windows": 0, "improved_windows": 0, "sweeps": 0, "largest_window": 0}
     moves_left = moves
     longest = max(len(sg.ops) for sg in net.subgraphs)
     stages: list[tuple[str, int]] = [] if net.shared else [("residency", 0)]
@@ -151,7 +151,13 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
             stages.pop(0)
             continue
         evaluation = evaluate(net.network, net.arch, incumbent)
-        if verify(net.network, net.arch, incumbent, evaluation, limit) or evaluation.total_cycles > verified_cycles:
+        problems = verify(net.network, net.arch, incumbent, evaluation, limit)
+        if problems or evaluation.total_cycles > verified_cycles:
+            if problems and evaluation.network_peak_fast_storage <= limit:
+                # Its buffers do not fit at addresses: the sweep is undone (what that costs is recorded).
+                stats["allocation_repairs"] = {
+                    "rounds": 0, "rejected_sweeps": 1, "first_excess_bytes": evaluation.allocation.size_bytes - limit,
+                    "cost_cycles": round(verified_cycles - evaluation.total_cycles, 1), "fits": True}
             break
         verified, verified_cycles = incumbent, evaluation.total_cycles
         if budget.log is not None:
