@@ -96,7 +96,8 @@ def _row(arch: str, cell: str, done: subprocess.CompletedProcess[str], doc: dict
         "npusched_allocation_bytes": allocation.get("size_bytes", ""),
         "vela_allocation_bytes": backend.get("vela_allocation_bytes", ""),
         "vela_fits": backend.get("allocation_fits", ""), "estimates_agree": backend.get("agreed", ""),
-        "repairs": repairs.get("rounds", ""), "repair_cost_cycles": repairs.get("cost_cycles", ""),
+        "repairs": repairs.get("rounds", ""), "rejected_sweeps": repairs.get("rejected_sweeps", ""),
+        "repair_cost_cycles": repairs.get("cost_cycles", ""),
         "error": error[:160],
     }
 
@@ -107,21 +108,22 @@ def _line(row: dict[str, Any]) -> str:
     return (f"{row['arch']:13s} {row['cell']:34s} {row['wall_seconds']:5.1f}s {row['status']:9s} limit "
             f"{row['limit_bytes']} peak {row['live_peak_bytes']} ours {row['npusched_allocation_bytes']} vela "
             f"{row['vela_allocation_bytes']} fits {row['vela_fits']} agree {row['estimates_agree']} repairs "
-            f"{row['repairs']} cost {row['repair_cost_cycles']}")
+            f"{row['repairs']} undone {row['rejected_sweeps']} cost {row['repair_cost_cycles']}")
 
 
 def _summary(rows: list[dict[str, Any]]) -> None:
     compiled = [r for r in rows if r["compiled"]]
     fits = [r for r in compiled if r["vela_fits"] is True]
     agree = [r for r in compiled if r["estimates_agree"] is True]
-    repaired = [r for r in rows if isinstance(r["repairs"], int) and r["repairs"] > 0]
+    repaired = [r for r in rows if (isinstance(r["repairs"], int) and r["repairs"] > 0) or r["rejected_sweeps"]]
     fragmented = [r for r in compiled if r["npusched_allocation_bytes"] != r["live_peak_bytes"]]
     no_schedule = [r for r in rows if r["exit"] == 2 and not r["compiled"]]
     print(f"\n{len(rows)} cells: {len(compiled)} compiled, Vela's allocation within the limit in {len(fits)}, "
           f"estimates equal in {len(agree)}; {len(no_schedule)} ended with an error (no schedule or refused), "
           f"{len(rows) - len(compiled) - len(no_schedule)} otherwise")
     print(f"allocation above the live peak (fragmentation) in {len(fragmented)} compiled cells; repair needed in "
-          f"{len(repaired)} cells, {sum(r['repairs'] for r in repaired)} rounds, costing "
+          f"{len(repaired)} cells ({sum(r['repairs'] or 0 for r in repaired)} re-solves, "
+          f"{sum(r['rejected_sweeps'] or 0 for r in repaired)} window sweeps undone), costing "
           f"{sum(float(r['repair_cost_cycles'] or 0) for r in repaired):.0f} cycles in all")
     for r in rows:
         if r["compiled"] and (r["vela_fits"] is not True or r["estimates_agree"] is not True):

@@ -13,6 +13,7 @@ keeps global state (its debug database), so one compilation runs at a time in a 
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import shutil
 import sys
@@ -29,7 +30,9 @@ from npusched.frontend.tflite_reader import read_model_bytes
 from npusched.ir import NpuOp
 from npusched.lowering.graph import RECURSION_LIMIT
 from npusched.run import RunOptions, RunResult
+from npusched.schedule.allocation import allocate_ranges
 from npusched.schedule.evaluator import cascade_rolling_buffers, evaluate, placement_of
+from npusched.schedule.memory_layout import LiveRange
 from npusched.schedule.schedule import OpSchedule, Schedule
 from npusched.target.arch import Estimator
 from npusched.vela.command import vela_arguments
@@ -71,6 +74,10 @@ class BackendResult:
     vela_allocation_bytes: int | None = None
     npusched_allocation_bytes: int | None = None
     limit_bytes: int | None = None
+    # Whose offsets Vela wrote for the fast storage ("npusched" where Vela's HillClimb needed more than the limit
+    # and npusched's allocator less) and what Vela's HillClimb needed.
+    allocator: str = "vela"
+    hillclimb_bytes: int | None = None
 
     @property
     def allocation_fits(self) -> bool:
@@ -108,7 +115,8 @@ class BackendResult:
                 "disagreeing_ops": [op.op_index for op in self.ops if not op.agrees],
                 "vela_allocation_bytes": self.vela_allocation_bytes,
                 "npusched_allocation_bytes": self.npusched_allocation_bytes,
-                "allocation_fits": self.allocation_fits}
+                "allocation_fits": self.allocation_fits, "allocator": self.allocator,
+                "hillclimb_bytes": self.hillclimb_bytes}
 
 
 def _relative(a: float, b: float) -> float:
@@ -189,7 +197,8 @@ def compile_schedule(result: RunResult, output_dir: Path) -> BackendResult:
                          npusched_total_cycles=evaluation.total_cycles,
                          vela_allocation_bytes=forcing.vela_allocation_bytes,
                          npusched_allocation_bytes=evaluation.allocation.size_bytes,
-                         limit_bytes=int(arch.arena_cache_size))
+                         limit_bytes=int(arch.arena_cache_size), allocator=forcing.allocator,
+                         hillclimb_bytes=forcing.hillclimb_bytes)
 
 
 def _scheduled_model(options: RunOptions, staging: Path) -> RunOptions:
@@ -262,6 +271,26 @@ class _ForcedScheduler:
         self.op_of: dict[Any, NpuOp] = {}
         self.vela_cycles: dict[int, float] = {}
         self.vela_allocation_bytes: int | None = None
+        self.hillclimb_bytes: int | None = None  # what Vela's own allocator needed for the fast storage
+        self.allocator = "vela"  # or "npusched", when Vela's own allocation did not fit and npusched's did
+
+    def _allocate(self, own: Any, fast_area: Any, lrs: list[Any], max_iterations: Any, memory_limit: int
+                  ) -> list[int]:
+        """Vela's HillClimb allocator; for the fast storage, where its allocation exceeds the limit, npusched's
+        allocator on the same live ranges when that needs less (so Vela writes npusched's offsets)."""
+        addresses: list[int] = own(lrs, max_iterations, memory_limit)
+        if not lrs or any(lr.mem_area != fast_area for lr in lrs):
+            return addresses
+        size = max(address + lr.size for address, lr in zip(addresses, lrs, strict=True))
+        self.hillclimb_bytes = size
+        if size <= int(self.arch.arena_cache_size):
+            return addresses
+        ours = allocate_ranges([LiveRange((lr.name,), lr.start_time, lr.end_time, lr.size) for lr in lrs],
+                               alignment_bytes=max(lr.get_alignment() for lr in lrs))
+        if ours.size_bytes >= size:
+            return addresses
+        self.allocator = "npusched"
+        return [buffer.offset_bytes for buffer in ours.buffers]
 
     def record(self, sched_op: Any, cycles: float) -> None:
         op = self.op_of.get(sched_op)
@@ -299,7 +328,15 @@ class _ForcedScheduler:
                 vela_scheduler.print_schedule(sg.schedule)
             schedulers[sg] = vela_scheduler
         scheduler._update_memory_snapshot_for_all_npu_graphs(nng, vela_arch, schedulers)
-        scheduler._update_tensor_allocation(nng, vela_arch, options)
+        from ethosu.vela import hillclimb_allocation
+
+        own_allocator = hillclimb_allocation.allocate_live_ranges
+        hillclimb_allocation.allocate_live_ranges = functools.partial(
+            self._allocate, own_allocator, vela_arch.fast_storage_mem_area)
+        try:
+            scheduler._update_tensor_allocation(nng, vela_arch, options)
+        finally:
+            hillclimb_allocation.allocate_live_ranges = own_allocator
         # Only the scratch memories are allocated yet: the fast storage's figure is the allocator's size of it.
         self.vela_allocation_bytes = int(nng.get_root_subgraph().memory_used.get(vela_arch.fast_storage_mem_area, 0))
 
