@@ -26,12 +26,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from npusched.errors import ScheduleError
+from npusched.errors import NpuschedError, ScheduleError
 from npusched.ir import FeatureMap, MemArea, NpuOp, Shape4D, TensorFormat
 from npusched.lowering.graph import Network
 from npusched.run import RunOptions
 from npusched.schedule.cascades import rolling_buffer_shape
-from npusched.schedule.evaluator import evaluate
+from npusched.schedule.evaluator import Evaluation, evaluate, verify
 from npusched.schedule.schedule import (
     EncodedWeightsRef,
     OpSchedule,
@@ -351,3 +351,18 @@ def _cascade_members(schedule: Schedule) -> dict[int, list[int]]:
         if op_sched.cascade is not None:
             groups[op_sched.cascade].append(op_sched.op_index)
     return groups
+
+
+def default_core_hint(network: Network, arch: ArchitectureFeatures, options: RunOptions, model_bytes: bytes | None,
+                      timeout_seconds: float) -> tuple[Schedule, Evaluation] | None:
+    """The default core's own schedule and its evaluation, as a start for CP-SAT under ``--estimator
+    vela-default`` (so CP-SAT is never worse than it), or None where Vela is missing, fails, takes longer than
+    ``timeout_seconds``, or its schedule does not verify under npusched's rules."""
+    try:
+        imported = solve_with_default_core(network, arch, options, model_bytes, timeout_seconds)
+    except (NpuschedError, OSError):
+        return None
+    evaluation = evaluate(network, arch, imported.schedule)
+    if verify(network, arch, imported.schedule, evaluation):
+        return None
+    return imported.schedule, evaluation
