@@ -40,6 +40,9 @@ class RunOptions:
     estimator: str = "vela"
     # Fold the model's static shape arithmetic first (npusched.frontend.normalise); False schedules it as it is.
     normalise: bool = True
+    # Vela's backend compiles the schedule after the run (--output-dir): the time limit covers that compile too, so
+    # the solve keeps back its estimated time (npusched.vela.backend.estimated_compile_seconds).
+    compile_follows: bool = False
 
 
 @dataclass(frozen=True)

@@ -183,3 +183,44 @@ def test_compilations_in_one_process_do_not_share_velas_lut_tensors(tmp_path: Pa
     for config in ("u55-128_hee_shared", "u65-256_mid_dedicated256k"):
         result = run(run_options_from_vela_args(path, CONFIGS[config], solver="heuristic"))
         assert compile_schedule(result, tmp_path / config).agreed
+
+
+class _Stop(Exception):
+    """Raised by the stand-in for CP-SAT once it has seen the time it was given."""
+
+
+def _cpsat_time_limit(monkeypatch: pytest.MonkeyPatch, **overrides: object) -> float:
+    """The time limit the pipeline gives CP-SAT for kws_dscnn_int8 under a 1000 s run (no solve is made)."""
+    from npusched.app import pipeline
+
+    given: list[float] = []
+
+    def stand_in(*args: object, time_limit_seconds: float, **kwargs: object) -> None:
+        given.append(time_limit_seconds)
+        raise _Stop
+
+    monkeypatch.setattr(pipeline, "solve_cpsat", stand_in)
+    with pytest.raises(_Stop):
+        run(run_options("u55-128_hee_shared", "kws_dscnn_int8", solver="cpsat", time_limit_seconds=1000.0,
+                        **overrides))
+    return given[0]
+
+
+def test_a_compile_that_follows_is_kept_back_from_the_solve(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--output-dir's compile counts in --time-limit: with compile_follows the solve is given the limit less the
+    compile's estimate (here made 500 s, so the margins below are hangs, not machine speed)."""
+    from npusched.app import pipeline
+
+    monkeypatch.setattr(pipeline, "estimated_compile_seconds", lambda network: 500.0)
+    assert _cpsat_time_limit(monkeypatch, compile_follows=True) <= 1000.0 - 500.0
+    assert _cpsat_time_limit(monkeypatch) > 1000.0 - 500.0
+
+
+def test_the_compile_estimate_grows_with_the_network() -> None:
+    """Vela's compile time grows with passes, weights and feature maps: MobileNet-V2 (66 passes, 3.5 MB of weights,
+    224 x 224 maps) is estimated well above a keyword spotter of 42 small passes, and both above the fixed part."""
+    from npusched.vela.backend import COMPILE_SECONDS_FIXED, estimated_compile_seconds
+
+    small = run(run_options("u55-128_hee_shared", "kws_dscnn_int8", solver=None)).network
+    large = run(run_options("u55-128_hee_shared", "mobilenet_v2_224_int8", solver=None)).network
+    assert COMPILE_SECONDS_FIXED < estimated_compile_seconds(small) < estimated_compile_seconds(large) / 2

@@ -203,6 +203,7 @@ def _run(args: argparse.Namespace, started: float) -> int:
         deterministic=args.deterministic,
         estimator=args.estimator,
         normalise=not args.no_normalise,
+        compile_follows=args.output_dir is not None,  # the time limit covers Vela's compile too
     )
     if args.pareto is not None:
         return _pareto(args, options, started)

@@ -22,6 +22,7 @@ from npusched.solvers.cpsat import solve_cpsat
 from npusched.solvers.dp import dp_schedule
 from npusched.solvers.heuristic import heuristic_schedule
 from npusched.target.arch import ArchitectureFeatures, Estimator, load_architecture
+from npusched.vela.backend import estimated_compile_seconds
 from npusched.vela.default_core import default_core_hint, solve_with_default_core
 
 
@@ -184,8 +185,13 @@ def _solve(network: Network, arch: ArchitectureFeatures, options: RunOptions, st
                                 timeout_seconds=max(options.time_limit_seconds / 3, 1.0))
         if own is not None and (hint_eval is None or own[1].total_cycles < hint_eval.total_cycles):
             hint, hint_eval = own
-    # Keep back what the final evaluation, verification and report take after the search.
-    remaining = options.time_limit_seconds - (time.monotonic() - started) - 1.5 * evaluation_seconds - 0.2
+    # Keep back what the final evaluation, verification and report take after the search, and Vela's compile
+    # when one follows (the limit covers the whole run).
+    compile_seconds = estimated_compile_seconds(network) if options.compile_follows else 0.0
+    if compile_seconds and log is not None:
+        log(f"keeping {compile_seconds:.1f} s of the time limit for Vela's backend compile")
+    remaining = (options.time_limit_seconds - (time.monotonic() - started) - 1.5 * evaluation_seconds - 0.2
+                 - compile_seconds)
     try:
         result = solve_cpsat(network, arch, time_limit_seconds=max(remaining, 0.5), workers=options.workers,
                              seed=options.seed, deterministic=options.deterministic, hint=hint,

@@ -28,7 +28,7 @@ from npusched.errors import OutputError, ScheduleError
 from npusched.frontend.normalise import normalise
 from npusched.frontend.tflite_reader import read_model_bytes
 from npusched.ir import NpuOp
-from npusched.lowering.graph import RECURSION_LIMIT
+from npusched.lowering.graph import RECURSION_LIMIT, Network
 from npusched.run import RunOptions, RunResult
 from npusched.schedule.allocation import allocate_ranges
 from npusched.schedule.evaluator import cascade_rolling_buffers, evaluate, placement_of
@@ -39,6 +39,15 @@ from npusched.vela.command import vela_arguments
 
 # Estimates agree when they differ by at most this fraction (relative to the larger of the two).
 AGREEMENT_TOLERANCE = 1e-4
+# Vela's backend compile time (estimated_compile_seconds), fitted by scripts/deploy_time_limit.py fit on 46
+# compilations (corpus models and netgen networks of 6-730 passes, 2 configurations, each in a fresh process,
+# measured at a load average of about 5 on 2 cores): least squares 0.41 s + 17.7 ms per pass + 1.15 s per MB of
+# weights + 0.18 s per million OFM elements; these constants lie about 1.3-1.5x above it, over every measurement
+# of 400 passes and more but one (unet 730 passes: 24.5 s measured, 23.5 s estimated).
+COMPILE_SECONDS_FIXED = 1.0
+COMPILE_SECONDS_PER_PASS = 0.025
+COMPILE_SECONDS_PER_WEIGHT_MEGABYTE = 1.5
+COMPILE_SECONDS_PER_OFM_MEGA_ELEMENT = 0.3
 
 
 class VelaRefusal(ScheduleError):
@@ -133,6 +142,20 @@ def output_paths(model_path: Path, system_config: str, output_dir: Path) -> tupl
     stem = model_path.stem
     return (output_dir / f"{stem}_vela.tflite", output_dir / f"{stem}_summary_{system_config}.csv",
             output_dir / f"{stem}_per-layer.csv")
+
+
+def estimated_compile_seconds(network: Network) -> float:
+    """How long ``compile_schedule`` may take on ``network``, Vela's imports included (a run compiles once): what
+    a run with --output-dir keeps back from its time limit so that the compile ends within it too. Vela's time
+    grows with the passes, with the weights it encodes and with the feature maps it cuts into commands (a
+    MobileNet-V2 of 66 passes takes longer than a 200-pass network of small maps); the constants make a line over
+    nearly every measurement of scripts/deploy_time_limit.py fit."""
+    ops = network.npu_ops
+    weight_megabytes = sum(op.weights.size_in_bytes for op in ops if op.weights is not None) / 1e6
+    ofm_mega_elements = sum(op.ofm.shape.elements() for op in ops) / 1e6
+    return (COMPILE_SECONDS_FIXED + COMPILE_SECONDS_PER_PASS * len(ops)
+            + COMPILE_SECONDS_PER_WEIGHT_MEGABYTE * weight_megabytes
+            + COMPILE_SECONDS_PER_OFM_MEGA_ELEMENT * ofm_mega_elements)
 
 
 def check_output_dir(output_dir: Path) -> None:
