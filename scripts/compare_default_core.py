@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""CP-SAT against Vela's default (C++) core under that core's own cost model (--estimator vela-default).
+
+Usage: python scripts/compare_default_core.py [--time-limit S] [--workers N] [--configs a,b] [--models a,b] [--csv PATH]
+
+For every corpus model x golden configuration (tests/data/golden/vela-5.2.0-regor) it prints one CSV row: CP-SAT's
+total (deterministic), the default core's own schedule priced by npusched's evaluator (read from the golden
+debug database), the default core's own total (its summary.csv), the heuristic's total, CP-SAT's status; then
+how many cells CP-SAT is no worse than the default core's schedule, and the geometric mean of the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+from npusched.app.pipeline import load_network, run
+from npusched.errors import NpuschedError
+from npusched.vela.command import run_options_from_vela_args
+from npusched.vela.default_core import compare_default_core
+from npusched.vela.fidelity import load_config
+
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
+GOLDEN = DATA / "golden" / "vela-5.2.0-regor"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--time-limit", type=float, default=15.0)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--configs", help="comma-separated configuration names (default: all)")
+    parser.add_argument("--models", help="comma-separated model names (default: all)")
+    parser.add_argument("--csv", type=Path, help="also write the rows to this file")
+    args = parser.parse_args()
+    configs = args.configs.split(",") if args.configs else sorted(p.name for p in GOLDEN.iterdir() if p.is_dir())
+    header = "config,model,cpsat_cycles,default_schedule_cycles,default_core_cycles,heuristic_cycles,status"
+    rows = [header]
+    print(header)
+    ratios: list[float] = []
+    for config_name in configs:
+        config = load_config(GOLDEN, config_name)
+        for golden in sorted(p for p in (GOLDEN / config_name).iterdir() if p.is_dir()):
+            if args.models and golden.name not in args.models.split(","):
+                continue
+            options = run_options_from_vela_args(DATA / "corpus" / f"{golden.name}.tflite", config,
+                                                 estimator="vela-default", solver="cpsat",
+                                                 time_limit_seconds=args.time_limit, workers=args.workers,
+                                                 deterministic=True)
+            try:
+                result = run(options)
+            except NpuschedError as exc:
+                row = f"{config_name},{golden.name},error,{str(exc)[:80].replace(',', ';')},,,"
+            else:
+                arch, network, _ = load_network(options)
+                own = compare_default_core(network, arch, golden, golden.name)
+                assert result.evaluation is not None and result.solver_report is not None
+                cycles = result.evaluation.total_cycles
+                ratios.append(cycles / own.cycles_ours)
+                row = (f"{config_name},{golden.name},{cycles:.0f},{own.cycles_ours:.0f},{own.cycles_vela:.0f},"
+                       f"{result.solver_report.heuristic_cycles or 0:.0f},{result.status}")
+            rows.append(row)
+            print(row, flush=True)
+    if ratios:
+        no_worse = sum(r <= 1.0 for r in ratios)
+        geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        print(f"SUMMARY CP-SAT no worse than the default core's schedule in {no_worse}/{len(ratios)} cells; "
+              f"geomean CP-SAT / default core's schedule {geomean:.3f}")
+    if args.csv:
+        args.csv.write_text("\n".join(rows) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
