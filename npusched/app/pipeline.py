@@ -185,13 +185,14 @@ def _solve(network: Network, arch: ArchitectureFeatures, options: RunOptions, st
                                 timeout_seconds=max(options.time_limit_seconds / 3, 1.0))
         if own is not None and (hint_eval is None or own[1].total_cycles < hint_eval.total_cycles):
             hint, hint_eval = own
-    # Keep back what the final evaluation, verification and report take after the search, and Vela's compile
-    # when one follows (the limit covers the whole run).
+    # Keep back what the final evaluation, verification and report take after the search (the schedule is also
+    # evaluated under every other estimator, for the report), and Vela's compile when one follows (the limit covers
+    # the whole run).
+    after_search_seconds = (1.5 + len(Estimator) - 1) * evaluation_seconds + 0.2
     compile_seconds = estimated_compile_seconds(network) if options.compile_follows else 0.0
     if compile_seconds and log is not None:
         log(f"keeping {compile_seconds:.1f} s of the time limit for Vela's backend compile")
-    remaining = (options.time_limit_seconds - (time.monotonic() - started) - 1.5 * evaluation_seconds - 0.2
-                 - compile_seconds)
+    remaining = options.time_limit_seconds - (time.monotonic() - started) - after_search_seconds - compile_seconds
     try:
         result = solve_cpsat(network, arch, time_limit_seconds=max(remaining, 0.5), workers=options.workers,
                              seed=options.seed, deterministic=options.deterministic, hint=hint,
