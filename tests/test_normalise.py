@@ -303,3 +303,34 @@ def test_cli_writes_the_normalised_model_and_vela_compiles_it(tmp_path, capsys):
     # --no-normalise hands Vela the file as it is, which its legacy backend refuses (an error, nothing written).
     assert main([*argv[:-4], "--output-dir", str(tmp_path / "raw_out"), "--no-normalise"]) == 2
     assert "error:" in capsys.readouterr().err
+
+
+# Vela as the oracle on the written model: the heuristic on a Keras-style export (normalised by the run) equals
+# `vela --debug-force-legacy-core` on the file --write-model writes, with no CPU operator left.
+KERAS_VELA_CASES = [("mobilenet_v3", "u65-256_mid_dedicated256k"), ("unet", "u55-128_hee_shared"),
+                    ("efficientnet", "u65-512_high_dedicated384k")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch, config", KERAS_VELA_CASES)
+def test_heuristic_on_the_written_model_equals_vela_legacy(tmp_path, arch, config):
+    from conftest import CONFIGS
+
+    from npusched.app.pipeline import run
+    from npusched.vela.command import run_options_from_vela_args
+    from npusched.vela.fidelity import compare_with_golden
+    from npusched.vela.golden import run_golden
+    from npusched.vela.report import read_cpu_operator_count
+
+    raw = tmp_path / f"{arch}.tflite"
+    raw.write_bytes(_keras(arch, 40, 3))
+    written = tmp_path / f"{arch}_normalised.tflite"
+    written.write_bytes(normalise(raw.read_bytes())[0])
+    golden = tmp_path / "vela"
+    golden.mkdir()
+    assert run_golden(written, CONFIGS[config], golden, timeout_seconds=300) == ""
+    assert read_cpu_operator_count(golden / "vela_stdout.txt") == 0
+    result = run(run_options_from_vela_args(raw, CONFIGS[config], solver="heuristic"))
+    assert result.normalisation is not None and not result.network.cpu_ops
+    comparison = compare_with_golden(result, golden)
+    assert abs(comparison.cycles_error) <= 1.0, (comparison.cycles_ours, comparison.cycles_vela)
