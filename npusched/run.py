@@ -54,7 +54,7 @@ class NormalisationReport:
     """
 
     normalisation: Normalisation
-    subgraphs_before: int
+    subgraphs_before: int  # -1 (and cpu_ops_before -1) where the original model does not lower
     subgraphs_after: int
     cpu_ops_before: int
     cpu_ops_after: int
@@ -63,9 +63,15 @@ class NormalisationReport:
     def describe(self) -> str:
         """E.g. "folded 48 shape operators; 26 NPU subgraphs → 1; 48 CPU operators → 0"."""
         n = self.normalisation
-        parts = [f"folded {n.folded_operators} shape operator{'s' * (n.folded_operators != 1)}",
-                 f"{self.subgraphs_before} NPU subgraph{'s' * (self.subgraphs_before != 1)} → {self.subgraphs_after}",
-                 f"{self.cpu_ops_before} CPU operator{'s' * (self.cpu_ops_before != 1)} → {self.cpu_ops_after}"]
+        parts = [f"folded {n.folded_operators} shape operator{'s' * (n.folded_operators != 1)}"]
+        if self.subgraphs_before < 0:  # -1: the original model does not lower, so there is nothing to count
+            parts.append(f"the original does not lower; normalised: {self.subgraphs_after} NPU subgraph(s)")
+        else:
+            parts += [f"{self.subgraphs_before} NPU subgraph{'s' * (self.subgraphs_before != 1)} → "
+                      f"{self.subgraphs_after}",
+                      f"{self.cpu_ops_before} CPU operator{'s' * (self.cpu_ops_before != 1)} → {self.cpu_ops_after}"]
+        if n.relaid_passes:
+            parts.append(f"{n.relaid_passes} element-wise pass{'es' * (n.relaid_passes != 1)} re-laid out")
         if n.fixed_batch_inputs:
             parts.append("dynamic batch fixed to 1")
         return "; ".join(parts)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from npusched.errors import ConfigError, OutputError, ScheduleError, StagingLimitError
+from npusched.errors import ConfigError, NpuschedError, OutputError, ScheduleError, StagingLimitError
 from npusched.frontend.normalise import normalise
 from npusched.frontend.tflite_reader import parse_tflite, read_model_bytes
 from npusched.frontend.validate import validate_model
@@ -85,10 +85,14 @@ def load_normalised_network(
         start = time.monotonic()
         normalised, record = normalise(data, source)
         if record.changed:
-            before = lower_model(model, arch)
+            try:  # only to count what normalisation saved: a file that lowers only normalised is no error
+                before = lower_model(model, arch)
+                counts = len(before.subgraphs), len(before.cpu_ops)
+            except NpuschedError:
+                counts = -1, -1
             model = parse_tflite(normalised, source)
             validate_model(model)
-            report = NormalisationReport(record, len(before.subgraphs), 0, len(before.cpu_ops), 0, normalised)
+            report = NormalisationReport(record, counts[0], 0, counts[1], 0, normalised)
         timings["normalise"] = time.monotonic() - start
     start = time.monotonic()
     network = lower_model(model, arch)
