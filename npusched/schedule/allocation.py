@@ -29,10 +29,14 @@ from npusched.schedule.rules import ALLOCATION_QUANTUM
 from npusched.schedule.schedule import Schedule
 from npusched.target.arch import ArchitectureFeatures
 
-# Work the hill climb may spend: neighbour visits over all its re-placements (deterministic, not timed).
-CLIMB_WORK = 1_000_000
-# Re-placements without a smaller allocation after which the climb gives up.
+# Work the hill climbs may spend: neighbour visits over all their re-placements (deterministic, not timed), in
+# climbs of at most CLIMB_WORK_PER_START from each of the CLIMB_ORDERS best greedy orders in turn.
+CLIMB_WORK = 2_000_000
+CLIMB_WORK_PER_START = 250_000
+CLIMB_ORDERS = 2
+# Re-placements without a smaller allocation after which the climb gives up, and after which it widens its moves.
 CLIMB_PATIENCE = 600
+CLIMB_STUCK = 50
 # CP-SAT refines allocations of at most this many ranges that the climb left above the peak.
 CPSAT_MAX_RANGES = 80
 CPSAT_SECONDS = 1.0
@@ -129,15 +133,26 @@ def allocate_ranges(ranges: Sequence[LiveRange], alignment_bytes: int = ALLOCATI
     packer = _Packer(ranges, alignment_bytes)
     best_order: list[int] = []
     best_size = -1
-    for order in packer.greedy_orders():
-        size = packer.place(order, best_size)
+    orders, sizes = packer.greedy_orders(), []
+    for order in orders:
+        size = packer.place(order)
+        sizes.append(size)
         if best_size < 0 or size < best_size:
             best_order, best_size = order, size
         if best_size <= enough:
             break
     method = "greedy"
-    if best_size > enough:
-        climbed_order, climbed_size = packer.climb(best_order, best_size, enough, random.Random(seed))
+    # Climbs from the best orders by turns, each with a share of the work: where one gets stuck another start
+    # often does not (a single long climb is at the mercy of its start).
+    starts = sorted(range(len(sizes)), key=lambda k: (sizes[k], k))[:CLIMB_ORDERS]
+    spent, attempt = 0, 0
+    while best_size > enough and spent < CLIMB_WORK:
+        k = starts[attempt % len(starts)]
+        order = orders[k]
+        climbed_order, climbed_size = packer.climb(order, packer.place(order), enough, random.Random(seed + attempt),
+                                                   min(CLIMB_WORK_PER_START, CLIMB_WORK - spent))
+        spent += max(packer.work, 1)
+        attempt += 1
         if climbed_size < best_size:
             best_order, best_size, method = climbed_order, climbed_size, "hill-climb"
     packer.place(best_order)
@@ -202,39 +217,54 @@ class _Packer:
                 return size
         return size
 
-    def climb(self, order: list[int], size: int, peak: int, rng: random.Random) -> tuple[list[int], int]:
-        """Move ranges that decide the highest one's address earlier in the order while that does not make the
-        allocation larger; the best order found and its size."""
+    def climb(self, order: list[int], size: int, peak: int, rng: random.Random,
+              work_budget: int = CLIMB_WORK) -> tuple[list[int], int]:
+        """Reorder the ranges that decide the highest one's address (swap two, or move one before another) while
+        that does not make the allocation larger; once stuck, widen the choice to the neighbours of the deciders
+        not live with the highest range and make two moves at a time. The best order found and its size."""
         best_order, best_size = list(order), size
         position = {i: p for p, i in enumerate(best_order)}
         self.place(best_order)
         stale = 0
         self.work = 0
-        while best_size > peak and stale < CLIMB_PATIENCE and self.work < CLIMB_WORK:
+        while best_size > peak and stale < CLIMB_PATIENCE and self.work < work_budget:
             self.work += 4 * len(self.ranges)  # finding the top, copying the order, the positions
             top = max(range(len(self.ranges)), key=lambda i: (self.offsets[i] + self.sizes[i], -position[i]))
             chain = self._deciders(top)
+            stuck = stale > CLIMB_STUCK
+            if stuck:  # widen: the neighbours of the deciders that are not live with the top range
+                chain = list(dict.fromkeys(chain + [j for i in chain if not self._live_with(i, top)
+                                                    for j in self.neighbours[i]]))
             if len(chain) < 2:
                 break
-            a = chain[rng.randrange(len(chain))]
-            b = chain[rng.randrange(len(chain))]
-            if a == b:
-                b = top if a != top else chain[0] if chain[0] != top else chain[-1]
-            pa, pb = sorted((position[a], position[b]))
             trial = list(best_order)
-            if rng.random() < 0.5:
-                trial[pa], trial[pb] = trial[pb], trial[pa]  # swap the two
-            else:
-                trial.insert(pa, trial.pop(pb))  # move the later one before the earlier
-            trial_size = self.place(trial, best_size, pa)
+            first = len(trial)
+            # The deciders not live with the top range leave the holes below it: picked more often.
+            far = [i for i in chain if not self._live_with(i, top)]
+            for move in range(2 if stuck else 1):
+                a = far[rng.randrange(len(far))] if far and move == 0 and rng.random() < 0.3 else \
+                    chain[rng.randrange(len(chain))]
+                b = chain[rng.randrange(len(chain))]
+                if a == b:
+                    continue
+                pa, pb = sorted((position[a], position[b]))
+                trial[pa], trial[pb] = trial[pb], trial[pa]
+                first = min(first, pa)
+            if first == len(trial):
+                stale += 1
+                continue
+            trial_size = self.place(trial, best_size, first)
             if trial_size <= best_size:
                 stale = stale + 1 if trial_size == best_size else 0
                 best_order, best_size = trial, trial_size
                 position = {i: p for p, i in enumerate(best_order)}
             else:
                 stale += 1
-                self.place(best_order, -1, pa)
+                self.place(best_order, -1, first)
         return best_order, best_size
+
+    def _live_with(self, i: int, j: int) -> bool:
+        return self.ranges[i].start <= self.ranges[j].end and self.ranges[j].start <= self.ranges[i].end
 
     def _deciders(self, top: int) -> list[int]:
         """The highest range, its neighbours and the chains of ranges that pushed each of them up."""
