@@ -218,3 +218,26 @@ def test_no_larger_than_velas_hillclimb_on_a_generated_unet(tmp_path: Path) -> N
     allocation = allocate_ranges(ranges)
     assert not overlapping_buffers(allocation.buffers)
     assert allocation.size_bytes <= vela_bytes
+
+
+@pytest.mark.slow
+def test_verify_rejects_a_schedule_whose_buffers_fit_per_step_but_not_at_addresses(tmp_path: Path) -> None:
+    """A generated 400-pass ResNet in Shared_Sram: with the limit at its live peak every step fits, but no
+    allocation found places the buffers within it; verify says so, naming the allocation and its excess."""
+    from npusched.app.pipeline import load_network
+    from npusched.netgen import generate
+    from npusched.vela.command import run_options_from_vela_args
+
+    model = tmp_path / "resnet.tflite"
+    model.write_bytes(generate("resnet", 400, 0))
+    arch, network, _ = load_network(run_options_from_vela_args(model, CONFIGS["u55-128_hee_shared"]))
+    schedule = heuristic_schedule(network, arch, "Performance")
+    evaluation = evaluate(network, arch, schedule)
+    allocation = evaluation.allocation
+    assert not overlapping_buffers(allocation.buffers)
+    peak = allocation.live_peak_bytes
+    assert allocation.size_bytes > peak  # fragmentation no search here removes
+    assert not verify(network, arch, schedule, evaluation, limit=peak, addresses=False)
+    problems = verify(network, arch, schedule, evaluation, limit=peak)
+    assert len(problems) == 1 and "allocation" in problems[0] and f"over the limit of {peak} bytes" in problems[0]
+    assert not verify(network, arch, schedule, evaluation, limit=allocation.size_bytes)
