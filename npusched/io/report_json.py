@@ -165,7 +165,7 @@ def _totals(result: RunResult) -> dict[str, Any]:
     return totals
 
 
-def _allocation_record(result: Any) -> dict[str, Any] | None:
+def _allocation_record(result: RunResult) -> dict[str, Any] | None:
     """Every fast-storage buffer's address (the evaluation's allocation), with the allocation's size."""
     if result.evaluation is None:
         return None

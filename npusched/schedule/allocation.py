@@ -21,13 +21,16 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from npusched.lowering.graph import Network, NpuSubgraph
 from npusched.schedule.memory_layout import LiveRange
-from npusched.schedule.pass_costs import Evaluation, evaluate
 from npusched.schedule.rules import ALLOCATION_QUANTUM
 from npusched.schedule.schedule import Schedule
 from npusched.target.arch import ArchitectureFeatures
+
+if TYPE_CHECKING:  # the evaluation holds its allocation, so this module is below it
+    from npusched.schedule.pass_costs import Evaluation
 
 # Work the hill climbs may spend: neighbour visits over all their re-placements (deterministic, not timed), in
 # climbs of at most CLIMB_WORK_PER_START from each of the CLIMB_ORDERS best greedy orders in turn.
@@ -101,11 +104,10 @@ def overlapping_buffers(buffers: Sequence[PlacedBuffer]) -> list[tuple[PlacedBuf
 
 
 def allocate(network: Network | NpuSubgraph, arch: ArchitectureFeatures, schedule: Schedule,
-             evaluation: Evaluation | None = None, target_bytes: int = 0) -> Allocation:
+             evaluation: Evaluation, target_bytes: int = 0) -> Allocation:
     """Addresses for every fast-storage buffer of ``schedule`` over the whole inference (one arena, as Vela
     allocates its fast-storage memory for the network from the root subgraph). The search stops once the
     allocation is no larger than ``target_bytes`` (default: only at the peak, or when its work is done)."""
-    evaluation = evaluation if evaluation is not None else evaluate(network, arch, schedule)
     if not target_bytes:
         return evaluation.allocation
     return allocate_ranges(fast_storage_ranges(evaluation), target_bytes=target_bytes)

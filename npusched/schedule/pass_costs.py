@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 from npusched.ir import MemArea
 from npusched.lowering.graph import Network, NpuSubgraph
+from npusched.schedule.allocation import Allocation, allocate_ranges, fast_storage_ranges
 from npusched.schedule.memory_model import SubgraphMemory, network_memory, scheduling_view, subgraph_memory
 from npusched.schedule.pricing import price_op, staging_limit
 from npusched.schedule.schedule import Schedule
@@ -16,9 +16,6 @@ from npusched.target import performance as perf
 from npusched.target import weights as wts
 from npusched.target.arch import ArchitectureFeatures
 from npusched.target.performance import Direction, Purpose
-
-if TYPE_CHECKING:
-    from npusched.schedule.allocation import Allocation
 
 BandwidthKey = tuple[MemArea, Purpose, Direction]
 
@@ -94,8 +91,6 @@ class Evaluation:
         """Addresses for every fast-storage buffer of the whole inference (``npusched.schedule.allocation``):
         its ``size_bytes`` is what the fast storage must hold, the peak only a lower bound on it. Worked out
         when first asked (solvers that only compare cycles never pay for it), then kept."""
-        from npusched.schedule.allocation import allocate_ranges, fast_storage_ranges
-
         return allocate_ranges(fast_storage_ranges(self))
 
     def op(self, index: int) -> OpCost:
