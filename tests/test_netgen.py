@@ -5,22 +5,32 @@ Vela 5.2.0's legacy core (the `vela` CLI, a project dependency) is the oracle; a
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import CONFIGS
 
 from npusched.app.pipeline import load_network, run
+from npusched.frontend.supported import cpu_operators, npu_support, vela_cpu_reason
+from npusched.frontend.tflite_reader import parse_tflite, read_tflite
+from npusched.lowering.graph import lower_model
 from npusched.netgen import ARCHITECTURES, SPLIT_BY_DEFAULT, GenerationError, generate
 from npusched.run import RunOptions
+from npusched.target.arch import load_architecture
 from npusched.vela.command import run_options_from_vela_args
 from npusched.vela.fidelity import compare_with_golden
 from npusched.vela.golden import run_golden
 from npusched.vela.report import read_cpu_operator_count, read_verbose_schedule
 
 SMALL_PASSES = 40
+# What Vela 5.2.0's legacy core leaves on the CPU in a generated transformer: BATCH_MATMUL and GELU (no NPU
+# implementation), MULs with neither input of the OFM's shape, and TRANSPOSEs by [0, 2, 3, 1].
+TRANSFORMER_CPU_OPERATORS = frozenset({"BATCH_MATMUL", "GELU", "MUL", "TRANSPOSE"})
 
 
 def _write(tmp_path: Path, arch: str, passes: int, seed: int) -> Path:
@@ -42,9 +52,13 @@ def test_every_architecture_is_read_and_lowered(tmp_path, arch):
     _, network, _ = load_network(RunOptions(model_path=_write(tmp_path, arch, SMALL_PASSES, 1),
                                             accelerator_config="ethos-u55-128"))
     passes = sum(len(sg.ops) for sg in network.subgraphs)
-    # The size knob is an estimate; small budgets round up to one block per stage.
-    assert SMALL_PASSES / 2 <= passes <= 2 * SMALL_PASSES, passes
-    if arch in SPLIT_BY_DEFAULT:
+    # The size knob is an estimate; small budgets round up to one block per stage (a transformer block with its
+    # 31-pass SOFTMAX and 7-pass SQUARED_DIFFERENCEs is about 90 passes).
+    assert SMALL_PASSES / 2 <= passes <= (120 if arch == "transformer" else 2 * SMALL_PASSES), passes
+    if arch == "transformer":  # attention's BATCH_MATMULs, GELU and the layer norms' [1, T, 1] x [D] MULs
+        assert len(network.subgraphs) > 1
+        assert {"BATCH_MATMUL", "MUL"} <= {op.tflite_op for op in network.cpu_ops} <= TRANSFORMER_CPU_OPERATORS
+    elif arch in SPLIT_BY_DEFAULT:
         assert len(network.subgraphs) > 1 and len(network.cpu_ops) >= 2
         assert {op.tflite_op for op in network.cpu_ops} <= {"L2_NORMALIZATION", "SPACE_TO_DEPTH", "DEPTH_TO_SPACE"}
     else:
@@ -128,3 +142,70 @@ def test_cpsat_is_verified_and_not_worse_than_the_heuristic(tmp_path, arch):
     result = run(options)  # run() raises when the schedule fails verification
     assert result.solver_report is not None and result.solver_report.heuristic_cycles is not None
     assert result.evaluation.total_cycles <= result.solver_report.heuristic_cycles * (1 + 1e-9)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The transformer: npusched's CPU/NPU partition against Vela legacy's, operator by operator
+
+# Vela's placement messages: semantic failures, failed NPU rules, operators without an NPU implementation.
+_VELA_CPU_LINE = re.compile(r"^(?:Warning: Unsupported TensorFlow Lite semantics for (\w+) '(.*)'\. Placing on CPU"
+                            r"|Warning: (\w+) '(.*)' is not supported on the NPU\. Placing on CPU"
+                            r"|Info: (\w+) '(.*)' is a CPU only op)")
+
+
+def _vela_cpu_operators(stdout: str) -> Counter:
+    found: Counter = Counter()
+    for line in stdout.splitlines():
+        m = _VELA_CPU_LINE.match(line)
+        if m:
+            opcode, name = (g for g in m.groups() if g is not None)
+            found[(opcode, name)] += 1
+    return found
+
+
+def _our_cpu_operators(sg) -> Counter:
+    return Counter((sg.operators[i].opcode, sg.tensors[sg.operators[i].outputs[0]].name) for i in cpu_operators(sg))
+
+
+# Seeds whose blocks draw every export variant between them: the GELU operator (exact and tanh form) and GELU as
+# element-wise operators with TANH, the layer norm's SQUARED_DIFFERENCE and its SUB and MUL, and the key
+# transposed by [0, 2, 3, 1] (CPU) or read through adj_y; seed 1 at 200 passes has three blocks.
+TRANSFORMER_CASES = [(40, 0), (40, 1), (40, 4), (200, 1)]
+
+
+def test_transformer_draws_every_export_variant():
+    ops = Counter(op.opcode for passes, seed in TRANSFORMER_CASES
+                  for op in parse_tflite(generate("transformer", passes, seed)).main.operators)
+    assert {"GELU", "TANH", "SQUARED_DIFFERENCE", "RSQRT", "BATCH_MATMUL", "TRANSPOSE", "SOFTMAX"} <= set(ops)
+    perms = {tuple(int(v) for v in np.asarray(sg.tensors[op.inputs[1]].data).reshape(-1))
+             for passes, seed in TRANSFORMER_CASES for sg in [parse_tflite(generate("transformer", passes, seed)).main]
+             for op in sg.operators if op.opcode == "TRANSPOSE"}
+    assert perms == {(0, 2, 1, 3), (0, 2, 3, 1)}
+
+
+@pytest.mark.parametrize("passes, seed", TRANSFORMER_CASES)
+def test_transformer_runs_on_the_npu_whatever_vela_legacy_does(passes, seed):
+    """npusched lowers every operator Vela legacy runs on the NPU here (RSQRT, SQUARED_DIFFERENCE, TRANSPOSE
+    included): its placement is its mirror of Vela's verdict, operator by operator."""
+    sg = parse_tflite(generate("transformer", passes, seed)).main
+    for op in sg.operators:
+        assert (npu_support(op, sg) is None) == (vela_cpu_reason(op, sg) is None), npu_support(op, sg)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("passes, seed", TRANSFORMER_CASES)
+def test_transformer_partition_equals_vela_legacy(tmp_path, passes, seed):
+    """The same operators on the CPU as Vela legacy announces, and the same NPU subgraphs with the same passes
+    in the same order as its --verbose-schedule (so --output-dir's subgraph check holds)."""
+    model = tmp_path / "transformer.tflite"
+    model.write_bytes(generate("transformer", passes, seed))
+    golden = tmp_path / "vela"
+    golden.mkdir()
+    assert run_golden(model, CONFIGS["u55-128_hee_shared"], golden, timeout_seconds=300) == ""
+    stdout = (golden / "vela_stdout.txt").read_text()
+    sg = read_tflite(model).main
+    ours, vela = _our_cpu_operators(sg), _vela_cpu_operators(stdout)
+    assert ours == vela and sum(ours.values()) == read_cpu_operator_count(golden / "vela_stdout.txt")
+    network = lower_model(read_tflite(model), load_architecture("ethos-u55-128"))
+    vela_passes = [[op.name for op in s.ops] for s in read_verbose_schedule(golden / "vela_stdout.txt")]
+    assert [[op.name for op in s.ops] for s in network.subgraphs] == vela_passes

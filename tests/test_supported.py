@@ -201,11 +201,21 @@ EDIT_CASES = {
     "reshape changes quantisation": ("kws_dscnn_int8", 10, _tensor(0, True, quantization=Quantization((0.5,), (3,))),
                                      "share quantisation"),
     "reshape changes element count": ("kws_dscnn_int8", 10, _tensor(0, True, shape=(1, 63)), "same number of elements"),
-    # TRANSPOSE: Vela runs an H/W swap on the NPU, npusched does not lower TRANSPOSE at all
+    # TRANSPOSE: Vela runs an H/W swap on the NPU (a 1x1 AvgPool writing with swapped strides), and so does npusched
     "transpose swapping H and W": ("mobilenet_v2_224_int8", 0,
                                    _chain(_tensor(1, data=np.array([0, 2, 1, 3], np.int32)),
                                           _tensor(0, shape=(1, 3, 224, 224)), _tensor(0, True, shape=(1, 224, 3, 224))),
-                                   "npusched does not lower TRANSPOSE"),
+                                   None),
+    # EXP: Vela runs it on the NPU as a lookup table, npusched does not lower it (docs/operator_support.md)
+    "exp": ("dtln", 3, lambda sg, op: (sg, replace(op, opcode="EXP")), "npusched does not lower EXP"),
+    "exp int8 to int16": ("dtln", 3, _chain(lambda sg, op: (sg, replace(op, opcode="EXP")),
+                                            _tensor(0, True, dtype=DataType.int16)), "same data type"),
+    # RSQRT: int8 only (its lookup table). These four verdicts follow Vela's rules as read in its source; the
+    # transformer oracle test (tests/test_netgen.py) runs vela on RSQRT and SQUARED_DIFFERENCE in place.
+    "rsqrt": ("dtln", 3, lambda sg, op: (sg, replace(op, opcode="RSQRT")), None),
+    "rsqrt int16": ("dtln", 3, _chain(lambda sg, op: (sg, replace(op, opcode="RSQRT")),
+                                      _tensor(0, dtype=DataType.int16), _tensor(0, True, dtype=DataType.int16)),
+                    "RSQRT IFM is int8"),
 }
 
 
@@ -231,7 +241,7 @@ def test_edited_operator(corpus_dir, case):
 
 
 def test_vela_verdict_and_npusched_scope_differ_only_outside_npusched_operators(corpus_dir):
-    sg, op = _edited(*EDIT_CASES["transpose swapping H and W"][:3])
+    sg, op = _edited(*EDIT_CASES["exp"][:3])
     assert vela_cpu_reason(op, sg) is None and op.opcode not in NPU_OPERATORS
     for model in MODELS:
         sg = _subgraph(model)

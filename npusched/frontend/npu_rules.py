@@ -458,6 +458,11 @@ def transpose_permutation_supported(v: OpView) -> str | None:
     return None if ok else f"IFM {list(shape)}, permutation {perm}"
 
 
+def rsqrt_ifm_int8(v: OpView) -> str | None:
+    """The RSQRT IFM is int8 (its lookup table is built for int8 inputs only)"""
+    return None if v.ifm.dtype == DataType.int8 else f"IFM {v.ifm.dtype.value}"
+
+
 def softmax_area(v: OpView) -> str | None:
     """SOFTMAX IFM width x height is at most 65535"""
     _, h, w, _ = _shape4(v.inputs[0].shape)
@@ -496,6 +501,7 @@ _SUPPORT_SPECIFIC: dict[str, tuple[Constraint, ...]] = {
     "SLICE": (slice_inputs_constant,),
     "TRANSPOSE": (transpose_permutation_supported,),
     "SOFTMAX": (softmax_area,),
+    "RSQRT": (rsqrt_ifm_int8,),
 }
 
 

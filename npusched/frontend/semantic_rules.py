@@ -387,6 +387,11 @@ _SEMANTIC_SPECIFIC: dict[str, tuple[Constraint, ...]] = {
     "MAXIMUM": (one_input_shape_matches_ofm, in_out_types_match),
     "MINIMUM": (one_input_shape_matches_ofm, in_out_types_match),
     "LEAKY_RELU": (one_input_shape_matches_ofm, in_out_types_match),
+    # Vela's other unary element-wise operators, and SQUARED_DIFFERENCE, which it counts as element-wise too.
+    "RSQRT": (one_input_shape_matches_ofm, in_out_types_match),
+    "EXP": (one_input_shape_matches_ofm, in_out_types_match),
+    "ABS": (one_input_shape_matches_ofm, in_out_types_match),
+    "SQUARED_DIFFERENCE": (one_input_shape_matches_ofm,),
     "RESHAPE": _RESHAPE_SEMANTIC, "SQUEEZE": _RESHAPE_SEMANTIC, "EXPAND_DIMS": _RESHAPE_SEMANTIC,
     "SOFTMAX": (shapes_match, in_out_types_match, beta_non_negative),
     "SPLIT": (split_axis_in_range, split_evenly),

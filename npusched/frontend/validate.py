@@ -223,6 +223,8 @@ def _quantisation_problems(v: OpView, label: str) -> Iterator[str]:
     """The NPU rescales its IFM, IFM2, weights and OFM (and an LSTM its states): each needs a scale. Every scale
     an operand has must be a positive finite number (weights may be 0 for a channel of all-zero weights)."""
     required = v.main_tensors()
+    if v.opcode == "TRANSPOSE":  # Vela counts the int32 permutation as an IFM2, but it is only read, not rescaled
+        required = [t for t in required if t is not v.ifm2]
     if v.opcode == "UNIDIRECTIONAL_SEQUENCE_LSTM":
         required += [t for t in v.inputs[18:20] if t is not None]
     for t in v.all_tensors():

@@ -25,7 +25,7 @@ def _memory_function(op: WorkingOp) -> str | None:
 
 def _brick_allowed(tens: WorkingTensor, arch: ArchitectureFeatures) -> bool:
     """Vela's check_format_restrictions: may ``tens`` leave linear format?"""
-    if not tens.ops:
+    if not tens.ops or tens.force_linear:
         return False
     if tens.ops[0].type in ("Placeholder", "SubgraphInput", "Const") or any(c is None for c in tens.consumer_list):
         return False

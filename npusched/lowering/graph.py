@@ -46,6 +46,7 @@ from npusched.lowering.netgraph import (
 from npusched.lowering.packing import Pass, npu_runs, pack_into_passes
 from npusched.lowering.rewrites import GraphRewriter
 from npusched.lowering.softmax import lower_softmax
+from npusched.lowering.squared_difference import lower_squared_difference
 from npusched.target.arch import ArchitectureFeatures
 
 
@@ -113,7 +114,8 @@ def _support_reason(top: TfliteOperator | None, tsg: TfliteSubgraph) -> str | No
 
 
 # Operators the NPU runs as a sequence of simpler passes, and the function that builds those passes.
-_DECOMPOSERS = {"Softmax": lower_softmax, "Mean": lower_mean, "UnidirectionalSequenceLstm": lower_lstm}
+_DECOMPOSERS = {"Softmax": lower_softmax, "Mean": lower_mean, "UnidirectionalSequenceLstm": lower_lstm,
+                "SquaredDifference": lower_squared_difference}
 
 
 def _decompose(op: WorkingOp, top: TfliteOperator | None, model: TfliteModel, tsg: TfliteSubgraph,

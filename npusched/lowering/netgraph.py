@@ -146,6 +146,8 @@ class WorkingTensor:
     fm_override: FeatureMap | None = None
     format: TensorFormat = TensorFormat.NHWC
     const_override: ConstTensor | None = None
+    # Written with swapped strides (a TRANSPOSE run as a 1x1 AvgPool): only the linear format can do that.
+    force_linear: bool = False
 
     def consumers(self) -> list[WorkingOp | None]:
         return self.consumer_list

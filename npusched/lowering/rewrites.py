@@ -96,6 +96,7 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
             self.convert_quantize,
             self.replace_pad_by_hw_pad,
             self.fixup_dilation_gt2,
+            self.fixup_transpose,
         )], rewrite_unsupported=False)
         rewrite_pre_order(sg, [self.fuse_activation_with_prev, self._skip_prebuilt(self.convert_pad),
                                self._skip_prebuilt(self.add_padding_fields)], [self.remove_passthrough_tensor])
@@ -217,9 +218,10 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
         return op
 
     def convert_decomposable(self, op: WorkingOp) -> WorkingOp:
-        """SOFTMAX, MEAN and UNIDIRECTIONAL_SEQUENCE_LSTM become chains of simpler NPU ops (decomposition
-        modules); the returned op is the one now producing the original OFM."""
-        if op.type not in ("Softmax", "Mean", "UnidirectionalSequenceLstm") or not op.run_on_npu:
+        """SOFTMAX, MEAN, UNIDIRECTIONAL_SEQUENCE_LSTM and SQUARED_DIFFERENCE become chains of simpler NPU ops
+        (decomposition modules); the returned op is the one now producing the original OFM."""
+        if op.type not in ("Softmax", "Mean", "UnidirectionalSequenceLstm", "SquaredDifference") \
+                or not op.run_on_npu:
             return op
         npu_ops = self.decompose(op)
         if not npu_ops:

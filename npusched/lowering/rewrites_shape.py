@@ -230,6 +230,37 @@ class ShapeRewrites:
         op.set_ifm_ofm_shapes()
         return op
 
+    @staticmethod
+    def fixup_transpose(op: WorkingOp) -> WorkingOp:
+        """TRANSPOSE as a 1x1 AvgPool that reads the IFM as it is and writes the OFM with H and W strides swapped
+        (so the OFM must stay linear): the pass works on a 4-D view where the swapped axes are H and W, and its
+        OFM shape is that IFM view. The permutations are those the NPU rules let through."""
+        if op.type != "Transpose":
+            return op
+        op.name = f"{op.name}_avgpool"
+        op.type = "AvgPool"
+        op.attrs.update(padding="VALID", stride_w=1, stride_h=1, filter_width=1, filter_height=1,
+                        strides=(1, 1, 1, 1), ksize=(1, 1, 1, 1))
+        op.ofm.force_linear = True
+        shape = op.ifm.shape
+        perm = [int(p) for p in np.asarray(op.inputs[1].values).reshape(-1)]
+        if len(shape) == 2:
+            op.ifm_shapes[0] = Shape4D(1, shape[0], shape[1], 1)
+        elif len(shape) == 3:
+            if perm[0] == 1 and perm[1] == 0:
+                op.ifm_shapes[0] = Shape4D(1, shape[0], shape[1], shape[2])
+            elif shape[0] == 1 and perm[1] == 2 and perm[2] == 1:
+                op.ifm_shapes[0] = Shape4D(1, shape[1], shape[2], 1)
+            elif shape[1] == 1 and perm[0] == 2 and perm[2] == 0:
+                op.ifm_shapes[0] = Shape4D(1, shape[0], shape[2], 1)
+        elif len(shape) == 4 and not (perm[1] == 2 and perm[2] == 1):
+            if shape[1] == 1 and perm[2] == 3 and perm[3] == 2:
+                op.ifm_shapes[0] = Shape4D(1, shape[2], shape[3], 1)
+            elif shape[2] == 1 and perm[1] == 3 and perm[3] == 1:
+                op.ifm_shapes[0] = Shape4D(1, shape[1], shape[3], 1)
+        op.ofm_shapes[0] = op.ifm_shapes[0]
+        return op
+
     def fixup_dilation_gt2(self, op: WorkingOp) -> WorkingOp:
         if op.type not in ("Conv2DBias", "DepthwiseConv2DBias"):
             return op

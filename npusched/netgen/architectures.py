@@ -218,9 +218,28 @@ def mixed(g: GraphBuilder, s: Sizing) -> Act:
     return _head(g, x, s.passes)
 
 
+def transformer(g: GraphBuilder, s: Sizing) -> Act:
+    """Keyword-spotting transformer (KWT-like): [1, 49, 40] audio features, a dense embedding to [1, 49, D],
+    pre-norm encoder blocks, then a layer norm, the mean over time and a dense classifier. Each block draws its
+    export variant: the GELU form, the layer norm's squares, and how the key is transposed."""
+    width = s.channels(64)
+    x = g.dense(g.input((1, 49, 40)), width)
+
+    def block(y: Act, _first: bool) -> Act:
+        gelu = str(g.rng.choice(["GELU", "GELU_APPROXIMATE", "TANH"]))
+        squared_difference, transpose_key = bool(g.rng.integers(2)), bool(g.rng.integers(2))
+        return blocks.transformer_block(g, y, max(1, width // 16), 2, gelu, squared_difference, transpose_key)
+
+    x = _Filler(g, s).fill(x, s.passes - _head_reserve(s.passes) - 14, block)
+    pooled = g.mean_axis(blocks.layer_norm(g, x), 1, keep_dims=False)
+    logits = g.fully_connected(pooled, 12)
+    return g.softmax(logits) if s.passes >= _SOFTMAX_HEAD_MIN_PASSES else logits
+
+
 ARCHITECTURES: dict[str, Callable[[GraphBuilder, Sizing], Act]] = {
     "mobilenet_v2": mobilenet_v2, "mobilenet_v3": mobilenet_v3, "efficientnet": efficientnet, "densenet": densenet,
     "nasnet": nasnet, "unet": unet, "resnet": resnet, "audio1d": audio1d, "mixed": mixed,
+    "transformer": transformer,
 }
 # Architectures with CPU operators by default (so several NPU subgraphs).
 SPLIT_BY_DEFAULT = frozenset({"mixed"})

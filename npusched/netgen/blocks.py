@@ -163,3 +163,68 @@ def cpu_split(g: GraphBuilder, x: Act) -> Act:
         return g.l2_normalization(x)
     packed = g.conv(g.space_to_depth(x), 4 * x.channels, activation=None)
     return g.depth_to_space(packed)
+
+
+# --- transformer blocks, as Keras's int8 export writes them ----------------------------------------------------
+
+def layer_norm(g: GraphBuilder, x: Act, squared_difference: bool = True) -> Act:
+    """Keras LayerNormalization over the last axis, as tf.nn.moments and tf.nn.batch_normalization export:
+    mean, variance (SQUARED_DIFFERENCE, or SUB and MUL), RSQRT(variance + epsilon), then
+    x * (gamma * inv) + (beta - mean * (gamma * inv)). The [1, T, 1] x [D] product broadcasts both ways."""
+    mean = g.mean_axis(x, -1, keep_dims=True)
+    if squared_difference:
+        squares = g.binary("SQUARED_DIFFERENCE", x, mean, x.shape)
+    else:
+        centred = g.binary("SUB", x, mean, x.shape)
+        squares = g.binary("MUL", centred, centred, x.shape)
+    epsilon, _ = g.scalar("epsilon", 1e-3)
+    inv = g.rsqrt(g.binary("ADD", g.mean_axis(squares, -1, keep_dims=True), epsilon, mean.shape))
+    gamma, beta, _ = g.layer_norm_constants(x.channels)
+    scale = g.binary("MUL", inv, gamma, x.shape)
+    shift = g.binary("SUB", beta, g.binary("MUL", mean, scale, x.shape), x.shape)
+    return g.binary("ADD", g.binary("MUL", x, scale, x.shape), shift, x.shape)
+
+
+def gelu_tanh(g: GraphBuilder, x: Act) -> Act:
+    """GELU's tanh approximation as element-wise operators: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    cube = g.binary("MUL", g.binary("MUL", x, x, x.shape), x, x.shape)
+    c1, _ = g.scalar("gelu_c1", 0.044715)
+    inner = g.binary("ADD", x, g.binary("MUL", cube, c1, x.shape), x.shape)
+    c2, _ = g.scalar("gelu_c2", (2 / 3.141592653589793) ** 0.5)
+    t = g.tanh(g.binary("MUL", inner, c2, x.shape))
+    one, _ = g.scalar("gelu_one", 1.0)
+    half, _ = g.scalar("gelu_half", 0.5)
+    return g.binary("MUL", g.binary("MUL", x, half, x.shape), g.binary("ADD", t, one, t.shape), x.shape)
+
+
+def multi_head_attention(g: GraphBuilder, x: Act, heads: int, transpose_key: bool = False) -> Act:
+    """Keras MultiHeadAttention on [1, T, D]: Q, K, V dense layers, heads split by RESHAPE and TRANSPOSE
+    [0, 2, 1, 3], Q scaled by 1/sqrt(d), scores Q.K^T by BATCH_MATMUL (adj_y, or K transposed [0, 2, 3, 1] first),
+    SOFTMAX, scores.V, heads merged back and the output dense layer."""
+    _, steps, width = x.shape
+    depth = width // heads
+
+    def split_heads(y: Act, perm: tuple[int, ...] = (0, 2, 1, 3)) -> Act:
+        return g.transpose(g.reshape(y, (1, steps, heads, depth)), perm)
+
+    scale, _ = g.scalar("attention_scale", depth ** -0.5)
+    query = g.binary("MUL", split_heads(g.dense(x, width)), scale, (1, heads, steps, depth))
+    if transpose_key:
+        scores = g.batch_matmul(query, split_heads(g.dense(x, width), (0, 2, 3, 1)))
+    else:
+        scores = g.batch_matmul(query, split_heads(g.dense(x, width)), adj_y=True)
+    context = g.batch_matmul(g.softmax(scores), split_heads(g.dense(x, width)))
+    merged = g.reshape(g.transpose(context, (0, 2, 1, 3)), (1, steps, width))
+    return g.dense(merged, width)
+
+
+def transformer_block(g: GraphBuilder, x: Act, heads: int, expansion: int = 2, gelu: str = "GELU",
+                      squared_difference: bool = True, transpose_key: bool = False) -> Act:
+    """A pre-norm encoder block (KWT, ViT): x + attention(norm(x)), then x + dense(gelu(dense(norm(x)))).
+    ``gelu`` is "GELU" (the TFLite operator), "GELU_APPROXIMATE" (the operator, tanh form) or "TANH" (the tanh
+    form as element-wise operators)."""
+    x = g.binary("ADD", x, multi_head_attention(g, layer_norm(g, x, squared_difference), heads, transpose_key),
+                 x.shape)
+    hidden = g.dense(layer_norm(g, x, squared_difference), x.channels * expansion)
+    hidden = gelu_tanh(g, hidden) if gelu == "TANH" else g.gelu(hidden, approximate=gelu == "GELU_APPROXIMATE")
+    return g.binary("ADD", x, g.dense(hidden, x.channels), x.shape)

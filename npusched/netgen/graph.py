@@ -20,13 +20,13 @@ from npusched.netgen.flatbuffer import NetworkDef, OperatorDef, TensorDef
 # Estimated NPU passes per operator in Vela 5.2.0 where it is not one (measured with `vela --verbose-schedule`):
 # reshapes vanish, MEAN becomes a depthwise convolution and a MUL, int8 SOFTMAX a fixed chain of 31 passes, and a
 # concatenation writes each input in its own pass (counted in ``concat``).
-_PASS_ESTIMATE = {"RESHAPE": 0, "MEAN": 2, "SOFTMAX": 31}
+_PASS_ESTIMATE = {"RESHAPE": 0, "MEAN": 2, "SOFTMAX": 31, "SQUARED_DIFFERENCE": 7}
 # Lookup-table activations Vela fuses into the op producing their input when nothing else reads that input.
-_LUT_OPERATORS = frozenset({"HARD_SWISH", "LOGISTIC"})
+_LUT_OPERATORS = frozenset({"HARD_SWISH", "LOGISTIC", "RSQRT", "TANH"})
 _LUT_FUSERS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "ADD", "MUL",
                          "AVERAGE_POOL_2D", "MAX_POOL_2D"})
 # Operators Vela 5.2.0 has no NPU implementation for: they run on the CPU and split the NPU work.
-CPU_OPERATORS = frozenset({"L2_NORMALIZATION", "SPACE_TO_DEPTH", "DEPTH_TO_SPACE"})
+CPU_OPERATORS = frozenset({"L2_NORMALIZATION", "SPACE_TO_DEPTH", "DEPTH_TO_SPACE", "BATCH_MATMUL", "GELU"})
 _ACTIVATIONS = {None: 0, "RELU": 1, "RELU6": 3}  # tflite.ActivationFunctionType values
 _PADDING = {"SAME": 0, "VALID": 1}
 
@@ -323,6 +323,78 @@ class GraphBuilder:
     def softmax(self, x: Act) -> Act:
         y = self._act("softmax", x.shape, Quant(1 / 256, -128))
         return self._op("SOFTMAX", (x.index,), y, "SoftmaxOptions", Beta=1.0)
+
+    # --- transformer layers: activations of any rank (Keras's [1, T, D] sequences, [1, H, T, d] heads) -------
+
+    def _const_vector_int8(self, what: str, length: int, quant: Quant) -> int:
+        """A 1-D int8 constant (a layer norm's gamma or beta), broadcast along the last axis."""
+        data = self.rng.integers(-127, 128, size=length).astype(np.int8)
+        return self._add_tensor(TensorDef(self._name(what), (length,), "INT8", (quant.scale,), (quant.zero_point,),
+                                          data=data.tobytes()))
+
+    def scalar(self, what: str, value: float) -> tuple[int, Quant]:
+        """A rank-0 int8 constant holding ``value`` (as Keras writes the operands of element-wise layers)."""
+        quant = Quant(float(np.float32(max(abs(value), 1e-6) / 127)), 0)
+        return self._const_int8(what, int(np.sign(value)) * 127, quant), quant
+
+    def dense(self, x: Act, units: int, activation: str | None = None) -> Act:
+        """Keras Dense on a [1, T, D] sequence: FULLY_CONNECTED with keep_num_dims, giving [1, T, units]."""
+        weights = self._weights("dense_weights", (units, x.channels), 0)
+        bias = self._bias("dense_bias", x, weights)
+        y = self._act("dense", (*x.shape[:-1], units), self.output_quant(activation))
+        return self._op("FULLY_CONNECTED", (x.index, weights, bias), y, "FullyConnectedOptions",
+                        FusedActivationFunction=_ACTIVATIONS[activation], KeepNumDims=True)
+
+    def mean_axis(self, x: Act, axis: int, keep_dims: bool) -> Act:
+        """MEAN over one axis (negative counts from the end), as Keras's reductions export."""
+        rank = len(x.shape)
+        axis %= rank
+        shape = tuple(1 if d == axis else s for d, s in enumerate(x.shape)) if keep_dims else \
+            tuple(s for d, s in enumerate(x.shape) if d != axis)
+        axes = self._const_int32("mean_axes", (axis,))
+        y = self._act("mean", shape, self.output_quant(None))
+        return self._op("MEAN", (x.index, axes), y, "ReducerOptions", KeepDims=keep_dims)
+
+    def binary(self, opcode: str, a: int | Act, b: int | Act, shape: tuple[int, ...],
+               quant: Quant | None = None) -> Act:
+        """ADD, SUB, MUL or SQUARED_DIFFERENCE of two tensors (activations or constant indices) giving ``shape``."""
+        y = self._act(opcode.lower(), shape, quant or self.output_quant(None))
+        inputs = tuple(t.index if isinstance(t, Act) else t for t in (a, b))
+        if opcode == "SQUARED_DIFFERENCE":
+            return self._op(opcode, inputs, y, "SquaredDifferenceOptions")
+        options = {"ADD": "AddOptions", "SUB": "SubOptions", "MUL": "MulOptions"}[opcode]
+        return self._op(opcode, inputs, y, options, FusedActivationFunction=0)
+
+    def layer_norm_constants(self, channels: int) -> tuple[int, int, Quant]:
+        """Gamma and beta of a layer norm (int8 vectors, as the converter quantises them) and beta's quant."""
+        gamma = self._const_vector_int8("gamma", channels, Quant(float(np.float32(1 / 127)), 0))
+        beta_quant = Quant(float(np.float32(0.5 / 127)), 0)
+        return gamma, self._const_vector_int8("beta", channels, beta_quant), beta_quant
+
+    def rsqrt(self, x: Act) -> Act:
+        return self._op("RSQRT", (x.index,), self._act("rsqrt", x.shape, self.output_quant(None)))
+
+    def tanh(self, x: Act) -> Act:
+        """TANH; TFLite fixes its int8 output at scale 1/128, zero point 0."""
+        return self._op("TANH", (x.index,), self._act("tanh", x.shape, Quant(1 / 128, 0)))
+
+    def gelu(self, x: Act, approximate: bool) -> Act:
+        """The TFLite GELU operator (what the converter fuses Keras's gelu into)."""
+        y = self._act("gelu", x.shape, self.output_quant(None))
+        return self._op("GELU", (x.index,), y, "GeluOptions", Approximate=approximate)
+
+    def transpose(self, x: Act, perm: Sequence[int]) -> Act:
+        """TRANSPOSE by a constant permutation; the output keeps the input's quantisation, as TFLite requires."""
+        permutation = self._const_int32("perm", tuple(perm))
+        y = self._act("transpose", tuple(x.shape[p] for p in perm), x.quant)
+        return self._op("TRANSPOSE", (x.index, permutation), y, "TransposeOptions")
+
+    def batch_matmul(self, a: Act, b: Act, adj_y: bool = False) -> Act:
+        """BATCH_MATMUL of [..., M, K] by [..., K, N] (or [..., N, K] with ``adj_y``)."""
+        n = b.shape[-2] if adj_y else b.shape[-1]
+        y = self._act("batch_matmul", (*a.shape[:-1], n), self.output_quant(None))
+        return self._op("BATCH_MATMUL", (a.index, b.index), y, "BatchMatMulOptions", AdjX=False, AdjY=adj_y,
+                        AsymmetricQuantizeInputs=False)
 
     # --- operators Vela leaves to the CPU ---------------------------------------------------------------------
 
