@@ -35,7 +35,9 @@ from npusched.schedule.evaluator import cascade_rolling_buffers, evaluate, place
 from npusched.schedule.memory_layout import LiveRange
 from npusched.schedule.schedule import OpSchedule, Schedule
 from npusched.target.arch import Estimator
+from npusched.target.weights import encode_op_weights
 from npusched.vela.command import vela_arguments
+from npusched.vela.live_range_index import indexed_live_ranges
 
 # Estimates agree when they differ by at most this fraction (relative to the larger of the two).
 AGREEMENT_TOLERANCE = 1e-4
@@ -187,7 +189,7 @@ def compile_schedule(result: RunResult, output_dir: Path) -> BackendResult:
         vela_options = _scheduled_model(options, staging)
         forcing = _ForcedScheduler(network, arch, schedule)
         log = io.StringIO()
-        with _patched_vela(forcing), contextlib.redirect_stdout(log):
+        with _patched_vela(forcing), indexed_live_ranges(), contextlib.redirect_stdout(log):
             from ethosu.vela import vela
 
             try:
@@ -392,16 +394,24 @@ class _ForcedScheduler:
         return forced
 
     def _op_info(self, vela_scheduler: Any, sched_op: Any, op: NpuOp, choice: OpSchedule) -> Any:
-        """Vela's per-op record of a schedule, holding npusched's choices for ``op``."""
+        """Vela's per-op record of a schedule, holding npusched's choices for ``op``. Built here rather than by
+        Vela's ``create_scheduler_info``, which would also search for its own block config and encode the weights
+        at full depth, both replaced at once (a fifth of a large network's compile)."""
         from ethosu.vela import weight_compressor
+        from ethosu.vela.scheduler import SchedulerOpInfo
         from ethosu.vela.tensor import TensorSubPurpose
 
         stripe = _vela_shape(choice.ofm_stripe)
-        info = sched_op.create_scheduler_info(vela_scheduler.nng, stripe)
-        if list(info.stripe_input) != choice.ifm_stripe.as_list():
+        ifm, ifm2 = sched_op.ifm.shape, sched_op.ifm2.shape if sched_op.ifm2 is not None else None
+        if stripe != sched_op.ofm.shape:  # the IFM area the stripe reads, as Vela computes it, within the IFM
+            width, height = sched_op._get_stripe_input_requirement(stripe)
+            ifm = ifm.with_hw(min(height, ifm.height), min(width, ifm.width))
+            if ifm2 is not None:
+                ifm2 = ifm2.with_hw(min(height, ifm2.height), min(width, ifm2.width))
+        if ifm.as_list() != choice.ifm_stripe.as_list():
             raise VelaRefusal(f"op {op.index} '{op.name}': for OFM stripe {list(stripe)} Vela reads an IFM stripe "
-                              f"{list(info.stripe_input)}, npusched {choice.ifm_stripe.as_list()}")
-        info.block_config = self._block_config(sched_op, op, info, choice)
+                              f"{ifm.as_list()}, npusched {choice.ifm_stripe.as_list()}")
+        info = SchedulerOpInfo(self._block_config(sched_op, op, stripe, ifm, ifm2, choice), 0, ifm, ifm2, stripe)
         sched_op.parent_ps.block_config = info.block_config.old_style_representation()
         weights = sched_op.parent_op.weights
         if weights is not None:
@@ -424,21 +434,23 @@ class _ForcedScheduler:
                                                 for size, name in zip(sizes, names[:count], strict=True)]
                 info.buffered_weight_tensors[0].pre_buffer = buffering.pre_buffered
                 if choice.cascade is None:  # Vela times the whole unsliced stream, outside cascades only
-                    info.full_weight_transfer_cycles = self._full_transfer_cycles(vela_scheduler, sched_op, info)
+                    info.full_weight_transfer_cycles = self._full_transfer_cycles(vela_scheduler, sched_op, op, choice)
         info.slack_buffering_cycles = self._prefetch_window_cycles(vela_scheduler, sched_op, info, choice)
         return info
 
-    @staticmethod
-    def _full_transfer_cycles(vela_scheduler: Any, sched_op: Any, info: Any) -> float:
-        """Vela's DMA time of the op's whole weight stream encoded unsliced."""
-        from ethosu.vela import npu_performance, weight_compressor
+    def _full_transfer_cycles(self, vela_scheduler: Any, sched_op: Any, op: NpuOp, choice: OpSchedule) -> float:
+        """Vela's DMA time of the op's whole weight stream encoded unsliced. The stream's length is npusched's
+        encoding of it (the one the evaluator priced, usually cached by now; Vela's encoder would take a tenth of a
+        large network's compile to say the same): the sliced streams Vela encodes for the buffers are checked
+        against npusched's sizes above, and the corpus compiles to Vela's own files (tests)."""
+        from ethosu.vela import npu_performance
 
+        block = choice.block_config
+        assert block is not None  # _block_config has refused an op without one
+        full_bytes = encode_op_weights(self.arch, op, block.ofm_block.depth, (0, op.ofm.shape.depth)).total_bytes
         parent, arch = sched_op.parent_op, vela_scheduler.arch
-        whole_depth = [0, sched_op.ofm.shape.depth]
-        full, _ = weight_compressor.encode_weight_and_scale_tensor(
-            arch, parent, parent.weights, parent.bias, sched_op.kernel, info.block_config, whole_depth)
         return npu_performance.measure_mem2mem_cycles(arch, parent.weights.mem_area, arch.fast_storage_mem_area,
-                                                      len(full.buffer))
+                                                      full_bytes)
 
     @staticmethod
     def _prefetch_window_cycles(vela_scheduler: Any, sched_op: Any, info: Any, choice: OpSchedule) -> float:
@@ -453,8 +465,8 @@ class _ForcedScheduler:
             depth = slices[-1] - slices[-2] if len(slices) > 2 else sched_op.ofm.shape.depth
         return vela_scheduler.estimate_op_performance(sched_op, info.block_config, depth).op_cycles
 
-    def _block_config(self, sched_op: Any, op: NpuOp, info: Any, choice: OpSchedule) -> Any:
-        """Vela's block config for the stripe when it is npusched's, else the one Vela builds for npusched's."""
+    def _block_config(self, sched_op: Any, op: NpuOp, stripe: Any, ifm: Any, ifm2: Any, choice: OpSchedule) -> Any:
+        """Vela's record of npusched's block config for the stripe, or a refusal when Vela's rules reject it."""
         from ethosu.vela.architecture_allocator import try_block_config
         from ethosu.vela.architecture_features import Block
 
@@ -462,15 +474,13 @@ class _ForcedScheduler:
         if chosen is None:
             raise ScheduleError(f"op {op.index} ({op.name}) has no block config to compile")
         wanted = chosen.old_style()
-        if info.block_config.old_style_representation() == wanted:
-            return info.block_config
         ofm_block = chosen.ofm_block
         parent = sched_op.parent_op
         config = try_block_config(
             Block(ofm_block.width, ofm_block.height, ofm_block.depth), sched_op.arch,
-            sched_op.op_type.npu_block_type, info.stripe, info.stripe_input, info.stripe_input2,
-            sched_op.uses_scalar, sched_op.ifm.dtype.size_in_bits(), chosen.is_partkernel,
-            sched_op.kernel, 2 if parent.activation_lut else 0, parent.has_scaling(), sched_op.resampling_mode)
+            sched_op.op_type.npu_block_type, stripe, ifm, ifm2, sched_op.uses_scalar,
+            sched_op.ifm.dtype.size_in_bits(), chosen.is_partkernel, sched_op.kernel,
+            2 if parent.activation_lut else 0, parent.has_scaling(), sched_op.resampling_mode)
         if config is not None:  # Vela keeps the OFM block as a shape
             config.ofm_block = _vela_shape(ofm_block)
         if config is None or config.old_style_representation() != wanted:
