@@ -61,9 +61,12 @@ class NormalisationReport:
     model_bytes: bytes = field(repr=False, default=b"")
 
     def describe(self) -> str:
-        """E.g. "folded 48 shape operators; 26 NPU subgraphs → 1; 48 CPU operators → 0"."""
+        """E.g. "folded 48 shape operators; 26 NPU subgraphs → 1; 48 CPU operators → 0" (a large SOFTMAX split into
+        row bands is said after the folding)."""
         n = self.normalisation
-        parts = [f"folded {n.folded_operators} shape operator{'s' * (n.folded_operators != 1)}"]
+        parts = [f"folded {n.folded_operators} shape operator{'s' * (n.folded_operators != 1)}"] if n.folded else []
+        if n.split_softmaxes:
+            parts.append(n.describe_softmax_bands())
         if self.subgraphs_before < 0:  # -1: the original model does not lower, so there is nothing to count
             parts.append(f"the original does not lower; normalised: {self.subgraphs_after} NPU subgraph(s)")
         else:

@@ -336,3 +336,113 @@ def test_heuristic_on_the_written_model_equals_vela_legacy(tmp_path, arch, confi
     assert result.normalisation is not None and not result.network.cpu_ops
     comparison = compare_with_golden(result, golden)
     assert abs(comparison.cycles_error) <= 1.0, (comparison.cycles_ours, comparison.cycles_vela)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a SOFTMAX on a large map (a segmentation head) computed in row bands
+
+def _segmentation_unet() -> bytes:
+    """A U-Net ending in a per-pixel SOFTMAX over 4 classes on a 128 x 128 map (netgen --segmentation)."""
+    return generate("unet", 40, 0, segmentation=True)
+
+
+def _head_peak_and_rest(result) -> tuple[int, int]:
+    """The most fast storage in use at a step of the softmax head (every pass from the first SPLIT_V or SOFTMAX
+    on: the softmax is the network's last layer), and at a step of the rest."""
+    ops = result.network.subgraphs[0].ops
+    costs = sorted(result.evaluation.ops, key=lambda c: c.time_index)
+    start = next(k for k, c in enumerate(costs) if ops[c.op_index].tflite_op in ("SOFTMAX", "SPLIT_V"))
+    return max(c.network_sram_used for c in costs[start:]), max(c.network_sram_used for c in costs[:start])
+
+
+def test_a_large_softmax_is_computed_in_row_bands_bit_exactly():
+    raw = _segmentation_unet()
+    before = parse_tflite(raw).main
+    softmax = next(op for op in before.operators if op.opcode == "SOFTMAX")
+    assert before.tensors[softmax.inputs[0]].shape == (1, 128, 128, 4)
+    normalised, record = normalise(raw)
+    assert record.split_softmaxes == 1 and record.softmax_bands > 1 and not record.folded
+    assert f"1 SOFTMAX split into {record.softmax_bands} row bands" in record.describe()
+    after = parse_tflite(normalised).main
+    ops = [op.opcode for op in after.operators]
+    assert ops.count("SOFTMAX") == record.softmax_bands and ops.count("SPLIT_V") == 1
+    split = next(op for op in after.operators if op.opcode == "SPLIT_V")
+    bands = [after.tensors[i].shape for i in split.outputs]
+    assert sum(shape[1] for shape in bands) == 128 and all(shape[2:] == (128, 4) for shape in bands)
+    concat = next(op for op in after.operators if op.opcode == "CONCATENATION" and op.inputs[0] in
+                  {o for op2 in after.operators if op2.opcode == "SOFTMAX" for o in op2.outputs})
+    assert after.tensors[concat.outputs[0]].name == before.tensors[softmax.outputs[0]].name
+    # Every tensor the two models share (the U-Net body and the softmax's output) is equal bit for bit.
+    assert _assert_exact(raw, normalised) > 20
+    # The banded model has nothing left to split.
+    assert normalise(normalised)[0] is normalised
+    lowered = _lowered(normalised)
+    assert len(lowered.subgraphs) == 1 and not lowered.cpu_ops
+
+
+def test_small_softmaxes_are_left_as_they_are():
+    """A classifier's softmax ([1, 10]) is far below the size that is split: the file is used as it is."""
+    data = generate("resnet", 90, 0)
+    assert "SOFTMAX" in parse_tflite(data).op_counts()
+    normalised, record = normalise(data)
+    assert normalised is data and not record.changed
+
+
+def test_banded_segmentation_head_needs_a_fraction_of_the_fast_storage(tmp_path):
+    """Vela legacy's decomposition holds five int32 maps of the whole 128 x 128 x 4 input at once; in bands, the
+    head needs no more than the U-Net body before it, for about the same cycles."""
+    from npusched.app.pipeline import run
+    from npusched.run import RunOptions
+
+    path = tmp_path / "unet_seg.tflite"
+    path.write_bytes(_segmentation_unet())
+    runs = {normalised: run(RunOptions(model_path=path, accelerator_config="ethos-u55-128", solver="heuristic",
+                                       normalise=normalised)) for normalised in (False, True)}
+    head_before, body_before = _head_peak_and_rest(runs[False])
+    head_after, body_after = _head_peak_and_rest(runs[True])
+    assert head_before > 4 * body_before  # the problem: the head dwarfs the network
+    assert head_after * 4 < head_before and head_after <= body_after
+    assert runs[True].evaluation.peak_fast_storage * 4 < runs[False].evaluation.peak_fast_storage
+    assert runs[True].evaluation.total_cycles < 1.02 * runs[False].evaluation.total_cycles
+    report = runs[True].normalisation
+    assert report is not None and report.describe().startswith("1 SOFTMAX split into")
+
+
+@pytest.mark.slow
+def test_banded_segmentation_head_compiles_and_vela_legacy_agrees(tmp_path, capsys):
+    """Vela's backend compiles the banded head with npusched's schedule (its estimate equal to npusched's), and
+    `vela --debug-force-legacy-core` on the written model gives the heuristic's cycles, in a fraction of the
+    SRAM Vela itself needs for the model as it was."""
+    import csv
+
+    from conftest import CONFIGS
+
+    from npusched.app.cli import main
+    from npusched.app.pipeline import run
+    from npusched.vela.command import run_options_from_vela_args
+    from npusched.vela.fidelity import compare_with_golden
+    from npusched.vela.golden import run_golden
+
+    raw, written, out = tmp_path / "unet_seg.tflite", tmp_path / "unet_seg_banded.tflite", tmp_path / "out"
+    raw.write_bytes(_segmentation_unet())
+    config = CONFIGS["u55-128_hee_shared"]
+    hardware = ["--accelerator-config", config["accelerator_config"], "--config", "Arm/vela.ini",
+                "--system-config", config["system_config"], "--memory-mode", config["memory_mode"]]
+    assert main([str(raw), *hardware, "--solver", "heuristic", "--quiet", "--write-model", str(written),
+                 "--output-dir", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "SOFTMAX split into" in printed and "agrees with npusched's" in printed
+    assert (out / "unet_seg_vela.tflite").exists()
+    sram_used = {}
+    for name, model in (("before", raw), ("after", written)):
+        golden = tmp_path / name
+        golden.mkdir()
+        assert run_golden(model, config, golden, timeout_seconds=600) == ""
+        with (golden / "summary.csv").open() as f:
+            sram_used[name] = float(next(csv.DictReader(f))["sram_memory_used"])
+        if name == "after":
+            result = run(run_options_from_vela_args(written, config, solver="heuristic"))
+            assert result.normalisation is None  # nothing left to split
+            comparison = compare_with_golden(result, golden)
+            assert abs(comparison.cycles_error) <= 1.0, (comparison.cycles_ours, comparison.cycles_vela)
+    assert sram_used["after"] * 4 < sram_used["before"]

@@ -16,6 +16,7 @@ subgraphs) is carried over as it was. A model with nothing to fold is returned a
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from npusched.errors import ModelError
+from npusched.frontend.supported import npu_support
+from npusched.frontend.tflite_reader import parse_tflite
 
 FILE_IDENTIFIER = b"TFL3"
 # Constant data starts on a 16-byte boundary, as the TFLite converter writes it (the schema's force_align).
@@ -48,12 +51,15 @@ _OPCODE_NAMES = {value: name for name, value in vars(schema.BuiltinOperator).ite
 
 @dataclass(frozen=True)
 class Normalisation:
-    """What normalisation changed: operators folded (by type), inputs whose dynamic batch was fixed at 1."""
+    """What normalisation changed: operators folded (by type), inputs whose dynamic batch was fixed at 1, large
+    softmaxes split into row bands."""
 
     folded: tuple[tuple[str, int], ...] = ()
     fixed_batch_inputs: tuple[str, ...] = ()
     removed_tensors: int = 0
     relaid_passes: int = 0  # element-wise operators on channel-poor maps now computed on a 16-deep view
+    split_softmaxes: int = 0  # SOFTMAX operators on large maps computed in row bands (``_band_softmax``)
+    softmax_bands: int = 0  # the bands they became, all together
 
     @property
     def folded_operators(self) -> int:
@@ -61,7 +67,7 @@ class Normalisation:
 
     @property
     def changed(self) -> bool:
-        return bool(self.folded or self.fixed_batch_inputs)
+        return bool(self.folded or self.fixed_batch_inputs or self.split_softmaxes)
 
     def describe(self) -> str:
         """One line: what was folded and which dynamic dimension was fixed (empty when nothing changed)."""
@@ -73,25 +79,35 @@ class Normalisation:
         if self.relaid_passes:
             parts.append(f"{self.relaid_passes} element-wise pass{'es' * (self.relaid_passes != 1)} re-laid out "
                          "16 deep")
+        if self.split_softmaxes:
+            parts.append(self.describe_softmax_bands())
         if self.fixed_batch_inputs:
             names = ", ".join(repr(n) for n in self.fixed_batch_inputs[:3])
             more = f" and {len(self.fixed_batch_inputs) - 3} more" if len(self.fixed_batch_inputs) > 3 else ""
             parts.append(f"dynamic batch dimension fixed to 1 (the NPU runs batch 1) on input {names}{more}")
         return "; ".join(parts)
 
+    def describe_softmax_bands(self) -> str:
+        """E.g. "1 SOFTMAX split into 8 row bands"."""
+        return (f"{self.split_softmaxes} SOFTMAX split into {self.softmax_bands} row band"
+                f"{'s' * (self.softmax_bands != 1)}")
+
     def as_json(self) -> dict[str, Any]:
         return {"folded_operators": self.folded_operators, "folded_by_type": dict(self.folded),
                 "fixed_batch_inputs": list(self.fixed_batch_inputs), "removed_tensors": self.removed_tensors,
-                "relaid_passes": self.relaid_passes}
+                "relaid_passes": self.relaid_passes, "split_softmaxes": self.split_softmaxes,
+                "softmax_bands": self.softmax_bands}
 
 
-def normalise(data: bytes, source: str = "<bytes>", relayout: bool = True) -> tuple[bytes, Normalisation]:
-    """The normalised model's bytes and what changed; ``data`` itself when nothing can be folded.
+def normalise(data: bytes, source: str = "<bytes>", relayout: bool = True,
+              band_softmax: bool = True) -> tuple[bytes, Normalisation]:
+    """The normalised model's bytes and what changed; ``data`` itself when nothing can be folded or split.
 
-    A dynamic batch dimension is fixed at 1 (and the record says so) only in a model that has something to fold.
-    ``relayout`` views element-wise chains on channel-poor maps 16 deep (see ``_relayout_channel_poor``); it is
-    applied to exported models (those with shape arithmetic folded) only, so a model with nothing to fold is
-    always left byte for byte as it is.
+    A dynamic batch dimension is fixed at 1 (and the record says so) only in a model that has something to fold
+    or split. ``relayout`` views element-wise chains on channel-poor maps 16 deep (see
+    ``_relayout_channel_poor``); it is applied to exported models (those with shape arithmetic folded) only.
+    ``band_softmax`` computes a SOFTMAX on a large map in row bands (see ``_band_softmax``), in any model; a
+    model with nothing to fold and no such softmax is left byte for byte as it is.
     """
     try:
         model = schema.ModelT.InitFromPackedBuf(bytearray(data), 0)
@@ -99,7 +115,7 @@ def normalise(data: bytes, source: str = "<bytes>", relayout: bool = True) -> tu
         raise ModelError(f"{source}: corrupt or truncated TFLite flatbuffer ({type(exc).__name__}: {exc})") from None
     folded: Counter[str] = Counter()
     fixed: list[str] = []
-    removed = relaid = 0
+    removed = relaid = split = bands = 0
     for subgraph in model.subgraphs or []:
         fixed += _fix_batch(subgraph)
         done = _fold(model, subgraph)
@@ -107,12 +123,14 @@ def normalise(data: bytes, source: str = "<bytes>", relayout: bool = True) -> tu
         removed += _drop_dead_tensors(model, subgraph)
     if relayout and folded:
         relaid = sum(_relayout_channel_poor(model, subgraph) for subgraph in model.subgraphs[:1])
-    if not folded:
+    if band_softmax and model.subgraphs:
+        split, bands = _band_softmax(model, model.subgraphs[0])
+    if not folded and not split:
         # Fixing the batch alone changes nothing the NPU runs (readers take the 1 in the shape): the file stays
         # the user's, so Vela's backend compiles the very file `vela` would.
         return data, Normalisation()
     record = Normalisation(tuple(sorted(folded.items(), key=lambda kv: (-kv[1], kv[0]))), tuple(fixed), removed,
-                           relaid)
+                           relaid, split, bands)
     _release_dead_buffers(model)
     return _pack_model(model), record
 
@@ -591,6 +609,129 @@ def _reshape(model: Any, subgraph: Any, code: int, source: int, target: int, sha
     op.builtinOptions = schema.ReshapeOptionsT()
     op.builtinOptions.newShape = list(shape)
     return op
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# softmax on large maps
+
+# A SOFTMAX is split when its decomposition's int32 map (one int32 per IFM element) is over this size: five such
+# maps are live at its peak, each stored 16 deep (a 4-class map takes 64 bytes a pixel), so over 1.25 MiB; a
+# classifier's or an attention layer's softmax (tens of KiB) is left as Vela compiles it.
+SOFTMAX_SPLIT_BYTES = 64 * 1024
+# Each band's int32 map is at most this. At 32 KiB a 128 x 128 x 4 segmentation head becomes 8 bands and its peak
+# falls from 5 MiB to below its U-Net body's (docs/results.md), for 33 passes a band (the decomposition's 31, a
+# slice copy, a concatenation copy); 16 KiB doubles the passes and lowers no peak there.
+SOFTMAX_BAND_BYTES = 32 * 1024
+_SOFTMAX_TYPES = frozenset({schema.TensorType.INT8, schema.TensorType.UINT8, schema.TensorType.INT16})
+
+
+@dataclass(frozen=True)
+class _SoftmaxBands:
+    """One SOFTMAX to split: its position in the operator list and the rows of each band."""
+
+    position: int
+    rows: tuple[int, ...]
+
+
+def softmax_bands(height: int, row_bytes: int, band_bytes: int = SOFTMAX_BAND_BYTES) -> tuple[int, ...]:
+    """The rows of each band of a softmax over ``height`` rows whose int32 map holds ``row_bytes`` per row: the
+    fewest bands each within ``band_bytes``, as equal as the rows allow (larger ones first); one band (no split)
+    when the whole map fits."""
+    per_band = max(1, band_bytes // max(1, row_bytes))
+    count = min(height, -(-height // per_band))
+    return tuple(height // count + (k < height % count) for k in range(count))
+
+
+def _band_softmax(model: Any, subgraph: Any, band_bytes: int = SOFTMAX_BAND_BYTES,
+                  split_bytes: int = SOFTMAX_SPLIT_BYTES) -> tuple[int, int]:
+    """Split every SOFTMAX on a large map into row bands: SPLIT_V -> one SOFTMAX per band -> CONCATENATION.
+
+    The NPU has no exp or divide, so Vela's legacy core lowers an 8-bit SOFTMAX into 31 passes whose
+    temporaries are int32 maps of the whole input (lowering/softmax.py), five of them live at once and each
+    stored 16 deep: a 128 x 128 x 4 segmentation head needs 5 MiB of fast storage at one step, five times its
+    U-Net body's peak. Softmax is over the last axis only, so each row is computed alone: a band's SOFTMAX
+    gives exactly the rows the whole one gives (tests/test_normalise.py checks every tensor bit for bit under
+    the reference kernels). Vela's graph optimiser makes the split a read at an offset and the concatenation a
+    write at one (each a cheap int8 copy per band, since SOFTMAX is decomposed), and orders the passes band by
+    band, so each band's temporaries die before the next band's are made.
+
+    Applied when the int32 map (elements x 4 bytes) exceeds ``split_bytes``, to [1, H, W, C] and [1, N, C]
+    inputs of one batch, splitting the rows (H, or N), and only to a SOFTMAX Vela runs on the NPU (one left to
+    the CPU gains nothing, and NPU copies around it would split the NPU work). Returns (softmaxes split, bands).
+    """
+    tensors = subgraph.tensors or []
+    operators = list(subgraph.operators or [])
+    plans: list[_SoftmaxBands] = []
+    for position, op in enumerate(operators):
+        if _opcode(model, op) != "SOFTMAX" or len(_ints(op.inputs)) != 1 or len(_ints(op.outputs)) != 1:
+            continue
+        source, target = tensors[_ints(op.inputs)[0]], tensors[_ints(op.outputs)[0]]
+        shape = _static_shape(source)
+        if shape is None or len(shape) not in (3, 4) or shape[0] != 1 or shape[1] < 2 \
+                or _static_shape(target) != shape or source.type not in _SOFTMAX_TYPES \
+                or _constant(model, source) is not None:
+            continue
+        row_bytes = int(np.prod(shape[2:], dtype=np.int64)) * 4
+        if shape[1] * row_bytes > split_bytes:
+            plans.append(_SoftmaxBands(position, softmax_bands(shape[1], row_bytes, band_bytes)))
+    if plans:
+        # Vela's placement, judged on the model as it is now (folded); the subgraph is the model's first.
+        parsed = parse_tflite(_pack_model(copy.deepcopy(model))).subgraphs[0]
+        plans = [p for p in plans if len(p.rows) > 1 and npu_support(parsed.operators[p.position], parsed) is None]
+    if not plans:
+        return 0, 0
+    split_code = _operator_code_index(model, schema.BuiltinOperator.SPLIT_V)
+    concat_code = _operator_code_index(model, schema.BuiltinOperator.CONCATENATION)
+    replaced: dict[int, list[Any]] = {}
+    for plan in plans:
+        op = operators[plan.position]
+        source_index, target_index = _ints(op.inputs)[0], _ints(op.outputs)[0]
+        shape = _static_shape(tensors[source_index])
+        assert shape is not None
+        split = schema.OperatorT()
+        split.opcodeIndex = split_code
+        stem = _name(tensors[source_index])
+        sizes = _const_int32(model, subgraph, f"{stem}/band_rows", list(plan.rows), (len(plan.rows),))
+        axis = _const_int32(model, subgraph, f"{stem}/band_axis", [1], ())
+        split.inputs = np.asarray([source_index, sizes, axis], dtype=np.int32)
+        split.builtinOptionsType = schema.BuiltinOptions.SplitVOptions
+        split.builtinOptions = schema.SplitVOptionsT()
+        split.builtinOptions.numSplits = len(plan.rows)
+        band_ops, band_outputs, band_inputs = [], [], []
+        for band, rows in enumerate(plan.rows):
+            band_shape = (1, rows, *shape[2:])
+            band_inputs.append(_add_tensor(subgraph, tensors[source_index], f"/band{band}", band_shape))
+            band_outputs.append(_add_tensor(subgraph, tensors[target_index], f"/band{band}", band_shape))
+            softmax = schema.OperatorT()
+            softmax.opcodeIndex, softmax.builtinOptionsType = op.opcodeIndex, op.builtinOptionsType
+            softmax.builtinOptions = op.builtinOptions
+            softmax.inputs = np.asarray([band_inputs[-1]], dtype=np.int32)
+            softmax.outputs = np.asarray([band_outputs[-1]], dtype=np.int32)
+            band_ops.append(softmax)
+        split.outputs = np.asarray(band_inputs, dtype=np.int32)
+        concat = schema.OperatorT()
+        concat.opcodeIndex = concat_code
+        concat.inputs = np.asarray(band_outputs, dtype=np.int32)
+        concat.outputs = np.asarray([target_index], dtype=np.int32)
+        concat.builtinOptionsType = schema.BuiltinOptions.ConcatenationOptions
+        concat.builtinOptions = schema.ConcatenationOptionsT()
+        concat.builtinOptions.axis = 1
+        replaced[plan.position] = [split, *band_ops, concat]
+    subgraph.operators = [new for position, op in enumerate(operators) for new in replaced.get(position, [op])]
+    return len(plans), sum(len(plan.rows) for plan in plans)
+
+
+def _const_int32(model: Any, subgraph: Any, name: str, values: list[int], shape: tuple[int, ...]) -> int:
+    """A new constant int32 tensor (with its own buffer); its index."""
+    tensor = schema.TensorT()
+    tensor.name, tensor.type = name, schema.TensorType.INT32
+    tensor.shape = np.asarray(shape, dtype=np.int32)
+    buffer = schema.BufferT()
+    buffer.data = np.frombuffer(np.asarray(values, dtype="<i4").tobytes(), dtype=np.uint8)
+    model.buffers.append(buffer)
+    tensor.buffer = len(model.buffers) - 1
+    subgraph.tensors.append(tensor)
+    return len(subgraph.tensors) - 1
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -24,13 +24,15 @@ class GenerationError(NpuschedError):
     """The generator was asked for something it cannot make (unknown architecture, size out of range)."""
 
 
-def generate(arch: str, passes: int, seed: int, cpu_splits: int | None = None, keras_style: bool = False) -> bytes:
+def generate(arch: str, passes: int, seed: int, cpu_splits: int | None = None, keras_style: bool = False,
+             segmentation: bool = False) -> bytes:
     """The .tflite bytes of architecture ``arch`` with about ``passes`` NPU passes.
 
     ``cpu_splits`` operators Vela runs on the CPU are placed between blocks (default: 2+ for "mixed", 0 for the
     others), each starting a new NPU subgraph. ``keras_style`` exports as Keras does: a dynamic batch dimension,
     reshape and transposed-convolution shapes computed at run time (SHAPE -> STRIDED_SLICE -> PACK), and image
     inputs rescaled by a MUL and an ADD; the layers and their weights are those of the plain variant.
+    ``segmentation`` (unet only) ends the U-Net in a per-pixel SOFTMAX over its 4 classes, at the full input side.
     """
     if arch not in ARCHITECTURES:
         raise GenerationError(f"unknown architecture '{arch}' (known: {', '.join(ARCHITECTURES)})")
@@ -40,9 +42,11 @@ def generate(arch: str, passes: int, seed: int, cpu_splits: int | None = None, k
         raise GenerationError(f"seed must be 0 or more, not {seed}")
     if cpu_splits is not None and cpu_splits < 0:
         raise GenerationError(f"cpu splits must be 0 or more, not {cpu_splits}")
+    if segmentation and arch != "unet":
+        raise GenerationError(f"a segmentation head is a unet option, not one of '{arch}'")
     # The architecture's name is part of the seed so that two architectures with one seed draw different numbers.
     rng = np.random.default_rng([seed, zlib.crc32(arch.encode()), passes])
     g = GraphBuilder(rng, keras_style)
-    output = ARCHITECTURES[arch](g, sizing(arch, passes, cpu_splits))
-    style = " keras-style" if keras_style else ""
+    output = ARCHITECTURES[arch](g, sizing(arch, passes, cpu_splits, segmentation))
+    style = " keras-style" * keras_style + " segmentation" * segmentation
     return serialise(g.network([output], f"npusched.netgen {arch} passes={passes} seed={seed}{style}"))

@@ -30,10 +30,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="operators Vela leaves to the CPU, placed between blocks (default: 2+ for mixed, 0 else)")
     parser.add_argument("--keras-style", action="store_true",
                         help="export as Keras does: dynamic batch, run-time shape arithmetic, input rescaling")
+    parser.add_argument("--segmentation", action="store_true",
+                        help="unet only: end in a per-pixel SOFTMAX over 4 classes at the full input side (128 x 128 "
+                             "up to 60 passes) instead of LOGISTIC at half")
     parser.add_argument("-o", "--output", type=Path, required=True, help="the .tflite file to write")
     args = parser.parse_args(argv)
     try:
-        data = generate(args.arch, args.passes, args.seed, args.cpu_splits, args.keras_style)
+        data = generate(args.arch, args.passes, args.seed, args.cpu_splits, args.keras_style, args.segmentation)
         args.output.write_bytes(data)
     except GenerationError as exc:
         print(f"error: {exc}", file=sys.stderr)

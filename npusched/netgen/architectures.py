@@ -27,6 +27,7 @@ class Sizing:
     width: float
     split_interval_passes: int  # 0: no CPU operators
     cpu_splits: int
+    softmax_head: bool = False  # unet: a per-pixel SOFTMAX over the classes (segmentation) instead of LOGISTIC
 
     def channels(self, base: int) -> int:
         """``base`` channels scaled by the width, rounded to a multiple of 8 as the reference networks do."""
@@ -176,7 +177,8 @@ def unet(g: GraphBuilder, s: Sizing) -> Act:
         return y
 
     x = filler.fill(x, s.passes - hourglass_passes - 1, hourglass)
-    return g.logistic(g.conv(x, 4, activation=None))
+    logits = g.conv(x, 4, activation=None)
+    return g.softmax(logits) if s.softmax_head else g.logistic(logits)
 
 
 def resnet(g: GraphBuilder, s: Sizing) -> Act:
@@ -245,8 +247,12 @@ ARCHITECTURES: dict[str, Callable[[GraphBuilder, Sizing], Act]] = {
 SPLIT_BY_DEFAULT = frozenset({"mixed"})
 
 
-def sizing(arch: str, passes: int, cpu_splits: int | None) -> Sizing:
-    """Input side and width for a budget: full size for small networks, smaller as the budget grows."""
+def sizing(arch: str, passes: int, cpu_splits: int | None, segmentation: bool = False) -> Sizing:
+    """Input side and width for a budget: full size for small networks, smaller as the budget grows.
+
+    A U-Net gets half the side, unless it is a ``segmentation`` one (a per-pixel SOFTMAX head at the full side:
+    128 x 128 up to 60 passes, the segmentation heads whose softmax needs most fast storage).
+    """
     if passes <= 60:
         resolution, width = 128, 1.0
     elif passes <= 300:
@@ -255,8 +261,8 @@ def sizing(arch: str, passes: int, cpu_splits: int | None) -> Sizing:
         resolution, width = 64, 0.5
     else:
         resolution, width = 32, 0.25
-    if arch == "unet":
+    if arch == "unet" and not segmentation:
         resolution = max(32, resolution // 2)
     if cpu_splits is None:
         cpu_splits = max(2, passes // 100) if arch in SPLIT_BY_DEFAULT else 0
-    return Sizing(passes, resolution, width, max(1, passes // (cpu_splits + 1)), cpu_splits)
+    return Sizing(passes, resolution, width, max(1, passes // (cpu_splits + 1)), cpu_splits, segmentation)
