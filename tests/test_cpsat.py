@@ -16,6 +16,7 @@ from npusched.schedule.schedule import Schedule, TensorPlacement
 from npusched.solvers.cpsat import solve_cpsat
 from npusched.solvers.cpsat.candidates import all_candidates
 from npusched.solvers.cpsat.model import SCALE
+from npusched.solvers.cpsat.search import NO_TIME_TO_SEARCH
 from npusched.solvers.heuristic import heuristic_schedule
 from npusched.solvers.max_schedule import max_schedule
 
@@ -105,6 +106,21 @@ def test_impossible_limit_names_the_smallest_size(corpus_dir):
                           arena_cache_size=needed - 16)
     with pytest.raises(ScheduleError):
         solve_cpsat(network, arch, time_limit_seconds=10, workers=2, deterministic=True)
+
+
+def test_with_no_time_left_a_fitting_hint_is_the_answer_and_an_unfitting_one_is_not(corpus_dir):
+    """A run that keeps its whole time limit for Vela's compile asks for a search of 0 s: the hint comes back
+    unimproved when it fits; when it does not, the search still runs (a schedule is needed)."""
+    arch, network = load_corpus("kws_dscnn_int8", "u65-256_mid_dedicated256k")
+    hint = heuristic_schedule(network, arch)
+    result = solve_cpsat(network, arch, time_limit_seconds=0, workers=1, hint=hint)
+    assert (result.status, result.reason) == ("fallback", NO_TIME_TO_SEARCH)
+    assert result.schedule.ops == hint.ops and result.schedule.tensors == hint.tensors
+    assert result.objective_cycles == evaluate(network, arch, hint).total_cycles
+    # The heuristic's schedule of a 1 KiB arena does not fit it: no answer without searching.
+    small, network = load_corpus("micro_speech_int8", "u55-256_hee_shared_arena128k", arena_cache_size=1024)
+    with pytest.raises(ScheduleError, match="fits 1024 bytes"):  # found too small, or none found in time
+        solve_cpsat(network, small, time_limit_seconds=0, workers=1, hint=max_schedule(network, small))
 
 
 @pytest.mark.slow

@@ -217,8 +217,8 @@ def test_a_compile_that_follows_is_kept_back_from_the_solve(monkeypatch: pytest.
 
 
 def test_the_compile_estimate_grows_with_the_network() -> None:
-    """Vela's compile time grows with passes, weights and feature maps: MobileNet-V2 (66 passes, 3.5 MB of weights,
-    224 x 224 maps) is estimated well above a keyword spotter of 42 small passes, and both above the fixed part."""
+    """Vela's compile time grows with passes and weights: MobileNet-V2 (66 passes, 3.5 MB of weights) is estimated
+    well above a keyword spotter of 42 small passes, and both above the fixed part."""
     from npusched.vela.backend import COMPILE_SECONDS_FIXED, estimated_compile_seconds
 
     small = run(run_options("u55-128_hee_shared", "kws_dscnn_int8", solver=None)).network

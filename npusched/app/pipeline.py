@@ -198,7 +198,7 @@ def _solve(network: Network, arch: ArchitectureFeatures, options: RunOptions, st
         log(f"keeping {compile_seconds:.1f} s of the time limit for Vela's backend compile")
     remaining = options.time_limit_seconds - (time.monotonic() - started) - after_search_seconds - compile_seconds
     try:
-        result = solve_cpsat(network, arch, time_limit_seconds=max(remaining, 0.5), workers=options.workers,
+        result = solve_cpsat(network, arch, time_limit_seconds=remaining, workers=options.workers,
                              seed=options.seed, deterministic=options.deterministic, hint=hint,
                              hint_evaluation=hint_eval, log=log)
     except ScheduleError as exc:

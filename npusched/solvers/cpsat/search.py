@@ -38,6 +38,11 @@ from npusched.target.arch import ArchitectureFeatures, OptimisationStrategy
 FULL_MODEL_MAX_PASSES = 120
 
 
+# What a search gets at least when its time is gone and no hint fits (a schedule is still needed).
+MIN_SEARCH_SECONDS = 0.5
+NO_TIME_TO_SEARCH = "no time left to search within the time limit (the hint's schedule, unimproved)"
+
+
 @dataclass(frozen=True)
 class CpSatResult:
     schedule: Schedule
@@ -68,11 +73,20 @@ def solve_cpsat(network: Network, arch: ArchitectureFeatures, *, time_limit_seco
     ``arch.optimise`` picks the objective: "Performance", the fewest cycles within the fast-storage limit;
     "Size", the least peak fast storage first and then the fewest cycles at that peak (lexicographic).
     Never worse than ``hint`` when the hint verifies: the better of the two by the evaluator (by that objective)
-    is returned. Small networks are solved in one model (bounds and gap over the whole candidate space); large
-    ones, or when the one model cannot be built in time, are improved window by window from the hint. Raises
-    ScheduleError when no candidate schedule fits the fast storage.
+    is returned; with no time left (``time_limit_seconds`` <= 0) a hint that fits is returned as it is, else the
+    search gets ``MIN_SEARCH_SECONDS``. Small networks are solved in one model (bounds and gap over the whole
+    candidate space); large ones, or when the one model cannot be built in time, are improved window by window
+    from the hint. Raises ScheduleError when no candidate schedule fits the fast storage.
     """
     start = time.monotonic()
+    if time_limit_seconds <= 0 and hint is not None:
+        # No time to search (the run spent it, or keeps it for Vela's compile): the hint, when it fits.
+        hint_evaluation = hint_evaluation or evaluate(network, arch, hint)
+        if not verify(network, arch, hint, hint_evaluation):
+            return replace(_fallback(hint, hint_evaluation.total_cycles, NO_TIME_TO_SEARCH, time.monotonic() - start,
+                                     {"passes": len(network.npu_ops)}),
+                           strategy="Size" if _size_first(arch) else "Performance")
+    time_limit_seconds = max(time_limit_seconds, MIN_SEARCH_SECONDS)
     net = NetworkFacts(network, arch)
     result = _search(net, start, time_limit_seconds, workers or os.cpu_count() or 1, seed, deterministic, hint,
                      hint_evaluation, log)
