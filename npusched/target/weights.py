@@ -25,9 +25,9 @@ from itertools import pairwise
 from typing import Protocol
 
 import numpy as np
-from ethosu import mlw_codec
 
 from npusched.ir import ConstTensor, Kernel, NpuBlockType, NpuOp, round_down, round_up
+from npusched.target import codec
 
 # Bytes of one packed bias/scale entry: 40-bit bias, 32-bit multiplier, 6-bit shift (2 bits spare).
 SCALE_ENTRY_BYTES = 10
@@ -203,7 +203,7 @@ def _encode_substream(volume: np.ndarray, start: int, end: int, core: int, ncore
     """(encoded bytes, unencoded bytes) of one core's share of OFM channels [start, end), via the real codec."""
     ohwi = np.transpose(volume[:, :, :, start:end], (3, 0, 1, 2))[core::ncores]
     dilation_x, dilation_y = dilation
-    stream, unencoded = mlw_codec.reorder_encode(
+    stream, unencoded = codec.reorder_encode(
         ifm_ublock_depth,
         ofm_ublock_depth,
         np.ascontiguousarray(ohwi),

@@ -19,6 +19,7 @@ import shutil
 import sys
 import tempfile
 import traceback
+import types
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -34,6 +35,7 @@ from npusched.schedule.allocation import allocate_ranges
 from npusched.schedule.evaluator import cascade_rolling_buffers, evaluate, placement_of
 from npusched.schedule.memory_layout import LiveRange
 from npusched.schedule.schedule import OpSchedule, Schedule
+from npusched.target import codec
 from npusched.target.arch import Estimator
 from npusched.target.weights import encode_op_weights
 from npusched.vela.command import vela_arguments
@@ -255,8 +257,9 @@ def _patched_vela(forcing: _ForcedScheduler) -> Iterator[None]:
     so each compilation starts, as the ``vela`` command does, with an empty cache. So with the equivalence ids of
     LUT tensors (keyed by their values): one kept from an earlier compilation failed Vela's allocator ("Two
     different addresses cannot be assigned to the same tensor"). Vela's main sets the recursion limit; the
-    caller's is restored."""
-    from ethosu.vela import npu_performance, scheduler
+    caller's is restored. Vela's weight compressor encodes through npusched's codec memo
+    (``npusched.target.codec``), which holds the streams the run encoded while scheduling."""
+    from ethosu.vela import npu_performance, scheduler, weight_compressor
     from ethosu.vela.tensor import create_equivalence_id
     from ethosu.vela.weight_compressor import CompressedWeightCache
 
@@ -269,6 +272,8 @@ def _patched_vela(forcing: _ForcedScheduler) -> Iterator[None]:
 
     scheduler.schedule_passes = forcing.schedule_passes
     npu_performance.estimate_full_op_performance = recording_estimate
+    original_codec = weight_compressor.mlw_codec
+    weight_compressor.mlw_codec = types.SimpleNamespace(reorder_encode=codec.reorder_encode)
     CompressedWeightCache.cache.clear()
     create_equivalence_id.cache_clear()
     recursion_limit = sys.getrecursionlimit()
@@ -276,6 +281,7 @@ def _patched_vela(forcing: _ForcedScheduler) -> Iterator[None]:
         yield
     finally:
         scheduler.schedule_passes, npu_performance.estimate_full_op_performance = original_schedule, original_estimate
+        weight_compressor.mlw_codec = original_codec
         CompressedWeightCache.cache.clear()
         create_equivalence_id.cache_clear()
         sys.setrecursionlimit(recursion_limit)
