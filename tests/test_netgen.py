@@ -14,14 +14,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import CONFIGS
+from ethosu.vela.data_type import DataType as VelaDataType
+from ethosu.vela.lut import create_lut_rsqrt_int8_op
+from ethosu.vela.operation import Op, Operation
+from ethosu.vela.tensor import QuantizationParameters
+from ethosu.vela.tensor import Tensor as VelaTensor
 
 from npusched.app.pipeline import load_network, run
 from npusched.frontend.supported import cpu_operators, npu_support, vela_cpu_reason
-from npusched.frontend.tflite_reader import parse_tflite, read_tflite
+from npusched.frontend.tflite_reader import TfliteTensor, parse_tflite, read_tflite
 from npusched.lowering.graph import lower_model
 from npusched.netgen import ARCHITECTURES, SPLIT_BY_DEFAULT, GenerationError, generate
 from npusched.run import RunOptions
 from npusched.target.arch import load_architecture
+from npusched.vela.backend import compile_schedule
 from npusched.vela.command import run_options_from_vela_args
 from npusched.vela.fidelity import compare_with_golden
 from npusched.vela.golden import run_golden
@@ -209,3 +215,57 @@ def test_transformer_partition_equals_vela_legacy(tmp_path, passes, seed):
     network = lower_model(read_tflite(model), load_architecture("ethos-u55-128"))
     vela_passes = [[op.name for op in s.ops] for s in read_verbose_schedule(golden / "vela_stdout.txt")]
     assert [[op.name for op in s.ops] for s in network.subgraphs] == vela_passes
+
+
+def _velas_rsqrt_table(ifm: TfliteTensor, ofm: TfliteTensor) -> np.ndarray:
+    """The lookup table Vela 5.2.0's own graph optimiser builds for an int8 RSQRT with these tensors."""
+    def vela_tensor(t: TfliteTensor) -> VelaTensor:
+        tens = VelaTensor(list(t.shape), VelaDataType.int8, t.name)
+        tens.quantization = QuantizationParameters()
+        tens.quantization.scale_f32 = float(t.quantization.scale[0])
+        tens.quantization.zero_point = int(t.quantization.zero_point[0])
+        return tens
+
+    op = Operation(Op.Rsqrt, ofm.name)
+    op.add_input_tensor(vela_tensor(ifm))
+    op.set_output_tensor(vela_tensor(ofm))
+    return np.asarray(create_lut_rsqrt_int8_op(op).activation_lut.values).reshape(-1)
+
+
+@pytest.mark.parametrize("passes, seed", TRANSFORMER_CASES[:2])
+def test_transformer_rsqrt_table_is_velas(passes, seed):
+    """The layer norm's RSQRT becomes a table lookup fused into the ADD before it. Its table is DMA'd into SHRAM
+    before the pass and the DMA is priced by the table's bytes, so it must be Vela's table: 256 int8 entries
+    (a 16-bit table's 512 words made Vela's estimate of each such ADD differ from npusched's by 1,792 cycles on
+    the U55). The entries may differ by one LSB: Vela evaluates the reference's fixed-point 1/sqrt."""
+    model = parse_tflite(generate("transformer", passes, seed))
+    sg = model.main
+    ours = {op.activation_lut.name: op.activation_lut for s in lower_model(model, load_architecture("ethos-u55-128")
+                                                                            ).subgraphs
+            for op in s.ops if op.activation_lut is not None}
+    rsqrts = [op for op in sg.operators if op.opcode == "RSQRT"]
+    assert rsqrts
+    for op in rsqrts:
+        ofm = sg.tensors[op.outputs[0]]
+        vela = _velas_rsqrt_table(sg.tensors[op.inputs[0]], ofm)
+        table = ours[f"{ofm.name}_lut_rsqrt_values"]
+        assert table.size_in_bytes == vela.nbytes and table.values.dtype == vela.dtype, ofm.name
+        assert np.abs(table.values.reshape(-1).astype(int) - vela.astype(int)).max() <= 1, ofm.name
+
+
+# Configurations whose LUT DMA costs differ (off-chip flash on the U55, DRAM on the U65) and both strategies.
+BACKEND_CONFIGS = ("u55-128_hee_shared_size", "u65-256_mid_dedicated256k")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", BACKEND_CONFIGS)
+@pytest.mark.parametrize("solver", ["heuristic", "cpsat"])
+def test_transformer_compiles_and_velas_estimate_agrees(tmp_path, config, solver):
+    """Forced into Vela's backend, a transformer's schedule is priced by Vela op by op as by npusched (the RSQRT
+    tables' DMA included)."""
+    model = _write(tmp_path, "transformer", SMALL_PASSES, 0)
+    overrides = {"time_limit_seconds": 10.0, "workers": 1, "deterministic": True} if solver == "cpsat" else {}
+    result = run(run_options_from_vela_args(model, CONFIGS[config], solver=solver, **overrides))
+    compiled = compile_schedule(result, tmp_path / "out")
+    assert compiled.agreed, compiled.warnings()
+    assert {op.op_index for op in compiled.ops} == {op.index for op in result.network.npu_ops}

@@ -100,6 +100,18 @@ def lut_tensor(name: str, values: list[int], dtype: DataType) -> ConstTensor:
                        values=arr)
 
 
+def rsqrt_lut8_values(ifm_q: Quantization, ofm_q: Quantization) -> list[int]:
+    """256 int8 entries of 1/sqrt for an int8 RSQRT (the only RSQRT the NPU runs): an 8-bit table, like Vela's,
+    not a 16-bit one, whose 2 KiB DMA into SHRAM would be priced eight times as long. An input at or below
+    the zero point (no square root) maps to the largest output, as the reference does. Vela evaluates the
+    reference's fixed-point 1/sqrt, so an entry may differ from this floating-point one by one LSB."""
+
+    def rsqrt(x: float) -> float:
+        return 1.0 / math.sqrt(x) if x > 0 else math.inf
+
+    return lut8_values(rsqrt, ifm_q, ofm_q, DataType.int8, zero_point_after_rounding=True)
+
+
 def activation_lut(kind: str, ifm_q: Quantization, ofm_q: Quantization, dtype: DataType,
                    alpha: float = 0.0) -> list[int]:
     """Table values for ``kind`` in {"sigmoid", "tanh", "exp", "hardswish", "lrelu"}."""

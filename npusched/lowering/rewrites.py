@@ -8,7 +8,6 @@ that now produces its output. ``optimise`` runs the same traversals, in the same
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -210,11 +209,7 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
             vals = luts.activation_lut("exp", op.ifm.quantization, op.ofm.quantization, op.ifm.dtype)
             return self._to_lut(op, vals, "exp")
         if op.type == "Rsqrt":
-            vals = luts.lut16_values(lambda x: 1.0 / math.sqrt(x) if x > 0 else 0.0, op.ifm.quantization,
-                                     op.ofm.quantization)
-            res = self._to_lut(op, vals, "rsqrt")
-            res.activation_lut = luts.lut_tensor(res.name + "_values", vals, DataType.int16)
-            return res
+            return self._to_lut(op, luts.rsqrt_lut8_values(op.ifm.quantization, op.ofm.quantization), "rsqrt")
         return op
 
     def convert_decomposable(self, op: WorkingOp) -> WorkingOp:
