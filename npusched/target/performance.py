@@ -265,26 +265,21 @@ def memory_transfer_efficiency(
     return to_transfer * (max_burst / burst)
 
 
+def _block_access_cycles(arch: ArchitectureFeatures, is_read: bool, mem: MemArea, fmt: TensorFormat, bits: int,
+                         block: Shape4D, shape: Shape4D) -> float:
+    """Cycles to move one block of a feature map: the memory's latency plus the burst-scaled transfer."""
+    transfer = memory_transfer_efficiency(arch, is_read, mem, fmt, bits, block, shape, _clip(shape, block).elements())
+    direction = Direction.Read if is_read else Direction.Write
+    return _latency(arch, mem, direction) + transfer / _bandwidth(arch, mem)
+
+
 def minimum_memory_cycles(arch: ArchitectureFeatures, query: PerformanceQuery) -> tuple[float, float]:
     """Cycles to fetch one IFM block and to write one OFM block (latency plus transfer)."""
     cfg = query.config
-    ifm_elems = _clip(query.ifm_shape, cfg.ifm_block).elements()
-    ifm_transfer = memory_transfer_efficiency(
-        arch, True, query.ifm_memory_area, query.ifm_format, query.ifm_bits, cfg.ifm_block, query.ifm_shape,
-        ifm_elems,
-    )
-    ifm_cycles = _latency(arch, query.ifm_memory_area, Direction.Read) + (
-        ifm_transfer / _bandwidth(arch, query.ifm_memory_area)
-    )
-    ofm_elems = _clip(query.ofm_shape, cfg.ofm_block).elements()
-    ofm_transfer = memory_transfer_efficiency(
-        arch, False, query.ofm_memory_area, query.ofm_format, query.ofm_bits, cfg.ofm_block, query.ofm_shape,
-        ofm_elems,
-    )
-    ofm_cycles = _latency(arch, query.ofm_memory_area, Direction.Write) + (
-        ofm_transfer / _bandwidth(arch, query.ofm_memory_area)
-    )
-    return ifm_cycles, ofm_cycles
+    return (_block_access_cycles(arch, True, query.ifm_memory_area, query.ifm_format, query.ifm_bits,
+                                 cfg.ifm_block, query.ifm_shape),
+            _block_access_cycles(arch, False, query.ofm_memory_area, query.ofm_format, query.ofm_bits,
+                                 cfg.ofm_block, query.ofm_shape))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -485,25 +480,41 @@ def measure_element_access(arch: ArchitectureFeatures, query: PerformanceQuery) 
         )
 
     if block_type == NpuBlockType.ElementWise:
-        full_ofm = query.ofm_shape.round_up(ifm_rounding).elements()
-        ifm_read = ifm2_read = 0
-        if query.ifm_shape.elements() == 1:
-            if query.ifm_bits > 8:
-                ifm_read = query.ifm_shape.round_up(ifm_rounding).elements()
-            if query.ifm2_shape is not None:
-                ifm2_read = full_ofm
-        else:
-            ifm_read = full_ofm
-            if query.ifm2_shape is not None:
-                if query.ifm2_shape.elements() > 1:
-                    ifm2_read = full_ofm
-                elif query.ifm2_bits > 8:
-                    ifm2_read = query.ifm2_shape.round_up(ifm_rounding).elements()
-        return ElementAccess((ifm_read, ifm2_read), ofm_write)
+        return elementwise_element_access(arch, query, wide_scalar_reads_ifm2=True)
 
     if block_type == NpuBlockType.Dma:
         return ElementAccess()
     raise ValueError(f"no access model for NPU block type {block_type}")
+
+
+def elementwise_element_access(arch: ArchitectureFeatures, query: PerformanceQuery, *,
+                               wide_scalar_reads_ifm2: bool) -> ElementAccess:
+    """Elements an elementwise pass reads and writes, under either core's cost model.
+
+    A tensor IFM is read over the whole OFM; a scalar is read only when wider than 8 bits (an 8-bit scalar
+    travels in the command stream). The cores differ in one case only: a first IFM that is a wide scalar. Vela's
+    legacy core then also reads the second IFM over the whole OFM (``wide_scalar_reads_ifm2``: its two tests are
+    independent), the default core reads the scalar alone (its second test is an else-branch). Each estimator
+    must reproduce its own core's figures, so the difference is kept, not fixed.
+    """
+    ifm_rounding = _rounding(arch, query.ifm_format)
+    ofm_write = query.ofm_shape.round_up(_rounding(arch, query.ofm_format)).elements()
+    full_ofm = query.ofm_shape.round_up(ifm_rounding).elements()
+    ifm_read = ifm2_read = 0
+    if query.ifm_shape.elements() == 1:
+        wide_scalar = query.ifm_bits > 8
+        if wide_scalar:
+            ifm_read = query.ifm_shape.round_up(ifm_rounding).elements()
+        if query.ifm2_shape is not None and (wide_scalar_reads_ifm2 or not wide_scalar):
+            ifm2_read = full_ofm
+    else:
+        ifm_read = full_ofm
+        if query.ifm2_shape is not None:
+            if query.ifm2_shape.elements() > 1:
+                ifm2_read = full_ofm
+            elif query.ifm2_bits > 8:
+                ifm2_read = query.ifm2_shape.round_up(ifm_rounding).elements()
+    return ElementAccess((ifm_read, ifm2_read), ofm_write)
 
 
 def measure_mem2mem_cycles(arch: ArchitectureFeatures, from_area: MemArea, to_area: MemArea,

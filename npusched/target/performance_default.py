@@ -37,6 +37,7 @@ from npusched.target.performance import (
     PerformanceQuery,
     Purpose,
     WeightStream,
+    elementwise_element_access,
     uses_acc40,
 )
 from npusched.target.performance import (
@@ -290,23 +291,7 @@ def measure_element_access(arch: ArchitectureFeatures, query: PerformanceQuery) 
     IFM is a wider-than-8-bit scalar reads only that scalar (the legacy model also read the second IFM)."""
     if query.npu_block_type != NpuBlockType.ElementWise:
         return legacy_element_access(arch, query)
-    ifm_rounding = Shape4D(*arch.storage_rounding_quantums[query.ifm_format])
-    ofm_write = query.ofm_shape.round_up(Shape4D(*arch.storage_rounding_quantums[query.ofm_format])).elements()
-    full_ofm = query.ofm_shape.round_up(ifm_rounding).elements()
-    ifm_read = ifm2_read = 0
-    if query.ifm_shape.elements() == 1:
-        if query.ifm_bits > 8:
-            ifm_read = query.ifm_shape.round_up(ifm_rounding).elements()
-        elif query.ifm2_shape is not None:
-            ifm2_read = full_ofm
-    else:
-        ifm_read = full_ofm
-        if query.ifm2_shape is not None:
-            if query.ifm2_shape.elements() > 1:
-                ifm2_read = full_ofm
-            elif query.ifm2_bits > 8:
-                ifm2_read = query.ifm2_shape.round_up(ifm_rounding).elements()
-    return ElementAccess((ifm_read, ifm2_read), ofm_write)
+    return elementwise_element_access(arch, query, wide_scalar_reads_ifm2=False)
 
 
 def mem2mem_cycles(arch: ArchitectureFeatures, source: MemArea, dest: MemArea, size_bytes: int) -> int:
