@@ -18,7 +18,7 @@ from npusched.lowering.graph import Network, lower_model
 from npusched.run import UNLIMITED, NormalisationReport, RunOptions, RunResult, SolverReport
 from npusched.schedule.evaluator import Evaluation, evaluate, staging_limit, verify
 from npusched.schedule.schedule import Schedule
-from npusched.solvers.cpsat import solve_cpsat
+from npusched.solvers.cpsat import NO_TIME_TO_SEARCH, solve_cpsat
 from npusched.solvers.dp import dp_schedule
 from npusched.solvers.heuristic import heuristic_schedule
 from npusched.target.arch import ArchitectureFeatures, Estimator, load_architecture
@@ -206,9 +206,12 @@ def _solve(network: Network, arch: ArchitectureFeatures, options: RunOptions, st
         if heuristic_error is not None and exc.needed_bytes is None:
             raise heuristic_error from None
         raise
+    reason = result.reason
+    if reason == NO_TIME_TO_SEARCH and compile_seconds:
+        reason += f"; {compile_seconds:.1f} s of the limit kept for Vela's compile (--output-dir)"
     report = SolverReport(
         status=result.status, bound_cycles=result.bound_cycles, gap=result.gap, solve_seconds=result.solve_seconds,
-        reason=result.reason, model_stats=dict(result.model_stats),
+        reason=reason, model_stats=dict(result.model_stats),
         heuristic_cycles=heuristic_eval.total_cycles if heuristic_eval is not None else None,
         heuristic_peak_fast_storage_bytes=heuristic_eval.peak_fast_storage if heuristic_eval is not None else None,
         any_schedule_bound_cycles=result.any_schedule_bound_cycles, strategy=result.strategy,
