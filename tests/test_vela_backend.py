@@ -216,6 +216,25 @@ def test_a_compile_that_follows_is_kept_back_from_the_solve(monkeypatch: pytest.
     assert _cpsat_time_limit(monkeypatch) > 1000.0 - 500.0
 
 
+def test_the_public_api_keeps_the_compile_back_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """npusched.solve(..., compile_follows=True) then Result.compile(): the same keep-back as --output-dir."""
+    import npusched
+    from npusched.app import pipeline
+
+    monkeypatch.setattr(pipeline, "estimated_compile_seconds", lambda network: 500.0)
+    given: list[float] = []
+
+    def stand_in(*args: object, time_limit_seconds: float, **kwargs: object) -> None:
+        given.append(time_limit_seconds)
+        raise _Stop
+
+    monkeypatch.setattr(pipeline, "solve_cpsat", stand_in)
+    for follows in (True, False):
+        with pytest.raises(_Stop):
+            npusched.solve(model_path("kws_dscnn_int8"), time_limit_seconds=1000.0, compile_follows=follows)
+    assert given[0] <= 1000.0 - 500.0 < given[1]
+
+
 def test_the_compile_estimate_grows_with_the_network() -> None:
     """Vela's compile time grows with passes and weights: MobileNet-V2 (66 passes, 3.5 MB of weights) is estimated
     well above a keyword spotter of 42 small passes, and both above the fixed part."""
