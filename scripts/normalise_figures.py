@@ -141,7 +141,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         compiled = ("" if "cpsat_agreed" not in r else " ✓" if r["cpsat_agreed"] else " ≠")
         error = str(r.get("cpsat_error", ""))
         cpsat_text = f"{cpsat:,.0f}{compiled}" if isinstance(cpsat, float) else (
-            "no fit" if "fits" in error else "backend refuses" if error else "–")
+            "no fit" if error.startswith("no schedule") else "backend refuses" if error else "–")
         lines.append(
             f"| {r['arch']} | {r['config']} | {r['subgraphs_before']} → {r['subgraphs_after']} | "
             f"{r['cpu_before']} → {r['cpu_after']} | {number(r['vela_before'])} | {number(r['vela_after'])} | "
