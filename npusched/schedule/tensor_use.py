@@ -36,10 +36,14 @@ class TensorUse:
     subgraph_inputs: frozenset[FeatureMap]
     variables: frozenset[str] = frozenset()
     variable_writes: dict[FeatureMap, str] = field(default_factory=dict)
+    # Reads beyond one per consumer: a pass reading the map as both inputs (MUL(x, x)) is two consumers to Vela.
+    repeated_reads: dict[FeatureMap, int] = field(default_factory=dict)
 
     def consumer_count(self, fm: FeatureMap) -> int:
-        """Consumers as Vela counts them: a subgraph output has one more (the CPU side or the network output)."""
-        return len(self.consumers.get(fm, ())) + (1 if fm in self.subgraph_outputs else 0)
+        """Consumers as Vela counts them: one per input that reads ``fm`` (Vela lists a pass once per input), and
+        one more for a subgraph output (the CPU side or the network output)."""
+        return (len(self.consumers.get(fm, ())) + self.repeated_reads.get(fm, 0)
+                + (1 if fm in self.subgraph_outputs else 0))
 
     def storage_key(self, fm: FeatureMap) -> Any:
         """Identity of the buffer holding ``fm``: a pass that writes a variable (LSTM state) writes into the
@@ -59,6 +63,7 @@ def tensor_use(network_or_subgraph: Network | NpuSubgraph) -> TensorUse:
     outputs: set[FeatureMap] = set()
     inputs: set[FeatureMap] = set()
     writes: dict[FeatureMap, str] = {}
+    repeated: dict[FeatureMap, int] = {}
     for sg in subgraphs_of(network_or_subgraph):
         outputs.update(sg.outputs)
         inputs.update(sg.inputs)
@@ -73,10 +78,13 @@ def tensor_use(network_or_subgraph: Network | NpuSubgraph) -> TensorUse:
                 if fm not in written:
                     written.add(fm)
                     producers[fm] = producers.get(fm, ()) + sg.writers(fm)
+            if op.ifm2 is not None and op.ifm2.tensor == op.ifm.tensor:
+                repeated[op.ifm.tensor] = repeated.get(op.ifm.tensor, 0) + 1
             if op.attr("memory_function") == "VariableTensorWrite" and op.attr("variable_tensor") is not None:
                 var = op.attr("variable_tensor")
                 writes[op.ofm.tensor] = var.name if isinstance(var, FeatureMap) else str(var)
-    return TensorUse(producers, consumers, frozenset(outputs), frozenset(inputs), frozenset(writes.values()), writes)
+    return TensorUse(producers, consumers, frozenset(outputs), frozenset(inputs), frozenset(writes.values()), writes,
+                     repeated)
 
 
 # --------------------------------------------------------------------------------------------------------------
