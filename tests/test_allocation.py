@@ -162,6 +162,33 @@ def test_cpsat_falls_back_when_no_repair_fits(monkeypatch: pytest.MonkeyPatch) -
     assert "over the limit" in result.reason
 
 
+def test_cpsat_names_the_floor_when_no_schedule_fits_at_addresses(tmp_path: Path) -> None:
+    """A 40-pass transformer in the 128 KB arena: at the attention softmax its int32 temporaries (125,440 bytes)
+    and the two maps the CPU side keeps live around that subgraph (6,272) need 131,712 bytes whatever the
+    schedule; Vela legacy uses as much, 640 over. CP-SAT's per-step limits count only the subgraph's own maps, so
+    tightening them cannot help: the error says no schedule fits and names the size, without repairs."""
+    from npusched.app.pipeline import load_network
+    from npusched.errors import ScheduleError
+    from npusched.netgen import generate
+    from npusched.solvers.cpsat import solve_cpsat
+    from npusched.vela.command import run_options_from_vela_args
+
+    model = tmp_path / "transformer.tflite"
+    model.write_bytes(generate("transformer", 40, 0))
+    arch, network, _ = load_network(run_options_from_vela_args(model, CONFIGS["u55-256_hee_shared_arena128k"]))
+    hint = heuristic_schedule(network, arch, "Performance")
+    assert evaluate(network, arch, hint).allocation.size_bytes == 131712  # as Vela legacy: 128.62 KiB
+    logged: list[str] = []
+    with pytest.raises(ScheduleError) as raised:
+        solve_cpsat(network, arch, time_limit_seconds=60, workers=1, deterministic=True, hint=hint,
+                    log=logged.append)
+    assert raised.value.needed_bytes == 131712
+    assert str(raised.value).startswith("no schedule fits 131072 bytes of fast storage; the smallest that fits "
+                                        "needs 131712 bytes")
+    assert "(op 'net/softmax_" in str(raised.value)
+    assert not any("repair" in line for line in logged)
+
+
 def test_vela_backend_takes_npuscheds_offsets_where_its_own_do_not_fit(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Where Vela's allocator needs more than the limit (here a stand-in that lays every buffer end to end),

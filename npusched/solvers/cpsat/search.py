@@ -182,8 +182,9 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, workers:
     stats["allocation_repairs"] = repair.as_stats()
     if found is None:
         if fitting is None:
-            raise ScheduleError(f"no schedule whose buffers fit {limit} bytes of fast storage was found: "
-                                f"{repair.reason}")
+            raise ScheduleError(repair.reason if repair.needed_bytes is not None else
+                                f"no schedule whose buffers fit {limit} bytes of fast storage was found: "
+                                f"{repair.reason}", needed_bytes=repair.needed_bytes)
         return _fallback(fitting[0], fitting[1].total_cycles, repair.reason, time.monotonic() - start, stats)
     return _verified_result(net, found, hint, fitting[1] if fitting else None, status, bound, peak,
                             time.monotonic() - start if repair.rounds else solve_seconds, stats, log)
