@@ -37,7 +37,6 @@ from npusched.schedule.memory_layout import LiveRange
 from npusched.schedule.schedule import OpSchedule, Schedule
 from npusched.target import codec
 from npusched.target.arch import Estimator
-from npusched.target.weights import encode_op_weights
 from npusched.vela.command import vela_arguments
 from npusched.vela.live_range_index import indexed_live_ranges
 
@@ -437,23 +436,22 @@ class _ForcedScheduler:
                                                 for size, name in zip(sizes, names[:count], strict=True)]
                 info.buffered_weight_tensors[0].pre_buffer = buffering.pre_buffered
                 if choice.cascade is None:  # Vela times the whole unsliced stream, outside cascades only
-                    info.full_weight_transfer_cycles = self._full_transfer_cycles(vela_scheduler, sched_op, op, choice)
+                    info.full_weight_transfer_cycles = self._full_transfer_cycles(vela_scheduler, sched_op, info)
         info.slack_buffering_cycles = self._prefetch_window_cycles(vela_scheduler, sched_op, info, choice)
         return info
 
-    def _full_transfer_cycles(self, vela_scheduler: Any, sched_op: Any, op: NpuOp, choice: OpSchedule) -> float:
-        """Vela's DMA time of the op's whole weight stream encoded unsliced. The stream's length is npusched's
-        encoding of it (the one the evaluator priced, usually cached by now; Vela's encoder would take a tenth of a
-        large network's compile to say the same): the sliced streams Vela encodes for the buffers are checked
-        against npusched's sizes above, and the corpus compiles to Vela's own files (tests)."""
-        from ethosu.vela import npu_performance
+    @staticmethod
+    def _full_transfer_cycles(vela_scheduler: Any, sched_op: Any, info: Any) -> float:
+        """Vela's DMA time of the op's whole weight stream encoded unsliced (by Vela's encoder, so that Vela's
+        estimate checks npusched's; the codec's part is a look-up in npusched's memo when the run encoded it)."""
+        from ethosu.vela import npu_performance, weight_compressor
 
-        block = choice.block_config
-        assert block is not None  # _block_config has refused an op without one
-        full_bytes = encode_op_weights(self.arch, op, block.ofm_block.depth, (0, op.ofm.shape.depth)).total_bytes
         parent, arch = sched_op.parent_op, vela_scheduler.arch
+        whole_depth = [0, sched_op.ofm.shape.depth]
+        full, _ = weight_compressor.encode_weight_and_scale_tensor(
+            arch, parent, parent.weights, parent.bias, sched_op.kernel, info.block_config, whole_depth)
         return npu_performance.measure_mem2mem_cycles(arch, parent.weights.mem_area, arch.fast_storage_mem_area,
-                                                      full_bytes)
+                                                      len(full.buffer))
 
     @staticmethod
     def _prefetch_window_cycles(vela_scheduler: Any, sched_op: Any, info: Any, choice: OpSchedule) -> float:
