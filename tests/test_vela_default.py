@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import CONFIGS, GOLDEN_ROOT, load_corpus, run_options
 
 from npusched.app.pipeline import run
 from npusched.schedule.evaluator import evaluate
+from npusched.solvers.cpsat import objective_rank
+from npusched.solvers.heuristic import heuristic_schedule
 from npusched.target.arch import Estimator
 from npusched.vela.default_core import compare_default_core, read_default_core_ops, schedule_from_default_core
 
@@ -111,3 +114,33 @@ def test_cpsat_never_worse_than_the_default_core_under_its_model() -> None:
     own = compare_default_core(network, arch, _golden(config, model), model)
     assert result.evaluation is not None
     assert result.evaluation.total_cycles <= own.cycles_ours
+
+
+class _Stop(Exception):
+    """Raised by the stand-in for CP-SAT once it has seen what it was given."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", ["u65-512_high_dedicated384k", "u55-128_hee_shared_size"])
+def test_the_search_starts_from_the_better_core_by_the_objective(monkeypatch: pytest.MonkeyPatch,
+                                                                  config: str) -> None:
+    """Under --estimator vela-default CP-SAT starts from the better of the two cores' schedules by its objective
+    (the second configuration optimises for size: least peak, then cycles), so it is never worse than either."""
+    from npusched.app import pipeline
+
+    given: list[Any] = []
+
+    def stand_in(network: object, arch: object, *, hint: Any, **kwargs: object) -> None:
+        given.append(hint)
+        raise _Stop
+
+    monkeypatch.setattr(pipeline, "solve_cpsat", stand_in)
+    model = "resnet8_ic_int8"  # the default core's schedule ranks first under both objectives
+    with pytest.raises(_Stop):
+        run(run_options(config, model, solver="cpsat", **DEFAULT))
+    arch, network = load_corpus(model, config, **DEFAULT)
+    heuristic = heuristic_schedule(network, arch, arch.optimise)
+    own = schedule_from_default_core(network, arch, read_default_core_ops(_golden(config, model) / "debug_db.xml"))
+    ranked = sorted((objective_rank(evaluate(network, arch, s), arch), n)
+                    for n, s in enumerate((heuristic, own.schedule)))
+    assert given[0].ops == (heuristic, own.schedule)[ranked[0][1]].ops

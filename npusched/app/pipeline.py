@@ -18,7 +18,7 @@ from npusched.lowering.graph import Network, lower_model
 from npusched.run import UNLIMITED, NormalisationReport, RunOptions, RunResult, SolverReport
 from npusched.schedule.evaluator import Evaluation, evaluate, staging_limit, verify
 from npusched.schedule.schedule import Schedule
-from npusched.solvers.cpsat import NO_TIME_TO_SEARCH, solve_cpsat
+from npusched.solvers.cpsat import NO_TIME_TO_SEARCH, objective_rank, solve_cpsat
 from npusched.solvers.dp import dp_schedule
 from npusched.solvers.heuristic import heuristic_schedule
 from npusched.target.arch import ArchitectureFeatures, Estimator, load_architecture
@@ -183,11 +183,12 @@ def _solve(network: Network, arch: ArchitectureFeatures, options: RunOptions, st
     hint_eval = evaluate(network, arch, hint) if hint is not None else None
     evaluation_seconds = time.monotonic() - start
     heuristic_eval = hint_eval
-    if arch.estimator is Estimator.VELA_DEFAULT and options.optimise == "Performance":
-        # Under its own model, the default core's schedule is the baseline to beat: start from it when faster.
+    if arch.estimator is Estimator.VELA_DEFAULT:
+        # Under its own model the default core's schedule is a baseline to beat too: the search starts from the
+        # better of the two cores' schedules by the objective (cycles, or peak then cycles), so it is never worse.
         own = default_core_hint(network, arch, options, scheduled_model_bytes(options),
                                 timeout_seconds=max(options.time_limit_seconds / 3, 1.0))
-        if own is not None and (hint_eval is None or own[1].total_cycles < hint_eval.total_cycles):
+        if own is not None and (hint_eval is None or objective_rank(own[1], arch) < objective_rank(hint_eval, arch)):
             hint, hint_eval = own
     # Keep back what the final evaluation, verification and report take after the search (the schedule is also
     # evaluated under every other estimator, for the report), and Vela's compile when one follows (the limit covers

@@ -2,6 +2,12 @@
 networks too large for one model (``windows``)."""
 
 from npusched.solvers.cpsat.model import NetworkFacts
-from npusched.solvers.cpsat.search import NO_TIME_TO_SEARCH, CpSatResult, smallest_fast_storage, solve_cpsat
+from npusched.solvers.cpsat.search import (
+    NO_TIME_TO_SEARCH,
+    CpSatResult,
+    objective_rank,
+    smallest_fast_storage,
+    solve_cpsat,
+)
 
-__all__ = ["NO_TIME_TO_SEARCH", "CpSatResult", "NetworkFacts", "smallest_fast_storage", "solve_cpsat"]
+__all__ = ["NO_TIME_TO_SEARCH", "CpSatResult", "NetworkFacts", "objective_rank", "smallest_fast_storage", "solve_cpsat"]

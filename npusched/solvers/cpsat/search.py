@@ -98,9 +98,11 @@ def _size_first(arch: ArchitectureFeatures) -> bool:
     return arch.optimise is OptimisationStrategy.SIZE
 
 
-def _rank(evaluation: Evaluation, size_first: bool) -> tuple[float, ...]:
+def objective_rank(evaluation: Evaluation, arch: ArchitectureFeatures) -> tuple[float, ...]:
     """What the objective compares: cycles, or (peak fast storage, cycles) when optimising for size."""
-    return (evaluation.peak_fast_storage, evaluation.total_cycles) if size_first else (evaluation.total_cycles,)
+    if _size_first(arch):
+        return evaluation.peak_fast_storage, evaluation.total_cycles
+    return (evaluation.total_cycles,)
 
 
 def _search(net: NetworkFacts, start: float, time_limit_seconds: float, workers: int, seed: int,
@@ -230,8 +232,8 @@ def _verified_result(net: NetworkFacts, found: tuple[Schedule, int], hint: Sched
     size_first = _size_first(net.arch)
     evaluation = evaluate(net.network, net.arch, schedule)
     problems = verify(net.network, net.arch, schedule, evaluation)
-    if hint is not None and hint_eval is not None and (problems or _rank(hint_eval, size_first)
-                                                       < _rank(evaluation, size_first)):
+    if hint is not None and hint_eval is not None and (problems or objective_rank(hint_eval, net.arch)
+                                                       < objective_rank(evaluation, net.arch)):
         # A failed verification should not happen (the model counts memory as the evaluator does); the judge has
         # the last word either way.
         reason = (f"the CP-SAT schedule fails verification: {problems[0]}" if problems
