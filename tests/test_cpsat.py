@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import itertools
 import re
+import time
 
 import pytest
-from conftest import assert_names_the_peak, first_passes, load_corpus
+from conftest import assert_names_the_peak, first_passes, load_corpus, run_options
 from ortools.sat.python import cp_model
 
 import npusched.solvers.cpsat.model as cpsat_model
+from npusched.app.pipeline import run
 from npusched.errors import ScheduleError
 from npusched.schedule.evaluator import evaluate, verify
 from npusched.schedule.schedule import Schedule, TensorPlacement
@@ -121,6 +123,30 @@ def test_with_no_time_left_a_fitting_hint_is_the_answer_and_an_unfitting_one_is_
     small, network = load_corpus("micro_speech_int8", "u55-256_hee_shared_arena128k", arena_cache_size=1024)
     with pytest.raises(ScheduleError, match="fits 1024 bytes"):  # found too small, or none found in time
         solve_cpsat(network, small, time_limit_seconds=0, workers=1, hint=max_schedule(network, small))
+
+
+@pytest.mark.slow
+def test_a_deterministic_run_is_sized_by_its_inputs_not_by_the_clock(monkeypatch):
+    """The same --deterministic run on an idle and on a loaded machine (simulated: 2.5 s already gone when it
+    starts) gives CP-SAT the same work budgets, so the same schedule; only the wall-clock safety net differs."""
+    import npusched.solvers.cpsat.search as search
+
+    original = search.new_solver
+    budgets: list[float | None] = []
+
+    def recording(time_limit, budget, work_seconds=None):
+        budgets.append(work_seconds)
+        return original(time_limit, budget, work_seconds)
+
+    monkeypatch.setattr(search, "new_solver", recording)
+    options = run_options("u65-256_mid_dedicated256k", "kws_dscnn_int8", solver="cpsat", time_limit_seconds=10,
+                          workers=1, deterministic=True)
+    runs = []
+    for offset in (0.0, 2.5):
+        budgets.clear()
+        result = run(options, started=time.monotonic() - offset)
+        runs.append((list(budgets), result.schedule.ops, result.schedule.tensors))
+    assert runs[0][0] and runs[0] == runs[1]
 
 
 @pytest.mark.slow

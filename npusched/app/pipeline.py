@@ -199,9 +199,12 @@ def _solve(network: Network, arch: ArchitectureFeatures, options: RunOptions, st
         log(f"keeping {compile_seconds:.1f} s of the time limit for Vela's backend compile")
     remaining = options.time_limit_seconds - (time.monotonic() - started) - after_search_seconds - compile_seconds
     try:
+        # A deterministic search is sized by the limit less the compile's estimate (inputs only), not by what the
+        # clock left, which depends on the machine's load.
         result = solve_cpsat(network, arch, time_limit_seconds=remaining, workers=options.workers,
                              seed=options.seed, deterministic=options.deterministic, hint=hint,
-                             hint_evaluation=hint_eval, log=log)
+                             hint_evaluation=hint_eval, log=log,
+                             work_limit_seconds=options.time_limit_seconds - compile_seconds)
     except ScheduleError as exc:
         # Without time left to find the smallest size that fits, the heuristic's figure still says what is needed.
         if heuristic_error is not None and exc.needed_bytes is None:

@@ -66,9 +66,13 @@ class CpSatResult:
 
 def solve_cpsat(network: Network, arch: ArchitectureFeatures, *, time_limit_seconds: float = 30.0,
                 workers: int | None = None, seed: int = 0, deterministic: bool = False, hint: Schedule | None = None,
-                hint_evaluation: Evaluation | None = None, log: Log | None = None) -> CpSatResult:
+                hint_evaluation: Evaluation | None = None, work_limit_seconds: float | None = None,
+                log: Log | None = None) -> CpSatResult:
     """Schedule ``network`` with CP-SAT within ``time_limit_seconds`` of wall clock (building included; the
-    answer's evaluation and verification too). ``hint_evaluation`` saves evaluating the hint again.
+    answer's evaluation and verification too). ``hint_evaluation`` saves evaluating the hint again. With
+    ``deterministic`` the search's work is sized by ``work_limit_seconds`` (default: ``time_limit_seconds``): a
+    caller whose time limit is what its clock left passes the seconds its inputs alone give, so that the same
+    inputs give the same schedule on a loaded machine (where the wall clock is only a safety net).
 
     ``arch.optimise`` picks the objective: "Performance", the fewest cycles within the fast-storage limit;
     "Size", the least peak fast storage first and then the fewest cycles at that peak (lexicographic).
@@ -88,8 +92,8 @@ def solve_cpsat(network: Network, arch: ArchitectureFeatures, *, time_limit_seco
                            strategy="Size" if _size_first(arch) else "Performance")
     time_limit_seconds = max(time_limit_seconds, MIN_SEARCH_SECONDS)
     net = NetworkFacts(network, arch)
-    result = _search(net, start, time_limit_seconds, workers or os.cpu_count() or 1, seed, deterministic, hint,
-                     hint_evaluation, log)
+    result = _search(net, start, time_limit_seconds, work_limit_seconds, workers or os.cpu_count() or 1, seed,
+                     deterministic, hint, hint_evaluation, log)
     return replace(result, any_schedule_bound_cycles=any_schedule_bound(net),
                    strategy="Size" if _size_first(arch) else "Performance")
 
@@ -105,8 +109,8 @@ def objective_rank(evaluation: Evaluation, arch: ArchitectureFeatures) -> tuple[
     return (evaluation.total_cycles,)
 
 
-def _search(net: NetworkFacts, start: float, time_limit_seconds: float, workers: int, seed: int,
-            deterministic: bool, hint: Schedule | None, hint_evaluation: Evaluation | None,
+def _search(net: NetworkFacts, start: float, time_limit_seconds: float, work_limit_seconds: float | None,
+            workers: int, seed: int, deterministic: bool, hint: Schedule | None, hint_evaluation: Evaluation | None,
             log: Log | None) -> CpSatResult:
     network, arch = net.network, net.arch
     size_first = _size_first(arch)
@@ -118,7 +122,9 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, workers:
         not verify(network, arch, hint, hint_eval) else None
     # Keep back what the last evaluation and verification of the answer take (no more than setting up took).
     deadline = start + time_limit_seconds - 1.2 * (time.monotonic() - start)
-    budget = SearchBudget(deadline, workers, seed, deterministic, log)
+    # What the deterministic steps are sized by (inputs only, never the clock).
+    work = time_limit_seconds if work_limit_seconds is None else max(work_limit_seconds, MIN_SEARCH_SECONDS)
+    budget = SearchBudget(deadline, workers, seed, deterministic, log, work_seconds=work)
     stats: dict[str, Any] = {"passes": net.passes}
     if net.passes > FULL_MODEL_MAX_PASSES and fitting is not None:
         return _windows_result(net, references, *fitting, limit, budget, start, stats,
@@ -141,7 +147,7 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, workers:
     peak = _PeakBound()
     if size_first:
         # First the least peak, in half the time left; then the fewest cycles within it.
-        solver = new_solver(budget.seconds_left() / 2, budget, time_limit_seconds / 4)
+        solver = new_solver(budget.seconds_left() / 2, budget, work / 4)
         status = solver.solve(built.model, Progress(log, start, "bytes of fast storage", 1))
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             least_peak = round(solver.objective_value)
@@ -151,7 +157,7 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, workers:
                 log(f"cp-sat: peak {peak.found_bytes} bytes, bound {peak.bound_bytes} bytes; now the fewest cycles "
                     "within that peak")
             _hold_peak_and_minimise_cycles(built, solver, least_peak)
-            solver = new_solver(budget.seconds_left(), budget, time_limit_seconds / 4)
+            solver = new_solver(budget.seconds_left(), budget, work / 4)
             cycles_status = solver.solve(built.model, Progress(log, start))
             if cycles_status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 # The smallest schedule is a solution of the second model too; without time to find it, keep it.
@@ -159,14 +165,14 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, workers:
                                         math.nan, peak, time.monotonic() - start, stats, log)
             status = cycles_status if status == cp_model.OPTIMAL else cp_model.FEASIBLE
     else:
-        solver = new_solver(budget.seconds_left(), budget, time_limit_seconds / 2)
+        solver = new_solver(budget.seconds_left(), budget, work / 2)
         status = solver.solve(built.model, Progress(log, start))
     solve_seconds = time.monotonic() - start
     if status == cp_model.INFEASIBLE:
         if fitting is not None:
             return _fallback(fitting[0], fitting[1].total_cycles, "the candidate space has no schedule that fits",
                              solve_seconds, stats)
-        fit = smallest_fast_storage(net, references, deadline, deterministic)
+        fit = smallest_fast_storage(net, references, deadline, deterministic, work / 2)
         if fit.schedule is None:
             raise ScheduleError(f"no schedule fits {built.limit} bytes of fast storage")
         raise ScheduleError(f"no schedule fits {built.limit} bytes of fast storage; the smallest that fits needs "
@@ -180,7 +186,7 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, workers:
                          solve_seconds, stats)
     bound = solver.best_objective_bound / SCALE  # the first solve's: a repair searches a smaller space
     # The answer's buffers must also fit at addresses; if they do not, solve again with the limit tightened.
-    found, status, repair = repair_allocation(built, solver, status, budget, time_limit_seconds / 4, log)
+    found, status, repair = repair_allocation(built, solver, status, budget, work / 4, log)
     stats["allocation_repairs"] = repair.as_stats()
     if found is None:
         if fitting is None:
@@ -295,15 +301,17 @@ class SmallestFit:
 
 
 def smallest_fast_storage(net: NetworkFacts, references: tuple[Schedule, ...], deadline: float,
-                          deterministic: bool = False) -> SmallestFit:
+                          deterministic: bool = False, work_seconds: float | None = None) -> SmallestFit:
     """The least fast storage a schedule of the candidate space needs (CP-SAT, minimising the limit). With
-    ``deterministic`` the search stops after a fixed amount of work (half the time left), not by the clock."""
+    ``deterministic`` the search stops after a fixed amount of work (``work_seconds``, default half the time
+    left), not by the clock."""
     try:
         built = build_model(net, whole_subgraph_regions(net), references,
                             limit=max(staging_limit(net.arch), 1 << 40), minimise_memory=True, deadline=deadline)
     except OutOfTime:
         return SmallestFit(-1, False)
-    solver = new_solver(deadline - time.monotonic(), SearchBudget(deadline, workers=1, deterministic=deterministic))
+    solver = new_solver(deadline - time.monotonic(), SearchBudget(deadline, workers=1, deterministic=deterministic),
+                        work_seconds)
     status = solver.solve(built.model)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         schedule, _ = extract_schedule(built, solver.boolean_value)

@@ -15,16 +15,23 @@ from npusched.solvers.cpsat.model import SCALE, Log
 class SearchBudget:
     """What every solve of one search may spend: wall clock up to ``deadline`` (a ``time.monotonic`` reading),
     ``workers`` threads, ``seed``; with ``deterministic`` a solve stops after a fixed amount of CP-SAT's
-    deterministic work instead (the deadline stays a safety net). ``log`` receives progress lines."""
+    deterministic work instead (the deadline stays a safety net), sized by ``work_seconds`` where the caller
+    gives it (the seconds a search may take by its inputs alone; else the wall clock left when a step starts).
+    ``log`` receives progress lines."""
 
     deadline: float
     workers: int
     seed: int = 0
     deterministic: bool = False
     log: Log | None = None
+    work_seconds: float | None = None
 
     def seconds_left(self) -> float:
         return self.deadline - time.monotonic()
+
+    def work_left(self) -> float:
+        """The seconds a deterministic step is sized by: ``work_seconds``, else the wall clock left."""
+        return self.work_seconds if self.work_seconds is not None else self.seconds_left()
 
 
 class Progress(cp_model.CpSolverSolutionCallback):

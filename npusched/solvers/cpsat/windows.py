@@ -63,7 +63,7 @@ def search_windows(net: NetworkFacts, references: tuple[Schedule, ...], hint: Sc
     if budget.log is not None:
         budget.log(f"cp-sat: {why}; improving the heuristic's schedule window by window")
     # A deterministic search stops after a number of moves, not at the clock (which stays a safety net).
-    moves = (max(1, round(DETERMINISTIC_MOVES_PER_SECOND * budget.seconds_left())) if budget.deterministic
+    moves = (max(1, round(DETERMINISTIC_MOVES_PER_SECOND * budget.work_left())) if budget.deterministic
              else math.inf)
     reason = f"large-neighbourhood search over windows ({why}): no bound over the candidate space"
     stats: dict[str, Any] = {}
