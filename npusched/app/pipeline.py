@@ -186,8 +186,10 @@ def _solve(network: Network, arch: ArchitectureFeatures, options: RunOptions, st
     if arch.estimator is Estimator.VELA_DEFAULT:
         # Under its own model the default core's schedule is a baseline to beat too: the search starts from the
         # better of the two cores' schedules by the objective (cycles, or peak then cycles), so it is never worse.
+        # A deterministic run waits for it (its start must not depend on the machine's load): up to the limit.
+        share = 1.0 if options.deterministic else 1 / 3
         own = default_core_hint(network, arch, options, scheduled_model_bytes(options),
-                                timeout_seconds=max(options.time_limit_seconds / 3, 1.0))
+                                timeout_seconds=max(options.time_limit_seconds * share, 1.0))
         if own is not None and (hint_eval is None or objective_rank(own[1], arch) < objective_rank(hint_eval, arch)):
             hint, hint_eval = own
     # Keep back what the final evaluation, verification and report take after the search (the schedule is also
