@@ -29,10 +29,12 @@ def test_ray_executor_gives_the_local_executors_cycles(corpus_dir: Path, tmp_pat
     assert "16 cells: 16 run, 0 failed" in capsys.readouterr().out.splitlines()[-1]
     local, ray = cycles(tmp_path / "local.sqlite"), cycles(tmp_path / "ray.sqlite")
     assert set(local) == set(ray) and len(local) == 16
-    # Deterministic cells: the heuristic always, CP-SAT where both runs proved optimality.
+    # Cells that must agree: the 8 heuristic ones always, CP-SAT ones where both runs proved optimality (how many
+    # do within 5 s depends on the machine's speed and load: on a busy machine the wall clock cuts a deterministic
+    # search short, so no count of them is asserted).
     deterministic = [cid for cid, (solver, status, _) in local.items()
                      if solver == "heuristic" or (status == "optimal" and ray[cid][1] == "optimal")]
-    assert len(deterministic) >= 12
+    assert sum(local[cid][0] == "heuristic" for cid in deterministic) == 8
     assert all(local[cid][2] == ray[cid][2] for cid in deterministic)
     with sqlite3.connect(tmp_path / "ray.sqlite") as connection:
         assert connection.execute("SELECT COUNT(DISTINCT sweep_id), MIN(attempt), MAX(attempt) FROM cells"
