@@ -592,18 +592,11 @@ def _operator_code_index(model: Any, builtin: int) -> int:
 
 def _reshape(model: Any, subgraph: Any, code: int, source: int, target: int, shape: tuple[int, ...]) -> Any:
     """RESHAPE ``source`` -> ``target`` with a constant shape input, as converters write it."""
-    shape_tensor = schema.TensorT()
-    shape_tensor.name = f"{_name(subgraph.tensors[target])}/shape"
-    shape_tensor.type = schema.TensorType.INT32
-    shape_tensor.shape = np.asarray([len(shape)], dtype=np.int32)
-    buffer = schema.BufferT()
-    buffer.data = np.frombuffer(np.asarray(shape, dtype="<i4").tobytes(), dtype=np.uint8)
-    model.buffers.append(buffer)
-    shape_tensor.buffer = len(model.buffers) - 1
-    subgraph.tensors.append(shape_tensor)
+    shape_index = _const_int32(model, subgraph, f"{_name(subgraph.tensors[target])}/shape", list(shape),
+                               (len(shape),))
     op = schema.OperatorT()
     op.opcodeIndex = code
-    op.inputs = np.asarray([source, len(subgraph.tensors) - 1], dtype=np.int32)
+    op.inputs = np.asarray([source, shape_index], dtype=np.int32)
     op.outputs = np.asarray([target], dtype=np.int32)
     op.builtinOptionsType = schema.BuiltinOptions.ReshapeOptions
     op.builtinOptions = schema.ReshapeOptionsT()
