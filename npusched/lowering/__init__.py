@@ -24,7 +24,7 @@ final form Vela's pass packing sees, since graph.py does not re-run the graph op
 op types as Vela prints them in ``--verbose-schedule``, activations fused, ``index=-1`` (graph.py numbers the
 ops), IFM and IFM2 in Vela's input order (graph.py applies the operand swap of binary elementwise passes), and
 in an order where every op's inputs are produced earlier. Raising ``NotImplementedError`` leaves the operator
-on the CPU. ``graph._DECOMPOSERS`` maps operator types to these functions.
+on the CPU. ``decomposers.DECOMPOSERS`` maps operator types to these functions.
 
 Extra NpuOp ``attrs`` keys set by graph.py: ``ofm_consumers`` (Vela's consumer-list length of the OFM, incl. the
 graph/subgraph-output marker), ``original_type``, ``skirt``, ``memory_function`` ("ConcatSliceWrite"...),

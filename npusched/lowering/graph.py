@@ -29,10 +29,9 @@ from npusched.ir import (
     Quantization,
 )
 from npusched.lowering.context import LoweringContext
+from npusched.lowering.decomposers import DECOMPOSERS
 from npusched.lowering.formats import assign_formats, brick_allowed
 from npusched.lowering.importer import import_subgraph
-from npusched.lowering.lstm import lower_lstm
-from npusched.lowering.mean import lower_mean
 from npusched.lowering.netgraph import (
     BINARY_ELEMENTWISE,
     CONV_TYPES,
@@ -45,8 +44,6 @@ from npusched.lowering.netgraph import (
 )
 from npusched.lowering.packing import Pass, npu_runs, pack_into_passes
 from npusched.lowering.rewrites import GraphRewriter
-from npusched.lowering.softmax import lower_softmax
-from npusched.lowering.squared_difference import lower_squared_difference
 from npusched.target.arch import ArchitectureFeatures
 
 
@@ -113,15 +110,10 @@ def _support_reason(top: TfliteOperator | None, tsg: TfliteSubgraph) -> str | No
     return npu_support(top, tsg)
 
 
-# Operators the NPU runs as a sequence of simpler passes, and the function that builds those passes.
-_DECOMPOSERS = {"Softmax": lower_softmax, "Mean": lower_mean, "UnidirectionalSequenceLstm": lower_lstm,
-                "SquaredDifference": lower_squared_difference}
-
-
 def _decompose(op: WorkingOp, top: TfliteOperator | None, model: TfliteModel, tsg: TfliteSubgraph,
                arch: ArchitectureFeatures) -> list[NpuOp] | None:
     """Ask the decomposition module for ``op``'s NPU ops; None (op stays on the CPU) if it has none."""
-    fn = _DECOMPOSERS.get(op.type)
+    fn = DECOMPOSERS.get(op.type)
     if top is None or fn is None:
         return None
     aliases: dict[int, FeatureMap] = {}

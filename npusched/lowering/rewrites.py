@@ -21,6 +21,7 @@ from npusched.ir import (
     Shape4D,
 )
 from npusched.lowering import luts
+from npusched.lowering.decomposers import DECOMPOSERS
 from npusched.lowering.netgraph import (
     CONV_TYPES,
     DEPTHWISE_TYPES,
@@ -215,8 +216,7 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
     def convert_decomposable(self, op: WorkingOp) -> WorkingOp:
         """SOFTMAX, MEAN, UNIDIRECTIONAL_SEQUENCE_LSTM and SQUARED_DIFFERENCE become chains of simpler NPU ops
         (decomposition modules); the returned op is the one now producing the original OFM."""
-        if op.type not in ("Softmax", "Mean", "UnidirectionalSequenceLstm", "SquaredDifference") \
-                or not op.run_on_npu:
+        if op.type not in DECOMPOSERS or not op.run_on_npu:
             return op
         npu_ops = self.decompose(op)
         if not npu_ops:

@@ -1,0 +1,12 @@
+"""Operators the NPU runs as a sequence of simpler passes, and the function that builds those passes: one table
+for the graph optimiser (which operators to decompose) and the lowering (how)."""
+
+from __future__ import annotations
+
+from npusched.lowering.lstm import lower_lstm
+from npusched.lowering.mean import lower_mean
+from npusched.lowering.softmax import lower_softmax
+from npusched.lowering.squared_difference import lower_squared_difference
+
+DECOMPOSERS = {"Softmax": lower_softmax, "Mean": lower_mean, "UnidirectionalSequenceLstm": lower_lstm,
+               "SquaredDifference": lower_squared_difference}
