@@ -43,6 +43,9 @@ class RunOptions:
     # Vela's backend compiles the schedule after the run (--output-dir): the time limit covers that compile too, so
     # the solve keeps back its estimated time (npusched.vela.backend.estimated_compile_seconds).
     compile_follows: bool = False
+    # That compile was started before the run (``npusched.vela.backend.Compilation``, as the command line does):
+    # only what is left of it once the schedule is known is kept back.
+    compile_started_ahead: bool = False
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ the heuristic (Vela's legacy scheduler reproduced) the ``_vela.tflite`` must be 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +20,8 @@ from npusched.app.pipeline import run
 from npusched.app.replay import read_schedule
 from npusched.io.report_json import document
 from npusched.schedule.evaluator import evaluate
-from npusched.vela.backend import VelaRefusal, compile_schedule, output_paths, tflite_contents
+from npusched.vela import backend
+from npusched.vela.backend import Compilation, VelaRefusal, compile_schedule, output_paths, tflite_contents
 from npusched.vela.command import run_options_from_vela_args, vela_hardware_args
 
 MODELS = ("keyword_scrambled_8bit", "kws_dscnn_int8", "ad01_int8")
@@ -57,15 +59,18 @@ def test_cpsat_schedule_compiles_and_vela_agrees(config: str, model: str, tmp_pa
     assert {op.op_index for op in compiled.ops} == {op.index for op in result.network.npu_ops}
 
 
-def test_a_refused_decision_names_the_op_and_writes_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("ahead", [False, True])
+def test_a_refused_decision_names_the_op_and_writes_nothing(tmp_path: Path, ahead: bool) -> None:
+    """In this process or in the process started ahead, a decision Vela rejects is the same refusal."""
     result = run(run_options("u65-256_mid_dedicated256k", "kws_dscnn_int8", solver="heuristic"))
     buffered = next(op for op in result.schedule.ops if op.weight_buffering.is_buffered)
     wrong = replace(buffered, weight_buffering=replace(
         buffered.weight_buffering, buffer_sizes=tuple(size + 16 for size in buffered.weight_buffering.buffer_sizes)))
     earlier = output_paths(result.options.model_path, result.arch.system_config, tmp_path)[0]
     earlier.write_bytes(b"an earlier compilation")
-    with pytest.raises(VelaRefusal, match=f"op {buffered.op_index} "):
-        compile_schedule(replace(result, schedule=result.schedule.with_ops([wrong])), tmp_path)
+    with pytest.raises(VelaRefusal, match=f"op {buffered.op_index} "), \
+            Compilation(result.options, tmp_path, ahead=ahead) as compilation:
+        compilation.finish(replace(result, schedule=result.schedule.with_ops([wrong])))
     assert sorted(p.name for p in tmp_path.iterdir()) == [earlier.name]
     assert earlier.read_bytes() == b"an earlier compilation"
 
@@ -161,6 +166,42 @@ def test_a_refused_deployment_keeps_the_summary_and_the_json(tmp_path: Path,
     assert not output_dir.exists()
 
 
+def test_a_compile_started_ahead_is_the_compile_in_this_process(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Started before the schedule exists, the forked process's compile writes the file this process's compile
+    writes and reads back the same estimate; this process does not compile again (its compile is made to fail)."""
+    result = run(run_options("u65-256_mid_dedicated256k", "kws_dscnn_int8", solver="heuristic"))
+    here = compile_schedule(result, tmp_path / "here")
+    with Compilation(result.options, tmp_path / "ahead", ahead=True) as compilation:
+        def no_compile_here(*args: object) -> None:
+            raise AssertionError("compiled again in the run's own process")
+
+        monkeypatch.setattr(backend, "_vela_compile", no_compile_here)
+        ahead = compilation.finish(result)
+    assert ahead.agreed and ahead.ops == here.ops
+    assert ahead.vela_allocation_bytes == here.vela_allocation_bytes
+    assert tflite_contents(ahead.tflite_path) == tflite_contents(here.tflite_path)
+
+
+def test_a_compile_whose_process_dies_is_made_in_this_process(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process started ahead is an optimisation: should it end without an answer, the run compiles itself."""
+    result = run(run_options("u65-256_mid_dedicated256k", "kws_dscnn_int8", solver="heuristic"))
+    monkeypatch.setattr(backend, "_compile_ahead", lambda *args: os._exit(3))
+    with Compilation(result.options, tmp_path, ahead=True) as compilation:
+        compiled = compilation.finish(result)
+    assert compiled.agreed and compiled.tflite_path.is_file()
+
+
+def test_a_run_that_ends_without_a_schedule_stops_the_compile_and_leaves_no_trace(tmp_path: Path) -> None:
+    output_dir = tmp_path / "new"
+    compilation = Compilation(run_options("u55-128_hee_shared", "kws_dscnn_int8"), output_dir, ahead=True)
+    process = compilation._process
+    assert process is not None and process.is_alive() and output_dir.is_dir()
+    compilation.close()
+    assert not process.is_alive() and not output_dir.exists()
+
+
 @pytest.mark.slow
 def test_compilations_in_one_process_do_not_share_velas_weight_cache(tmp_path: Path) -> None:
     """Vela caches encoded weights process-wide: mobilenet_v2's Size schedule, compiled after its Performance one,
@@ -211,7 +252,7 @@ def test_a_compile_that_follows_is_kept_back_from_the_solve(monkeypatch: pytest.
     compile's estimate (here made 500 s, so the margins below are hangs, not machine speed)."""
     from npusched.app import pipeline
 
-    monkeypatch.setattr(pipeline, "estimated_compile_seconds", lambda network: 500.0)
+    monkeypatch.setattr(pipeline, "estimated_compile_seconds", lambda network, **kwargs: 500.0)
     assert _cpsat_time_limit(monkeypatch, compile_follows=True) <= 1000.0 - 500.0
     assert _cpsat_time_limit(monkeypatch) > 1000.0 - 500.0
 
@@ -221,7 +262,7 @@ def test_the_public_api_keeps_the_compile_back_when_asked(monkeypatch: pytest.Mo
     import npusched
     from npusched.app import pipeline
 
-    monkeypatch.setattr(pipeline, "estimated_compile_seconds", lambda network: 500.0)
+    monkeypatch.setattr(pipeline, "estimated_compile_seconds", lambda network, **kwargs: 500.0)
     given: list[float] = []
 
     def stand_in(*args: object, time_limit_seconds: float, **kwargs: object) -> None:

@@ -32,7 +32,7 @@ from npusched.run import RunOptions, RunResult
 from npusched.schedule.memory_breakdown import memory_breakdown
 from npusched.solvers.pareto import DEFAULT_INNER_POINTS
 from npusched.target.arch import Estimator
-from npusched.vela.backend import VelaRefusal, check_output_dir, compile_schedule
+from npusched.vela.backend import Compilation, VelaRefusal
 
 SOLVERS = ("heuristic", "cpsat", "dp", "vela-default")
 DEFAULT_SOLVER = "cpsat"
@@ -204,11 +204,19 @@ def _run(args: argparse.Namespace, started: float) -> int:
         estimator=args.estimator,
         normalise=not args.no_normalise,
         compile_follows=args.output_dir is not None,  # the time limit covers Vela's compile too
+        compile_started_ahead=args.output_dir is not None,
     )
     if args.pareto is not None:
         return _pareto(args, options, started)
-    if args.output_dir is not None:
-        check_output_dir(args.output_dir)
+    if args.output_dir is None:
+        return _report(args, options, started, None)
+    # Vela's compile starts now, beside the scheduling, and finishes when the schedule is known.
+    with Compilation(options, args.output_dir, ahead=True) as compilation:
+        return _report(args, options, started, compilation)
+
+
+def _report(args: argparse.Namespace, options: RunOptions, started: float, compilation: Compilation | None) -> int:
+    """Schedule, write and print what was asked for; then finish ``compilation`` (--output-dir), if any."""
     if args.schedule is not None:
         result = replay(options, args.schedule)
     else:
@@ -234,16 +242,16 @@ def _run(args: argparse.Namespace, started: float) -> int:
         print(f"scheduled model written to {args.write_model}")
     if args.plot_memory is not None:
         print(f"memory plot written to {args.plot_memory}")
-    if args.output_dir is not None:
-        _deploy(args, result)
+    if compilation is not None:
+        _deploy(args, result, compilation)
     return 0
 
 
-def _deploy(args: argparse.Namespace, result: RunResult) -> None:
+def _deploy(args: argparse.Namespace, result: RunResult, compilation: Compilation) -> None:
     """Compile the schedule with Vela's backend into --output-dir. A decision Vela refuses is one error line
     naming the op and Vela's reason (exit status 2); the summary and the JSON, written already, stay."""
     try:
-        backend = compile_schedule(result, args.output_dir)
+        backend = compilation.finish(result)
     except VelaRefusal as exc:
         reason = str(exc) if str(exc).startswith("Vela's backend") else f"Vela's backend refuses {exc}"
         kept = f"; the schedule is in {args.json}" if args.json is not None else ""

@@ -114,10 +114,10 @@ def run(options: RunOptions, log: Callable[[str], None] | None = None, started: 
         return RunResult(options=options, arch=arch, network=network, status="lowered", timings_seconds=timings,
                          normalisation=normalisation)
     start = time.monotonic()
-    schedule, report = _solve(network, arch, options, started, log, timings)
+    schedule, report, known = _solve(network, arch, options, started, log, timings)
     timings["solve"] = time.monotonic() - start
     start = time.monotonic()
-    evaluation = evaluate(network, arch, schedule)
+    evaluation = known if known is not None else evaluate(network, arch, schedule)
     problems = verify(network, arch, schedule, evaluation)
     timings["evaluate"] = time.monotonic() - start
     status = report.status if report is not None else "feasible"
@@ -158,18 +158,20 @@ def totals_by_estimator(network: Network, arch: ArchitectureFeatures, schedule: 
 
 def _solve(network: Network, arch: ArchitectureFeatures, options: RunOptions, started: float,
            log: Callable[[str], None] | None,
-           timings: dict[str, float]) -> tuple[Schedule, SolverReport | None]:
+           timings: dict[str, float]) -> tuple[Schedule, SolverReport | None, Evaluation | None]:
+    """The solver's schedule, its report, and its evaluation where the solve made one already (the hint's, when
+    CP-SAT returns the hint's decisions: on a large network a second evaluation is half a second)."""
     if options.solver == "heuristic":
         try:
-            return heuristic_schedule(network, arch, options.optimise), None
+            return heuristic_schedule(network, arch, options.optimise), None, None
         except StagingLimitError as exc:
             raise StagingLimitError(f"{exc} (Vela's legacy scheduler stops here too: 'Allocation exceeds staging "
                                     "limit')", needed_bytes=exc.needed_bytes) from None
     if options.solver == "dp":
-        return dp_schedule(network, arch, options.optimise), None
+        return dp_schedule(network, arch, options.optimise), None, None
     if options.solver == "vela-default":
         model_bytes = scheduled_model_bytes(options)
-        return solve_with_default_core(network, arch, options, model_bytes=model_bytes).schedule, None
+        return solve_with_default_core(network, arch, options, model_bytes=model_bytes).schedule, None, None
     if options.solver != "cpsat":
         raise ScheduleError(f"unknown solver '{options.solver}' (known: cpsat, heuristic, dp, vela-default)")
     heuristic_error: ScheduleError | None = None
@@ -196,7 +198,8 @@ def _solve(network: Network, arch: ArchitectureFeatures, options: RunOptions, st
     # evaluated under every other estimator, for the report), and Vela's compile when one follows (the limit covers
     # the whole run).
     after_search_seconds = (1.5 + len(Estimator) - 1) * evaluation_seconds + 0.2
-    compile_seconds = estimated_compile_seconds(network) if options.compile_follows else 0.0
+    compile_seconds = estimated_compile_seconds(network, started_ahead=options.compile_started_ahead) \
+        if options.compile_follows else 0.0
     if compile_seconds and log is not None:
         log(f"keeping {compile_seconds:.1f} s of the time limit for Vela's backend compile")
     remaining = options.time_limit_seconds - (time.monotonic() - started) - after_search_seconds - compile_seconds
@@ -223,4 +226,5 @@ def _solve(network: Network, arch: ArchitectureFeatures, options: RunOptions, st
         any_schedule_bound_cycles=result.any_schedule_bound_cycles, strategy=result.strategy,
         peak_bound_bytes=result.peak_bound_bytes, peak_proven_minimal=result.peak_proven_minimal,
     )
-    return result.schedule, report
+    same_as_hint = hint is not None and (result.schedule.ops, result.schedule.tensors) == (hint.ops, hint.tensors)
+    return result.schedule, report, hint_eval if same_as_hint else None

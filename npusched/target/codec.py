@@ -43,3 +43,17 @@ def reorder_encode(ifm_ublock_depth: int, ofm_ublock_depth: int, weights: np.nda
         _, (dropped, _) = _memo.popitem(last=False)
         _memo_bytes -= len(dropped)
     return bytearray(stream), int(unencoded)
+
+
+def remembered_streams() -> dict[tuple[object, ...], tuple[bytes, int]]:
+    """The memo's streams, to hand to another process that compiles the same network."""
+    return dict(_memo)
+
+
+def remember_streams(streams: dict[tuple[object, ...], tuple[bytes, int]]) -> None:
+    """Add ``streams`` (from :func:`remembered_streams` of another process) to this process's memo."""
+    global _memo_bytes
+    for key, value in streams.items():
+        if key not in _memo:
+            _memo[key] = value
+            _memo_bytes += len(value[0])

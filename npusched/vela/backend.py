@@ -15,13 +15,17 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import multiprocessing
+import os
 import shutil
 import sys
 import tempfile
 import traceback
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +54,12 @@ AGREEMENT_TOLERANCE = 1e-4
 COMPILE_SECONDS_FIXED = 0.5
 COMPILE_SECONDS_PER_PASS = 0.012
 COMPILE_SECONDS_PER_WEIGHT_MEGABYTE = 0.7
+# The same for a compile started ahead, what is left of it once the schedule is known (``fit --ahead``, 62
+# compilations, load average about 2): least squares 0.04 s + 2.9 ms per pass + 0.14 s per MB; with 0.5 s fixed,
+# the variable terms scaled by 1.7 to be over every measurement.
+AHEAD_COMPILE_SECONDS_FIXED = 0.5
+AHEAD_COMPILE_SECONDS_PER_PASS = 0.005
+AHEAD_COMPILE_SECONDS_PER_WEIGHT_MEGABYTE = 0.23
 
 
 class VelaRefusal(ScheduleError):
@@ -146,16 +156,20 @@ def output_paths(model_path: Path, system_config: str, output_dir: Path) -> tupl
             output_dir / f"{stem}_per-layer.csv")
 
 
-def estimated_compile_seconds(network: Network) -> float:
+def estimated_compile_seconds(network: Network, *, started_ahead: bool = False) -> float:
     """How long ``compile_schedule`` may take on ``network``, Vela's imports included (a run compiles once): what
     a run with --output-dir keeps back from its time limit so that the compile ends within it too. Vela's time
     grows with the passes and with the weights it encodes (a MobileNet-V2 of 66 passes and 3.5 MB takes longer
     than a 100-pass network of small weights); the constants make a line over every measurement of
-    scripts/deploy_time_limit.py fit."""
+    scripts/deploy_time_limit.py fit. ``started_ahead``: what is left of a :class:`Compilation` started before the
+    run once the schedule is known (its own line, from ``fit --ahead``)."""
     ops = network.npu_ops
     weight_megabytes = sum(op.weights.size_in_bytes for op in ops if op.weights is not None) / 1e6
-    return (COMPILE_SECONDS_FIXED + COMPILE_SECONDS_PER_PASS * len(ops)
-            + COMPILE_SECONDS_PER_WEIGHT_MEGABYTE * weight_megabytes)
+    fixed, per_pass, per_megabyte = (
+        (AHEAD_COMPILE_SECONDS_FIXED, AHEAD_COMPILE_SECONDS_PER_PASS, AHEAD_COMPILE_SECONDS_PER_WEIGHT_MEGABYTE)
+        if started_ahead else
+        (COMPILE_SECONDS_FIXED, COMPILE_SECONDS_PER_PASS, COMPILE_SECONDS_PER_WEIGHT_MEGABYTE))
+    return fixed + per_pass * len(ops) + per_megabyte * weight_megabytes
 
 
 def check_output_dir(output_dir: Path) -> None:
@@ -165,63 +179,192 @@ def check_output_dir(output_dir: Path) -> None:
 
 
 def compile_schedule(result: RunResult, output_dir: Path) -> BackendResult:
-    """Compile ``result``'s schedule with Vela's backend into ``output_dir``.
+    """Compile ``result``'s schedule with Vela's backend into ``output_dir``, in this process.
 
     Vela writes into a private directory first; the three files are moved into ``output_dir`` only when the
     whole compilation succeeded, so a refusal leaves nothing behind (and earlier files of the same name whole).
     """
-    check_output_dir(output_dir)
-    options, network = result.options, result.network
-    schedule, evaluation = result.solved()
-    # Vela's figures are Vela's estimator's; the evaluator is asked the same question.
-    arch = result.arch if result.arch.estimator is Estimator.VELA else replace(result.arch, estimator=Estimator.VELA)
-    if arch is not result.arch:
-        evaluation = evaluate(network, arch, schedule)
-    created = not output_dir.exists()
-    try:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".npusched-vela-", dir=output_dir))
-    except OSError as exc:
-        raise OutputError(f"--output-dir {output_dir}: cannot write ({exc.strerror or exc})") from None
-    try:
-        vela_options = _scheduled_model(options, staging)
-        forcing = _ForcedScheduler(network, arch, schedule)
-        log = io.StringIO()
-        with _patched_vela(forcing), indexed_live_ranges(), contextlib.redirect_stdout(log):
-            from ethosu.vela import vela
+    with Compilation(result.options, output_dir) as compilation:
+        return compilation.finish(result)
 
-            try:
-                # Vela sets the process's recursion limit (default 1000, too few for its graph walks on a few
-                # hundred passes: RecursionError); ours, as deep as the lowering allows, restored afterwards.
-                status = vela.main(vela_arguments(vela_options, staging, verbose=(
-                    "--verbose-performance", "--recursion-limit", str(max(RECURSION_LIMIT, sys.getrecursionlimit())))))
-            except VelaRefusal:
-                raise
-            except Exception as exc:  # an assertion or error deep in Vela's backend: name the op it was at
-                raise VelaRefusal(f"Vela's backend rejects the schedule{_op_in_traceback(exc)}: "
-                                  f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
-        if status != 0:
-            lines = [line for line in log.getvalue().splitlines() if line.strip()]
-            raise VelaRefusal(f"Vela's backend stopped: {lines[-1] if lines else f'exit status {status}'}")
-        staged = output_paths(options.model_path, arch.system_config, staging)
-        final = output_paths(options.model_path, arch.system_config, output_dir)
-        for source, target in zip(staged, final, strict=True):
-            source.replace(target)
-    except OSError as exc:
-        raise OutputError(f"--output-dir {output_dir}: cannot write ({exc.strerror or exc})") from None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        if created and not any(output_dir.iterdir()):  # a refused compilation leaves no trace
-            output_dir.rmdir()
-    agreements = tuple(
-        OpAgreement(op.index, op.name, sg.name, forcing.vela_cycles[op.index], evaluation.op(op.index).total_cycles)
-        for sg in network.subgraphs for op in sg.ops)
-    return BackendResult(*final, ops=agreements, vela_total_cycles=sum(op.vela_cycles for op in agreements),
-                         npusched_total_cycles=evaluation.total_cycles,
-                         vela_allocation_bytes=forcing.vela_allocation_bytes,
-                         npusched_allocation_bytes=evaluation.allocation.size_bytes,
-                         limit_bytes=int(arch.arena_cache_size), allocator=forcing.allocator,
-                         hillclimb_bytes=forcing.hillclimb_bytes)
+
+class Compilation:
+    """One compile of a run's model by Vela's backend into ``output_dir``, begun before the schedule exists.
+
+    Started ``ahead`` (the command line with --output-dir), a forked process reads the model and runs Vela's graph
+    optimisation and pass packing while npusched schedules (about half of Vela's compile of a large network), then
+    waits at Vela's scheduling step for the schedule :meth:`finish` sends it. Otherwise, or should that process
+    fail, :meth:`finish` compiles in this process, which stays the reference. Use it as a context manager: leaving
+    it stops the process and removes what a compile that did not finish left behind.
+    """
+
+    def __init__(self, options: RunOptions, output_dir: Path, *, ahead: bool = False) -> None:
+        check_output_dir(output_dir)
+        self.options, self.output_dir = options, output_dir
+        self._created = not output_dir.exists()
+        try:
+            output_dir.mkdir(parents=True, exist_ok=True)
+            self._staging = Path(tempfile.mkdtemp(prefix=".npusched-vela-", dir=output_dir))
+        except OSError as exc:
+            raise OutputError(f"--output-dir {output_dir}: cannot write ({exc.strerror or exc})") from None
+        self._process: BaseProcess | None = None
+        self._connection: Connection | None = None
+        if ahead:
+            context = multiprocessing.get_context("fork")
+            self._connection, child_end = context.Pipe()
+            self._process = context.Process(target=_compile_ahead, args=(options, self._staging, child_end),
+                                            daemon=True)
+            self._process.start()
+            child_end.close()
+
+    def __enter__(self) -> Compilation:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+        self._stop_process()
+        shutil.rmtree(self._staging, ignore_errors=True)
+        if self._created and self.output_dir.is_dir() and not any(self.output_dir.iterdir()):
+            self.output_dir.rmdir()  # a refused compilation leaves no trace
+
+    def finish(self, result: RunResult) -> BackendResult:
+        """Compile ``result``'s schedule (which must be of this compilation's model) and move Vela's files into
+        the output directory."""
+        network = result.network
+        schedule, evaluation = result.solved()
+        # Vela's figures are Vela's estimator's; the evaluator is asked the same question.
+        arch = result.arch
+        if arch.estimator is not Estimator.VELA:
+            arch = replace(arch, estimator=Estimator.VELA)
+            evaluation = evaluate(network, arch, schedule)
+        plan = _Plan(network, arch, schedule)
+        compiled = self._compiled_ahead(plan)
+        try:
+            if compiled is None:
+                shutil.rmtree(self._staging, ignore_errors=True)
+                self._staging.mkdir()
+                compiled = _vela_compile(self.options, self._staging, lambda: plan)
+            staged = output_paths(self.options.model_path, arch.system_config, self._staging)
+            final = output_paths(self.options.model_path, arch.system_config, self.output_dir)
+            for source, target in zip(staged, final, strict=True):
+                source.replace(target)
+        except OSError as exc:
+            raise OutputError(f"--output-dir {self.output_dir}: cannot write ({exc.strerror or exc})") from None
+        agreements = tuple(
+            OpAgreement(op.index, op.name, sg.name, compiled.vela_cycles[op.index],
+                        evaluation.op(op.index).total_cycles)
+            for sg in network.subgraphs for op in sg.ops)
+        return BackendResult(*final, ops=agreements, vela_total_cycles=sum(op.vela_cycles for op in agreements),
+                             npusched_total_cycles=evaluation.total_cycles,
+                             vela_allocation_bytes=compiled.vela_allocation_bytes,
+                             npusched_allocation_bytes=evaluation.allocation.size_bytes,
+                             limit_bytes=int(arch.arena_cache_size), allocator=compiled.allocator,
+                             hillclimb_bytes=compiled.hillclimb_bytes)
+
+    def _stop_process(self) -> None:
+        if self._process is not None:
+            if self._process.is_alive():
+                self._process.kill()
+            self._process.join()
+            self._process = None
+
+    def _compiled_ahead(self, plan: _Plan) -> _Compiled | None:
+        """The forked process's compile of ``plan``; None when there is no such process or it failed otherwise
+        than by Vela refusing (the caller then compiles in this process)."""
+        connection, self._connection = self._connection, None
+        if connection is None:
+            return None
+        try:
+            with contextlib.suppress(OSError):  # it may have stopped already, its answer waiting
+                connection.send((plan, codec.remembered_streams()))
+            kind, answer = connection.recv()
+        except (EOFError, OSError):
+            kind, answer = "failed", None
+        finally:
+            connection.close()
+        self._stop_process()  # it has answered, or never will
+        if kind == "refused":
+            raise VelaRefusal(answer)
+        if kind == "output":
+            raise OutputError(answer)
+        return answer if kind == "compiled" else None
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What Vela's scheduling step takes from a run: the network, the hardware and the schedule."""
+
+    network: Network
+    arch: Any
+    schedule: Schedule
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    """What a compile read back from Vela: its per-op cycles and what its allocator did with the fast storage."""
+
+    vela_cycles: dict[int, float]
+    vela_allocation_bytes: int | None
+    hillclimb_bytes: int | None
+    allocator: str
+
+
+def _compile_ahead(options: RunOptions, staging: Path, connection: Connection) -> None:
+    """The forked process of a :class:`Compilation`: Vela's compile up to its scheduling step, then the plan
+    from ``connection`` (the end of it means the run stopped without a schedule, and so does this process), then
+    the answer back."""
+
+    def plan() -> _Plan:
+        try:
+            received, streams = connection.recv()
+        except (EOFError, OSError):
+            os._exit(0)
+        codec.remember_streams(streams)
+        return received
+
+    answer: tuple[str, object]
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # the run's stderr carries only its own errors
+            answer = ("compiled", _vela_compile(options, staging, plan))
+    except VelaRefusal as exc:
+        answer = ("refused", str(exc))
+    except OutputError as exc:
+        answer = ("output", str(exc))
+    except BaseException:  # noqa: BLE001 - the run compiles again in its own process, where a bug shows
+        answer = ("failed", None)
+    with contextlib.suppress(OSError):
+        connection.send(answer)
+
+
+def _vela_compile(options: RunOptions, staging: Path, plan: Callable[[], _Plan]) -> _Compiled:
+    """Vela's compile of ``options``' model into ``staging``; its scheduling step asks ``plan`` for the schedule
+    (so the compile may start before the schedule exists)."""
+    vela_options = _scheduled_model(options, staging)
+    forcing = _ForcedScheduler(plan)
+    log = io.StringIO()
+    with _patched_vela(forcing), indexed_live_ranges(), contextlib.redirect_stdout(log):
+        from ethosu.vela import vela
+
+        try:
+            # Vela sets the process's recursion limit (default 1000, too few for its graph walks on a few
+            # hundred passes: RecursionError); ours, as deep as the lowering allows, restored afterwards.
+            status = vela.main(vela_arguments(vela_options, staging, verbose=(
+                "--verbose-performance", "--recursion-limit", str(max(RECURSION_LIMIT, sys.getrecursionlimit())))))
+        except VelaRefusal:
+            raise
+        except Exception as exc:  # an assertion or error deep in Vela's backend: name the op it was at
+            raise VelaRefusal(f"Vela's backend rejects the schedule{_op_in_traceback(exc)}: "
+                              f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
+    if status != 0:
+        lines = [line for line in log.getvalue().splitlines() if line.strip()]
+        raise VelaRefusal(f"Vela's backend stopped: {lines[-1] if lines else f'exit status {status}'}")
+    return _Compiled(dict(forcing.vela_cycles), forcing.vela_allocation_bytes, forcing.hillclimb_bytes,
+                     forcing.allocator)
 
 
 def _scheduled_model(options: RunOptions, staging: Path) -> RunOptions:
@@ -293,8 +436,11 @@ class _ForcedScheduler:
     that Vela's per-op estimate can be read back.
     """
 
-    def __init__(self, network: Any, arch: Any, schedule: Schedule) -> None:
-        self.network, self.arch, self.schedule = network, arch, schedule
+    def __init__(self, plan: Callable[[], _Plan]) -> None:
+        self._plan = plan
+        self.network: Any = None
+        self.arch: Any = None
+        self.schedule: Schedule = Schedule(())
         self.op_of: dict[Any, NpuOp] = {}
         self.vela_cycles: dict[int, float] = {}
         self.vela_allocation_bytes: int | None = None
@@ -328,6 +474,8 @@ class _ForcedScheduler:
         from ethosu.vela import scheduler
         from ethosu.vela.nn_graph import CascadedPass, PassPlacement, SchedulingStrategy
 
+        plan = self._plan()
+        self.network, self.arch, self.schedule = plan.network, plan.arch, plan.schedule
         npu_subgraphs = [sg for sg in nng.subgraphs if sg.placement == PassPlacement.Npu]
         if len(npu_subgraphs) != len(self.network.subgraphs):
             raise VelaRefusal(f"Vela makes {len(npu_subgraphs)} NPU subgraphs of the model, npusched "
