@@ -117,8 +117,35 @@ def slack_buffering_cycles(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSc
 def price_op(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule, schedule: Schedule, prev_slack_cycles: float
              ) -> tuple[perf.OpPerformance, float, float]:
     """(estimate, own slack-buffering cycles, full weight transfer cycles) of one pass."""
+    return partial_price_op(arch, op, op_sched, schedule).finish(arch, prev_slack_cycles)
+
+
+@dataclass(frozen=True)
+class PartialPrice:
+    """``price_op`` short of the previous pass's slack, which changes only the estimate's NPU cycles and total (and,
+    under the contention estimator, the slack this pass leaves): computed once per pass and placements by callers
+    that price it after many different previous passes (the CP-SAT price tables), and finished per slack."""
+
+    estimate: perf.PartialOpPerformance | perf_default.PartialOpPerformance
+    slack: float  # own slack-buffering cycles
+    full_transfer: float
+    # This pass's buffered weight bytes when the contention estimator adjusts the slack it leaves (None: it does not).
+    contention_bytes: int | None = None
+
+    def finish(self, arch: ArchitectureFeatures, prev_slack_cycles: float
+               ) -> tuple[perf.OpPerformance, float, float]:
+        """(estimate, own slack-buffering cycles, full weight transfer cycles) after ``prev_slack_cycles``."""
+        result = self.estimate.finish(prev_slack_cycles, self.slack)
+        slack = self.slack
+        if self.contention_bytes is not None:
+            slack = contention_slack(arch, result, slack, self.contention_bytes)
+        return result, slack, self.full_transfer
+
+
+def partial_price_op(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule, schedule: Schedule) -> PartialPrice:
+    """``price_op`` of one pass short of the previous pass's slack (see ``PartialPrice``)."""
     if arch.estimator is Estimator.VELA_DEFAULT:
-        return _price_op_default(arch, op, op_sched, schedule, prev_slack_cycles)
+        return _partial_price_default(arch, op, op_sched, schedule)
     buffering = op_sched.weight_buffering
     encoded = encoded_weights_for(arch, op, op_sched)
     stream = None
@@ -136,20 +163,19 @@ def price_op(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule, schedu
             stream = pricing_weight_stream(arch, op, encoded, perf.BufferKind.NONE)
     inputs = schedule_price_inputs(arch, op, op_sched, schedule, const_area=const_area)
     slack = slack_buffering_cycles(arch, op, op_sched, schedule)
-    result = perf.estimate_full_op_performance(
-        arch, op.op_type, op.activation, inputs.query, weights=stream, prev_slack_cycles=prev_slack_cycles,
-        slack_buffering_cycles=slack, lut=inputs.lut, memcpy=inputs.memcpy)
+    estimate = perf.partial_full_op_performance(arch, op.op_type, op.activation, inputs.query, weights=stream,
+                                                lut=inputs.lut, memcpy=inputs.memcpy)
+    contention_bytes = None
     if arch.estimator is Estimator.CONTENTION:
-        buffered_bytes = encoded.total_bytes if encoded is not None and buffering.is_buffered else 0
-        slack = contention_slack(arch, result, slack, buffered_bytes)
-    return result, slack, full_transfer
+        contention_bytes = encoded.total_bytes if encoded is not None and buffering.is_buffered else 0
+    return PartialPrice(estimate, slack, full_transfer, contention_bytes)
 
 
-def _price_op_default(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule, schedule: Schedule,
-                      prev_slack_cycles: float) -> tuple[perf.OpPerformance, float, float]:
-    """``price_op`` under Vela's default core: its whole-stream DMA estimate is made for every buffered op (the
-    legacy core left it 0 inside cascades) with its own copy formula, and a pre-buffered first slice is not this
-    op's traffic."""
+def _partial_price_default(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule, schedule: Schedule
+                           ) -> PartialPrice:
+    """``partial_price_op`` under Vela's default core: its whole-stream DMA estimate is made for every buffered op
+    (the legacy core left it 0 inside cascades) with its own copy formula, and a pre-buffered first slice is not
+    this op's traffic."""
     buffering = op_sched.weight_buffering
     encoded = encoded_weights_for(arch, op, op_sched)
     stream = None
@@ -169,11 +195,10 @@ def _price_op_default(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedul
             stream = pricing_weight_stream(arch, op, encoded, perf.BufferKind.NONE)
     inputs = schedule_price_inputs(arch, op, op_sched, schedule, const_area=const_area)
     slack = slack_buffering_cycles(arch, op, op_sched, schedule)
-    result = perf_default.estimate_full_op_performance(
+    estimate = perf_default.partial_full_op_performance(
         arch, op.op_type, op.activation, inputs.query, weights=stream, weight_bytes=weight_bytes,
-        pre_buffered=buffering.pre_buffered, prev_slack_cycles=prev_slack_cycles, slack_buffering_cycles=slack,
-        lut=inputs.lut, memcpy=inputs.memcpy)
-    return result, slack, full_transfer
+        pre_buffered=buffering.pre_buffered, lut=inputs.lut, memcpy=inputs.memcpy)
+    return PartialPrice(estimate, slack, full_transfer)
 
 
 # --------------------------------------------------------------------------------------------------------------

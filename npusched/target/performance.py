@@ -588,25 +588,43 @@ class OpPerformance:
         )
 
 
-def _area_sum(entries: Mapping[tuple[Purpose, Direction], float]) -> float:
+# The cells of Vela's [purpose][direction] array that can hold bytes, in ``_area_sum``'s order; keyed by identity
+# (enum hashing is slow, and this runs for every block config priced).
+_AREA_CELLS: dict[tuple[int, int], int] = {
+    (id(purpose), id(direction)): cell
+    for cell, (purpose, direction) in enumerate((purpose, direction)
+                                                 for purpose in (Purpose.Weights, Purpose.FeatureMap, Purpose.LUT,
+                                                                 Purpose.FSBias)
+                                                 for direction in (Direction.Read, Direction.Write))
+}
+
+
+def _area_sum(cells: list[float]) -> float:
     """Sum one memory's bandwidth in numpy's pairwise order over Vela's [purpose][direction] array.
 
     Vela's purposes are (Unknown, Weights, FeatureMap, Scratch, ScratchFast, LUT, FSBias) x (Read, Write); numpy
     adds the first eight cells as a balanced tree and the remaining six one by one. Only the fractional weight
-    bytes make the order visible, but matching it keeps access cycles bit-identical.
+    bytes make the order visible, but matching it keeps access cycles bit-identical. ``cells`` are the
+    ``_AREA_CELLS`` (0.0 where nothing is moved).
     """
-
-    def get(purpose: Purpose, direction: Direction) -> float:
-        return entries.get((purpose, direction), 0.0)
-
-    r, w = Direction.Read, Direction.Write
-    total = (0.0 + (get(Purpose.Weights, r) + get(Purpose.Weights, w))) + (
-        (get(Purpose.FeatureMap, r) + get(Purpose.FeatureMap, w)) + 0.0
-    )
-    for purpose in (Purpose.LUT, Purpose.FSBias):
-        total = total + get(purpose, r)
-        total = total + get(purpose, w)
+    total = (0.0 + (cells[0] + cells[1])) + ((cells[2] + cells[3]) + 0.0)
+    for value in cells[4:]:
+        total = total + value
     return total
+
+
+def _access_cycles(arch: ArchitectureFeatures,
+                   scaled: Mapping[tuple[MemArea, Purpose, Direction], float]) -> dict[MemArea, float]:
+    """Access cycles per memory of ``ACCESS_AREAS`` from the burst-scaled bandwidth (``_area_sum`` of each)."""
+    by_area: dict[int, list[float]] = {}
+    for (mem, purpose, direction), value in scaled.items():
+        cells = by_area.get(id(mem))
+        if cells is None:
+            cells = by_area[id(mem)] = [0.0] * len(_AREA_CELLS)
+        cells[_AREA_CELLS[id(purpose), id(direction)]] = value
+    # A memory that moves nothing sums to exactly 0.0.
+    return {mem: (_area_sum(cells) if (cells := by_area.get(id(mem))) is not None else 0.0) / _bandwidth(arch, mem)
+            for mem in ACCESS_AREAS}
 
 
 def estimate_full_op_performance(
@@ -630,6 +648,71 @@ def estimate_full_op_performance(
     weight DMA can hide); ``slack_buffering_cycles`` this pass's own (only used when its weights are
     double-buffered). Element sizes default to the query's bit widths.
     """
+    return partial_full_op_performance(
+        arch, op_type, activation, query, weights=weights, lut=lut, memcpy=memcpy,
+        ifm_element_bytes=ifm_element_bytes, ifm2_element_bytes=ifm2_element_bytes,
+        ofm_element_bytes=ofm_element_bytes,
+    ).finish(prev_slack_cycles, slack_buffering_cycles)
+
+
+@dataclass(frozen=True)
+class PartialOpPerformance:
+    """A pass's full estimate short of the slack cycles: everything but the NPU cycles and the total, which the
+    slacks change and nothing else does. A caller pricing one pass after many different previous passes (the
+    CP-SAT price tables) computes this once and finishes it per slack."""
+
+    cost: CycleCost
+    weights: WeightStream | None
+    buffered: bool
+    dma_cycles: float
+    first_dma: float
+    access_cycles: dict[MemArea, float]
+    bandwidth: dict[tuple[MemArea, Purpose, Direction], float]
+    scaled_bandwidth: dict[tuple[MemArea, Purpose, Direction], float]
+
+    def finish(self, prev_slack_cycles: float = 0, slack_buffering_cycles: float = 0) -> OpPerformance:
+        """The estimate after a pass that leaves ``prev_slack_cycles`` (see ``estimate_full_op_performance``)."""
+        cost, weights, dma_cycles = self.cost, self.weights, self.dma_cycles
+        npu_cycles: float = cost.op_cycles
+        if weights is not None and self.buffered:
+            if weights.buffering == BufferKind.DOUBLE:
+                # Later slices stream in behind the compute; only the first one, less the slack, is exposed.
+                npu_cycles = max(
+                    weights.full_transfer_cycles - prev_slack_cycles + slack_buffering_cycles,
+                    cost.op_cycles + max(self.first_dma - prev_slack_cycles, 0),
+                )
+            else:
+                npu_cycles = cost.op_cycles + weights.full_transfer_cycles - min(self.first_dma, prev_slack_cycles)
+            npu_cycles += dma_cycles
+        else:
+            npu_cycles += max(dma_cycles - prev_slack_cycles, 0)
+        access_cycles = dict(self.access_cycles)
+        total = max([npu_cycles, *access_cycles.values()])
+        return OpPerformance(
+            npu_cycles=npu_cycles,
+            access_cycles=access_cycles,
+            total_cycles=total,
+            macs=cost.op_macs,
+            bandwidth=dict(self.bandwidth),
+            scaled_bandwidth=dict(self.scaled_bandwidth),
+            op_cycles=cost.op_cycles,
+        )
+
+
+def partial_full_op_performance(
+    arch,
+    op_type: str,
+    activation: str | None,
+    query: PerformanceQuery,
+    *,
+    weights: WeightStream | None = None,
+    lut: DmaTransfer | None = None,
+    memcpy: DmaTransfer | None = None,
+    ifm_element_bytes: int | None = None,
+    ifm2_element_bytes: int | None = None,
+    ofm_element_bytes: int | None = None,
+) -> PartialOpPerformance:
+    """``estimate_full_op_performance`` up to the slack cycles (same arguments less the slacks)."""
     bw: dict[tuple[MemArea, Purpose, Direction], float] = {}
     scaled: dict[tuple[MemArea, Purpose, Direction], float] = {}
 
@@ -639,7 +722,6 @@ def estimate_full_op_performance(
 
     cost = measure_cycle_cost(arch, op_type, activation, query)
     access = measure_element_access(arch, query)
-    npu_cycles: float = cost.op_cycles
 
     dma_cycles: float = 0
     if lut is not None and lut.source_area != lut.dest_area:
@@ -652,22 +734,12 @@ def estimate_full_op_performance(
         add(bw, memcpy.dest_area, Purpose.FeatureMap, Direction.Write, memcpy.size_bytes)
 
     buffered = weights is not None and weights.buffering != BufferKind.NONE
+    first_dma: float = 0
     if weights is not None and buffered:
         assert weights.buffer_area is not None  # a buffered stream names its buffer's memory
         add(bw, weights.source_area, Purpose.Weights, Direction.Read, weights.encoded_bytes)
         add(bw, weights.buffer_area, Purpose.Weights, Direction.Write, weights.encoded_bytes)
         first_dma = measure_mem2mem_cycles(arch, weights.source_area, weights.buffer_area, weights.first_dma_bytes)
-        if weights.buffering == BufferKind.DOUBLE:
-            # Later slices stream in behind the compute; only the first one, less the slack, is exposed.
-            npu_cycles = max(
-                weights.full_transfer_cycles - prev_slack_cycles + slack_buffering_cycles,
-                cost.op_cycles + max(first_dma - prev_slack_cycles, 0),
-            )
-        else:
-            npu_cycles = cost.op_cycles + weights.full_transfer_cycles - min(first_dma, prev_slack_cycles)
-        npu_cycles += dma_cycles
-    else:
-        npu_cycles += max(dma_cycles - prev_slack_cycles, 0)
 
     ofm_bytes = ofm_element_bytes if ofm_element_bytes is not None else query.ofm_bits // 8
     ifm_bytes = ifm_element_bytes if ifm_element_bytes is not None else query.ifm_bits // 8
@@ -708,17 +780,5 @@ def estimate_full_op_performance(
         if not buffered:
             add(scaled, query.const_memory_area, Purpose.FSBias, Direction.Read, volume)
 
-    access_cycles = {}
-    for mem in ACCESS_AREAS:
-        entries = {(p, d): v for (m, p, d), v in scaled.items() if m == mem}
-        access_cycles[mem] = _area_sum(entries) / _bandwidth(arch, mem)
-    total = max([npu_cycles, *access_cycles.values()])
-    return OpPerformance(
-        npu_cycles=npu_cycles,
-        access_cycles=access_cycles,
-        total_cycles=total,
-        macs=cost.op_macs,
-        bandwidth=bw,
-        scaled_bandwidth=scaled,
-        op_cycles=cost.op_cycles,
-    )
+    access_cycles = _access_cycles(arch, scaled)
+    return PartialOpPerformance(cost, weights, buffered, dma_cycles, first_dma, access_cycles, bw, scaled)

@@ -23,6 +23,7 @@ Pure functions of their arguments, taking the legacy model's ``PerformanceQuery`
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from npusched.ir import MemArea, NpuBlockType, Shape4D, TensorFormat, ceil_div
@@ -321,6 +322,58 @@ def estimate_full_op_performance(
     ``weights.full_transfer_cycles`` the DMA time of the whole unsliced stream, charged when it is buffered;
     ``pre_buffered``: the first slice is fetched under the previous pass, so only the rest is this pass's traffic.
     """
+    return partial_full_op_performance(
+        arch, op_type, activation, query, weights=weights, weight_bytes=weight_bytes, pre_buffered=pre_buffered,
+        lut=lut, memcpy=memcpy,
+    ).finish(prev_slack_cycles, slack_buffering_cycles)
+
+
+@dataclass(frozen=True)
+class PartialOpPerformance:
+    """The default core's estimate of a pass short of the slack cycles, which change only its NPU cycles and
+    total: computed once and finished per slack by callers that price a pass after many previous passes."""
+
+    cost: CycleCost
+    weights: WeightStream | None
+    # The first slice's DMA cycles when the buffered weights are read per OFM block (None: no weight DMA term).
+    first_dma: float | None
+    buffered: bool
+    lut_cycles: float
+    access_cycles: dict[MemArea, float]
+    bandwidth: dict[tuple[MemArea, Purpose, Direction], float]
+
+    def finish(self, prev_slack_cycles: float = 0, slack_buffering_cycles: float = 0) -> OpPerformance:
+        """The estimate after a pass that leaves ``prev_slack_cycles`` (see ``estimate_full_op_performance``)."""
+        cost, weights = self.cost, self.weights
+        npu_cycles: float = cost.op_cycles
+        if weights is not None and self.first_dma is not None:
+            first_dma = max(self.first_dma - prev_slack_cycles, 0)
+            npu_cycles = max(weights.full_transfer_cycles - prev_slack_cycles + slack_buffering_cycles,
+                             cost.op_cycles + first_dma)
+        if self.buffered:
+            npu_cycles += self.lut_cycles
+        else:
+            npu_cycles += max(self.lut_cycles - prev_slack_cycles, 0)
+        access_cycles = dict(self.access_cycles)
+        total = max([npu_cycles, *access_cycles.values()])
+        return OpPerformance(npu_cycles=npu_cycles, access_cycles=access_cycles, total_cycles=total,
+                             macs=cost.op_macs, bandwidth=dict(self.bandwidth), scaled_bandwidth={},
+                             op_cycles=cost.op_cycles)
+
+
+def partial_full_op_performance(
+    arch: ArchitectureFeatures,
+    op_type: str,
+    activation: str | None,
+    query: PerformanceQuery,
+    *,
+    weights: WeightStream | None = None,
+    weight_bytes: int = 0,
+    pre_buffered: bool = False,
+    lut: DmaTransfer | None = None,
+    memcpy: DmaTransfer | None = None,
+) -> PartialOpPerformance:
+    """``estimate_full_op_performance`` up to the slack cycles (same arguments less the slacks)."""
     cost = measure_cycle_cost(arch, op_type, activation, query)
     access = measure_element_access(arch, query)
     cfg = query.config
@@ -343,7 +396,6 @@ def estimate_full_op_performance(
                                       cfg.ofm_block, query.ofm_shape, access.ofm_write)
     add(query.ofm_memory_area, Purpose.FeatureMap, Direction.Write, ofm_bytes, ofm_bytes)
 
-    npu_cycles: float = cost.op_cycles
     lut_cycles = 0
     del lut  # the default core keeps LUTs where the NPU reads them: no golden estimate charges a LUT copy
     if memcpy is not None and memcpy.source_area != memcpy.dest_area:
@@ -352,6 +404,7 @@ def estimate_full_op_performance(
         add(memcpy.dest_area, Purpose.FeatureMap, Direction.Write, memcpy.size_bytes, memcpy.size_bytes)
 
     buffered = weights is not None and weights.buffering != BufferKind.NONE
+    first_dma = None
     if weights is not None and access.weights_refetch:
         ofm_depth_ratio = 1.0
         scale_bytes = weights.encoded_bytes - weight_bytes
@@ -364,19 +417,10 @@ def estimate_full_op_performance(
             add(weights.source_area, Purpose.Weights, Direction.Read, weights.encoded_bytes, streamed)
             add(weights.buffer_area, Purpose.Weights, Direction.Write, weights.encoded_bytes, streamed)
             add(weights.buffer_area, Purpose.Weights, Direction.Read, weight_read, weight_read)
-            first_dma = max(mem2mem_cycles(arch, weights.source_area, weights.buffer_area, first) - prev_slack_cycles,
-                            0)
-            npu_cycles = max(weights.full_transfer_cycles - prev_slack_cycles + slack_buffering_cycles,
-                             cost.op_cycles + first_dma)
+            first_dma = mem2mem_cycles(arch, weights.source_area, weights.buffer_area, first)
         else:
             add(weights.source_area, Purpose.Weights, Direction.Read, weight_read, weight_read)
         add(weights.source_area, Purpose.FSBias, Direction.Read, scale_read, scale_read)
-    if buffered:
-        npu_cycles += lut_cycles
-    else:
-        npu_cycles += max(lut_cycles - prev_slack_cycles, 0)
 
     access_cycles = {mem: float(int(transfer.get(mem, 0) / _bandwidth(arch, mem))) for mem in ACCESS_AREAS}
-    total = max([npu_cycles, *access_cycles.values()])
-    return OpPerformance(npu_cycles=npu_cycles, access_cycles=access_cycles, total_cycles=total, macs=cost.op_macs,
-                         bandwidth=bw, scaled_bandwidth={}, op_cycles=cost.op_cycles)
+    return PartialOpPerformance(cost, weights, first_dma, buffered, lut_cycles, access_cycles, bw)

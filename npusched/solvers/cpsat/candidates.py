@@ -47,9 +47,10 @@ from typing import Any
 from npusched.ir import FeatureMap, NpuOp, Shape4D
 from npusched.lowering.graph import NpuSubgraph
 from npusched.schedule.cascades import SchedOp, rolling_buffer_shape
-from npusched.schedule.evaluator import TensorUse, price_op
+from npusched.schedule.evaluator import TensorUse
 from npusched.schedule.memory_layout import weight_buffer_bytes
 from npusched.schedule.options import OpOption, drop_dominated, price_options
+from npusched.schedule.pricing import PartialPrice, partial_price_op
 from npusched.schedule.rules import (
     cascade_stripes,
     ifm_stripes,
@@ -122,6 +123,12 @@ class SubgraphFacts:
     reuse: dict[int, tuple[FeatureMap, FeatureMap, int]]  # position -> (ifm, ofm, bytes) when fusable
     # position -> its options at full height per weight buffering, and (buffered, height) -> fastest block config
     priced: dict[int, tuple[dict[bool, list[OpOption]], dict[tuple[bool, int], Any]]] = field(default_factory=dict)
+    # Cascades share their passes' stripes, so each is worked out once: (position, OFM stripe) -> its IFM stripes
+    # and -> Vela's block config for it; (position, stripe, weights buffered, id of the block config) -> (that
+    # config, the pass before ``make_candidate`` places it in its cascade).
+    ifm_stripes: dict[tuple[int, Shape4D], tuple[Shape4D, Shape4D | None]] = field(default_factory=dict)
+    vela_configs: dict[tuple[int, Shape4D], BlockConfig | None] = field(default_factory=dict)
+    passes: dict[tuple[int, Shape4D, bool, int], tuple[BlockConfig, OpSchedule]] = field(default_factory=dict)
 
     @cached_property
     def cascade_runs(self) -> tuple[tuple[int, int, tuple[Shape4D, ...]], ...]:
@@ -278,16 +285,27 @@ def cascade_candidate(arch: ArchitectureFeatures, facts: SubgraphFacts, start: i
     with the lowest price."""
     ops = []
     for k, stripe in enumerate(stripes):
-        op = facts.sg.ops[start + k]
+        pos = start + k
+        op = facts.sg.ops[pos]
         buf = buffered and weights_need_dma(arch, op)
-        ifm_stripe, ifm2_stripe = ifm_stripes(op, stripe)
+        inputs = facts.ifm_stripes.get((pos, stripe))
+        if inputs is None:
+            inputs = facts.ifm_stripes[pos, stripe] = ifm_stripes(op, stripe)
+        ifm_stripe, ifm2_stripe = inputs
         if fastest is not None:
-            config = fastest.get((start + k, buf, stripe.height))
+            config = fastest.get((pos, buf, stripe.height))
+        elif (pos, stripe) in facts.vela_configs:
+            config = facts.vela_configs[pos, stripe]
         else:
-            config = find_block_config_for_op(arch, op, stripe, ifm_stripe, ifm2_stripe)
+            config = facts.vela_configs[pos, stripe] = find_block_config_for_op(arch, op, stripe, ifm_stripe,
+                                                                                ifm2_stripe)
         if config is None:
             return None
-        ops.append(op_schedule(arch, op, config, stripe, ifm_stripe, ifm2_stripe, buffered=buf))
+        built = facts.passes.get((pos, stripe, buf, id(config)))
+        if built is None or built[0] is not config:
+            built = facts.passes[pos, stripe, buf, id(config)] = (
+                config, op_schedule(arch, op, config, stripe, ifm_stripe, ifm2_stripe, buffered=buf))
+        ops.append(built[1])
     return make_candidate(facts, start, ops, "cascade-fastest" if fastest is not None else "cascade")
 
 
@@ -398,21 +416,27 @@ def _price_key(op_sched: OpSchedule) -> tuple:
 
 
 class Pricer:
-    """Per-pass prices from the evaluator's ``price_op``, memoised by (choices, operand placements, slack)."""
+    """Per-pass prices from the evaluator's ``price_op``, memoised by (choices, operand placements, slack).
+
+    The price tables ask for the same pass and placements after up to a dozen different slacks, and the slack
+    changes only the last step of the estimate; so the rest (``partial_price_op``) is memoised without it and
+    finished per slack. That memo also tells passes apart by ``slack_ofm_depth``, which ``price_op`` reads: a
+    price is then exactly the one ``price_op`` gives the pass first asked for under its memo key."""
 
     def __init__(self, arch: ArchitectureFeatures, base: Mapping[FeatureMap, TensorPlacement]) -> None:
         self.arch = arch
         self.base = dict(base)
         self.memo: dict[tuple, tuple[float, float, bool]] = {}
+        self.partials: dict[tuple, PartialPrice] = {}
         self.interned: dict[int, int] = {}
         self.keys: dict[tuple, int] = {}
         self.alive: list[OpSchedule] = []
         self.operands: dict[int, tuple[FeatureMap, ...]] = {}
 
-    def _key(self, op: NpuOp, op_sched: OpSchedule, places: Mapping[FeatureMap, TensorPlacement],
-             prev_slack: float) -> tuple[tuple, tuple]:
-        """(memo key, operand placements). Choices are interned once per OpSchedule object and placements
-        reduced to memory names, so building a key does not hash block configs and enums every time."""
+    def _key(self, op: NpuOp, op_sched: OpSchedule, places: Mapping[FeatureMap, TensorPlacement]
+             ) -> tuple[tuple, tuple]:
+        """(memo key without the slack, operand placements). Choices are interned once per OpSchedule object and
+        placements reduced to memory names, so building a key does not hash block configs and enums every time."""
         ident = self.interned.get(id(op_sched))
         if ident is None:
             ident = self.keys.setdefault(_price_key(op_sched), len(self.keys))
@@ -426,22 +450,35 @@ class Pricer:
         local = tuple((fm, places.get(fm) or self.base.get(fm)) for fm in operands)
         # The op fixes which maps its operands are; their memory and layout (by identity: enum hashing is slow).
         where = tuple((id(p.mem_area), id(p.format)) if p is not None else None for _, p in local)
-        return (ident, where, prev_slack), local
+        return (ident, where), local
 
     def price_pass(self, op: NpuOp, op_sched: OpSchedule, places: Mapping[FeatureMap, TensorPlacement],
                    prev_slack: float) -> tuple[float, float, bool]:
         """(total cycles, slack left for the next pass, priced below its own compute time) of one pass."""
-        key, local = self._key(op, op_sched, places, prev_slack)
-        hit = self.memo.get(key)
-        if hit is not None:
-            return hit
-        schedule = Schedule(ops=(op_sched,), tensors=tuple((fm, p) for fm, p in local if p is not None))
-        result, slack, _ = price_op(self.arch, op, op_sched, schedule, prev_slack)
-        # Vela's estimate subtracts the weight DMA hidden under the previous pass even from a cascaded pass whose
-        # own transfer it prices at zero, which can price it below its compute time.
-        value = (float(result.total_cycles), float(slack), bool(result.npu_cycles < result.op_cycles - 1e-6))
-        self.memo[key] = value
-        return value
+        return self.price_pass_after(op, op_sched, places, (prev_slack,))[0]
+
+    def price_pass_after(self, op: NpuOp, op_sched: OpSchedule, places: Mapping[FeatureMap, TensorPlacement],
+                         slacks: Sequence[float]) -> list[tuple[float, float, bool]]:
+        """``price_pass`` after each of ``slacks`` (the key is built once for them all)."""
+        base_key, local = self._key(op, op_sched, places)
+        out = []
+        for prev_slack in slacks:
+            key = (*base_key, prev_slack)
+            value = self.memo.get(key)
+            if value is None:
+                partial_key = (*base_key, op_sched.slack_ofm_depth)
+                partial = self.partials.get(partial_key)
+                if partial is None:
+                    schedule = Schedule(ops=(op_sched,), tensors=tuple((fm, p) for fm, p in local if p is not None))
+                    partial = self.partials[partial_key] = partial_price_op(self.arch, op, op_sched, schedule)
+                result, slack, _ = partial.finish(self.arch, prev_slack)
+                # Vela's estimate subtracts the weight DMA hidden under the previous pass even from a cascaded pass
+                # whose own transfer it prices at zero, which can price it below its compute time.
+                value = (float(result.total_cycles), float(slack),
+                         bool(result.npu_cycles < result.op_cycles - 1e-6))
+                self.memo[key] = value
+            out.append(value)
+        return out
 
     def price(self, sg_ops: Sequence[NpuOp], cand: Candidate, places: Mapping[FeatureMap, TensorPlacement],
               prev_slack: float) -> tuple[list[float], float, bool]:

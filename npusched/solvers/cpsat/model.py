@@ -570,8 +570,8 @@ def _price_table(net: NetworkFacts, sg: NpuSubgraph, cand: Candidate, movable: l
         artefact = artefact or credited
         rest = tuple(totals[1:])
         rest_scaled = sum(round(t * SCALE) for t in rest)
-        for s in slacks:
-            first, _, credited = net.pricer.price_pass(first_op, cand.ops[0], places, s)
+        for s, (first, _, credited) in zip(slacks, net.pricer.price_pass_after(first_op, cand.ops[0], places, slacks),
+                                           strict=True):
             artefact = artefact or credited
             full[(combo, s)] = (round(first * SCALE) + rest_scaled, (first, *rest))
     relevant = []
