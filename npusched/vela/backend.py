@@ -209,7 +209,7 @@ class Compilation:
             raise OutputError(f"--output-dir {output_dir}: cannot write ({exc.strerror or exc})") from None
         self._process: BaseProcess | None = None
         self._connection: Connection | None = None
-        if ahead:
+        if ahead and "fork" in multiprocessing.get_all_start_methods():  # not on Windows: compiled at the end
             context = multiprocessing.get_context("fork")
             self._connection, child_end = context.Pipe()
             self._process = context.Process(target=_compile_ahead, args=(options, self._staging, child_end),
