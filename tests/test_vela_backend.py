@@ -177,10 +177,24 @@ def test_a_compile_started_ahead_is_the_compile_in_this_process(tmp_path: Path,
             raise AssertionError("compiled again in the run's own process")
 
         monkeypatch.setattr(backend, "_vela_compile", no_compile_here)
+        compilation.submit(result.network, result.arch, result.schedule)  # as the run hands it over
         ahead = compilation.finish(result)
     assert ahead.agreed and ahead.ops == here.ops
     assert ahead.vela_allocation_bytes == here.vela_allocation_bytes
     assert tflite_contents(ahead.tflite_path) == tflite_contents(here.tflite_path)
+
+
+def test_a_compile_finished_with_another_schedule_than_submitted_compiles_the_finished_one(tmp_path: Path) -> None:
+    """The schedule handed over early is the one compiled only if it is the one finished: here the submitted one
+    (with weight buffers Vela rejects) is dropped, and the run's own is compiled."""
+    result = run(run_options("u65-256_mid_dedicated256k", "kws_dscnn_int8", solver="heuristic"))
+    buffered = next(op for op in result.schedule.ops if op.weight_buffering.is_buffered)
+    wrong = replace(buffered, weight_buffering=replace(
+        buffered.weight_buffering, buffer_sizes=tuple(size + 16 for size in buffered.weight_buffering.buffer_sizes)))
+    with Compilation(result.options, tmp_path, ahead=True) as compilation:
+        compilation.submit(result.network, result.arch, result.schedule.with_ops([wrong]))
+        compiled = compilation.finish(result)
+    assert compiled.agreed and compiled.tflite_path.is_file()
 
 
 def test_a_compile_whose_process_dies_is_made_in_this_process(tmp_path: Path,

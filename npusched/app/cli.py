@@ -220,7 +220,8 @@ def _report(args: argparse.Namespace, options: RunOptions, started: float, compi
     if args.schedule is not None:
         result = replay(options, args.schedule)
     else:
-        result = run(options, log=_progress, started=started)
+        result = run(options, log=_progress, started=started,
+                     scheduled=compilation.submit if compilation is not None else None)
     for warning in result.warnings:
         sys.stderr.write(f"warning: {warning}\n")
 

@@ -102,11 +102,14 @@ def load_normalised_network(
     return arch, network, timings, report
 
 
-def run(options: RunOptions, log: Callable[[str], None] | None = None, started: float | None = None) -> RunResult:
+def run(options: RunOptions, log: Callable[[str], None] | None = None, started: float | None = None,
+        scheduled: Callable[[Network, ArchitectureFeatures, Schedule], None] | None = None) -> RunResult:
     """Load and lower the model, then schedule it with ``options.solver`` (None: lower only).
 
     ``log`` receives progress lines of long solves. The time limit counts from ``started`` (a ``time.monotonic``
-    reading; default: now), so a command line tool can count its own start-up too.
+    reading; default: now), so a command line tool can count its own start-up too. ``scheduled`` is given the
+    schedule as soon as the solver returns it, before the final evaluation and the other estimators' totals (a
+    compile started ahead goes on with it meanwhile).
     """
     started = time.monotonic() if started is None else started
     arch, network, timings, normalisation = load_normalised_network(options)
@@ -116,6 +119,8 @@ def run(options: RunOptions, log: Callable[[str], None] | None = None, started: 
     start = time.monotonic()
     schedule, report, known = _solve(network, arch, options, started, log, timings)
     timings["solve"] = time.monotonic() - start
+    if scheduled is not None:
+        scheduled(network, arch, schedule)
     start = time.monotonic()
     evaluation = known if known is not None else evaluate(network, arch, schedule)
     problems = verify(network, arch, schedule, evaluation)

@@ -40,7 +40,7 @@ from npusched.schedule.evaluator import cascade_rolling_buffers, evaluate, place
 from npusched.schedule.memory_layout import LiveRange
 from npusched.schedule.schedule import OpSchedule, Schedule
 from npusched.target import codec
-from npusched.target.arch import Estimator
+from npusched.target.arch import ArchitectureFeatures, Estimator
 from npusched.vela.command import vela_arguments
 from npusched.vela.live_range_index import indexed_live_ranges
 
@@ -209,6 +209,7 @@ class Compilation:
             raise OutputError(f"--output-dir {output_dir}: cannot write ({exc.strerror or exc})") from None
         self._process: BaseProcess | None = None
         self._connection: Connection | None = None
+        self._submitted: _Plan | None = None
         if ahead and "fork" in multiprocessing.get_all_start_methods():  # not on Windows: compiled at the end
             context = multiprocessing.get_context("fork")
             self._connection, child_end = context.Pipe()
@@ -232,18 +233,28 @@ class Compilation:
         if self._created and self.output_dir.is_dir() and not any(self.output_dir.iterdir()):
             self.output_dir.rmdir()  # a refused compilation leaves no trace
 
+    def submit(self, network: Network, arch: ArchitectureFeatures, schedule: Schedule) -> None:
+        """Hand the schedule to the process started ahead as soon as it exists, so that Vela compiles it while the
+        run evaluates and reports; :meth:`finish` then waits for the answer."""
+        if self._connection is not None and self._submitted is None:
+            self._submitted = _Plan(network, _legacy(arch), schedule)
+            with contextlib.suppress(OSError):  # it may have stopped already, its answer waiting
+                self._connection.send((self._submitted, codec.remembered_streams()))
+
     def finish(self, result: RunResult) -> BackendResult:
         """Compile ``result``'s schedule (which must be of this compilation's model) and move Vela's files into
         the output directory."""
         network = result.network
         schedule, evaluation = result.solved()
         # Vela's figures are Vela's estimator's; the evaluator is asked the same question.
-        arch = result.arch
-        if arch.estimator is not Estimator.VELA:
-            arch = replace(arch, estimator=Estimator.VELA)
+        arch = _legacy(result.arch)
+        if arch is not result.arch:
             evaluation = evaluate(network, arch, schedule)
+        if self._submitted is not None and self._submitted.schedule is not schedule:
+            self._stop_process()  # it compiles another schedule than the one to write
+        self.submit(network, arch, schedule)
         plan = _Plan(network, arch, schedule)
-        compiled = self._compiled_ahead(plan)
+        compiled = self._compiled_ahead()
         try:
             if compiled is None:
                 shutil.rmtree(self._staging, ignore_errors=True)
@@ -273,16 +284,14 @@ class Compilation:
             self._process.join()
             self._process = None
 
-    def _compiled_ahead(self, plan: _Plan) -> _Compiled | None:
-        """The forked process's compile of ``plan``; None when there is no such process or it failed otherwise
-        than by Vela refusing (the caller then compiles in this process)."""
+    def _compiled_ahead(self) -> _Compiled | None:
+        """The forked process's compile of the submitted plan; None when there is no such process or it failed
+        otherwise than by Vela refusing (the caller then compiles in this process)."""
         connection, self._connection = self._connection, None
         if connection is None:
             return None
         try:
-            with contextlib.suppress(OSError):  # it may have stopped already, its answer waiting
-                connection.send((plan, codec.remembered_streams()))
-            kind, answer = connection.recv()
+            kind, answer = connection.recv() if self._process is not None else ("stopped", None)
         except (EOFError, OSError):
             kind, answer = "failed", None
         finally:
@@ -295,12 +304,17 @@ class Compilation:
         return answer if kind == "compiled" else None
 
 
+def _legacy(arch: ArchitectureFeatures) -> ArchitectureFeatures:
+    """``arch`` under Vela's (legacy) estimator, the one whose figures Vela's backend writes."""
+    return arch if arch.estimator is Estimator.VELA else replace(arch, estimator=Estimator.VELA)
+
+
 @dataclass(frozen=True)
 class _Plan:
     """What Vela's scheduling step takes from a run: the network, the hardware and the schedule."""
 
     network: Network
-    arch: Any
+    arch: ArchitectureFeatures
     schedule: Schedule
 
 
