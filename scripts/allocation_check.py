@@ -9,7 +9,8 @@ allocation of the fast storage against the limit, npusched's allocation, whether
 and how many allocation repairs CP-SAT needed and what they cost in cycles. Prints one line per cell, then the
 totals. One cell at a time (the machine is shared).
 
-Usage: python scripts/allocation_check.py [--passes 30] [--time-limit 10] [--arch A ...] [--csv PATH]
+Usage: python scripts/allocation_check.py [--passes 30] [--time-limit 10] [--arch A ...] [--keras-style]
+                                          [--csv PATH]
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=10.0)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--arch", nargs="+", default=list(ARCHITECTURES))
+    parser.add_argument("--keras-style", action="store_true",
+                        help="the networks exported as Keras does (run-time shape arithmetic, normalised first)")
     parser.add_argument("--csv", type=Path, help="also write one row per cell here")
     args = parser.parse_args()
     configs = json.loads((ROOT / "tests" / "data" / "golden" / "configs.json").read_text())
@@ -61,7 +64,7 @@ def main() -> None:
         work = Path(tmp)
         for arch in args.arch:
             model = work / f"{arch}_{args.passes}_{args.seed}.tflite"
-            model.write_bytes(generate(arch, args.passes, args.seed))
+            model.write_bytes(generate(arch, args.passes, args.seed, keras_style=args.keras_style))
             cells: list[tuple[str, list[str]]] = [(name, vela_hardware_args(configs[name])) for name in DEDICATED]
             shared = vela_hardware_args(configs[SHARED])
             _, heuristic, _ = _solve(model, shared, ["--solver", "heuristic"], work)
