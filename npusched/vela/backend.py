@@ -298,9 +298,9 @@ class Compilation:
             connection.close()
         self._stop_process()  # it has answered, or never will
         if kind == "refused":
-            raise VelaRefusal(answer)
+            raise VelaRefusal(str(answer))
         if kind == "output":
-            raise OutputError(answer)
+            raise OutputError(str(answer))
         return answer if kind == "compiled" else None
 
 

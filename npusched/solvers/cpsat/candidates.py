@@ -410,9 +410,11 @@ def all_candidates(arch: ArchitectureFeatures, facts: SubgraphFacts, references:
 
 def _price_key(op_sched: OpSchedule) -> tuple:
     """What a pass's price depends on: the evaluator prices whole-op shapes, so the stripe heights and rolling
-    buffer do not matter, only the block config, the weights and whether the pass is in a cascade."""
+    buffer do not matter, only the block config, the weights, whether the pass is in a cascade and the slack it
+    leaves the next pass (``tail_slack_cycles``, ``slack_ofm_depth``)."""
     return (op_sched.op_index, op_sched.block_config, op_sched.weight_buffering, op_sched.encoded_weights,
-            op_sched.cascade is None, op_sched.tail_slack_cycles, op_sched.ofm_stripe.depth)
+            op_sched.cascade is None, op_sched.tail_slack_cycles, op_sched.ofm_stripe.depth,
+            op_sched.slack_ofm_depth)
 
 
 class Pricer:
@@ -420,8 +422,7 @@ class Pricer:
 
     The price tables ask for the same pass and placements after up to a dozen different slacks, and the slack
     changes only the last step of the estimate; so the rest (``partial_price_op``) is memoised without it and
-    finished per slack. That memo also tells passes apart by ``slack_ofm_depth``, which ``price_op`` reads: a
-    price is then exactly the one ``price_op`` gives the pass first asked for under its memo key."""
+    finished per slack."""
 
     def __init__(self, arch: ArchitectureFeatures, base: Mapping[FeatureMap, TensorPlacement]) -> None:
         self.arch = arch
@@ -466,11 +467,10 @@ class Pricer:
             key = (*base_key, prev_slack)
             value = self.memo.get(key)
             if value is None:
-                partial_key = (*base_key, op_sched.slack_ofm_depth)
-                partial = self.partials.get(partial_key)
+                partial = self.partials.get(base_key)
                 if partial is None:
                     schedule = Schedule(ops=(op_sched,), tensors=tuple((fm, p) for fm, p in local if p is not None))
-                    partial = self.partials[partial_key] = partial_price_op(self.arch, op, op_sched, schedule)
+                    partial = self.partials[base_key] = partial_price_op(self.arch, op, op_sched, schedule)
                 result, slack, _ = partial.finish(self.arch, prev_slack)
                 # Vela's estimate subtracts the weight DMA hidden under the previous pass even from a cascaded pass
                 # whose own transfer it prices at zero, which can price it below its compute time.
