@@ -12,11 +12,14 @@ import pytest
 from conftest import CONFIGS, GOLDEN_ROOT, load_corpus, run_options
 
 from npusched.app.pipeline import run
-from npusched.schedule.evaluator import evaluate
+from npusched.ir import TensorFormat
+from npusched.schedule.evaluator import evaluate, verify
+from npusched.schedule.schedule import TensorPlacement
 from npusched.solvers.cpsat import objective_rank
 from npusched.solvers.heuristic import heuristic_schedule
 from npusched.target.arch import Estimator
 from npusched.vela.default_core import compare_default_core, read_default_core_ops, schedule_from_default_core
+from npusched.vela.report import read_summary
 
 REGOR_DIR = GOLDEN_ROOT / "vela-5.2.0-regor"
 DEFAULT = {"estimator": "vela-default"}
@@ -84,6 +87,28 @@ def test_import_says_what_it_cannot_express() -> None:
     assert imported.schedule.notes == imported.warnings
 
 
+@pytest.mark.parametrize("config", ["u65-256_mid_dedicated256k", "u65-512_high_dedicated384k"])
+def test_a_map_the_cpu_reads_is_never_in_dedicated_fast_storage(config: str) -> None:
+    """The default core keeps keyword_scrambled's last NPU output in SRAM because its softmax, the reader, runs on
+    the NPU there. In npusched's graph the CPU reads that map, and with Dedicated_Sram only the NPU addresses the
+    SRAM: the verifier rejects that placement, in the default core's schedule and in one made so by hand, and
+    accepts the heuristic's (Vela legacy's), which keeps it in DRAM."""
+    model = "keyword_scrambled_8bit"
+    arch, network = load_corpus(model, config, **DEFAULT)
+    own = schedule_from_default_core(network, arch, read_default_core_ops(_golden(config, model) / "debug_db.xml"))
+    problems = verify(network, arch, own.schedule)
+    assert len(problems) == 1 and "output" in problems[0] and "where the CPU cannot read it" in problems[0]
+    legacy = heuristic_schedule(network, arch)
+    assert verify(network, arch, legacy) == []
+    output = network.subgraphs[-1].outputs[0]
+    place = legacy.placement(output)
+    assert place is None or place.mem_area != arch.fast_storage_mem_area
+    tensors = dict(legacy.tensors)
+    tensors[output] = TensorPlacement(arch.fast_storage_mem_area, place.format if place else TensorFormat.NHWC)
+    moved = replace(legacy, tensors=tuple(tensors.items()))
+    assert any("where the CPU cannot read it" in problem for problem in verify(network, arch, moved))
+
+
 def test_every_golden_case_is_there() -> None:
     for config in CONFIGS:
         assert (REGOR_DIR / config / "kws_dscnn_int8" / "debug_db.xml").is_file()
@@ -100,6 +125,20 @@ def test_solver_vela_default_runs_the_default_core() -> None:
     assert result.evaluation is not None
     assert result.evaluation.total_cycles == golden.cycles_ours
     assert abs(golden.cycles_error) <= 1.0
+
+
+@pytest.mark.slow
+def test_the_default_core_over_the_arena_is_reported_over_the_limit() -> None:
+    """With the 128 KiB arena of Shared_Sram the default core schedules mobilenet_v2 in 353.5 KiB of SRAM (its
+    scheduler checks the arena only where it can spill feature maps elsewhere): --solver vela-default reports that
+    schedule as over the limit, at the peak the default core itself reports, instead of as feasible."""
+    config, model = "u55-256_hee_shared_arena128k", "mobilenet_v2_224_int8"
+    result = run(run_options(config, model, solver="vela-default", **DEFAULT))
+    assert result.evaluation is not None
+    sram_used_bytes = float(read_summary(_golden(config, model) / "summary.csv")["sram_memory_used"]) * 1024
+    assert result.evaluation.peak_fast_storage == sram_used_bytes > 131072
+    assert result.status == "over_limit"
+    assert any("over the limit of 131072 bytes" in warning for warning in result.warnings)
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from npusched.schedule.pass_costs import Evaluation, evaluate
 from npusched.schedule.pricing import block_depth, staging_limit
 from npusched.schedule.rules import ifm_stripes, weights_need_dma
 from npusched.schedule.schedule import OpSchedule, Schedule
-from npusched.schedule.tensor_use import subgraphs_of
+from npusched.schedule.tensor_use import feature_map_label, subgraphs_of
 from npusched.target import weights as wts
 from npusched.target.arch import ArchitectureFeatures
 
@@ -101,6 +101,20 @@ def _weight_problems(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule
         yield f"{label}: weights are buffered although they need no DMA"
 
 
+def _boundary_problems(sg: NpuSubgraph, arch: ArchitectureFeatures, schedule: Schedule) -> Iterable[str]:
+    """A subgraph's inputs and outputs are what the CPU (or the application) writes and reads: with fast storage
+    of its own (Dedicated_Sram), which only the NPU addresses, they must stay in the feature-map memory."""
+    fast = arch.fast_storage_mem_area
+    if fast == arch.feature_map_storage_mem_area:
+        return
+    for role, maps in (("input", sg.inputs), ("output", sg.outputs)):
+        for fm in maps:
+            place = schedule.placement(fm)
+            if place is not None and place.mem_area == fast:
+                yield (f"subgraph {sg.name}: its {role} {feature_map_label(fm)} is placed in the NPU's own fast "
+                       f"storage ({fast.name}), where the CPU cannot {'write' if role == 'input' else 'read'} it")
+
+
 def verify(network: Network | NpuSubgraph, arch: ArchitectureFeatures, schedule: Schedule,
            evaluation: Evaluation | None = None, limit: int | None = None, addresses: bool = True) -> list[str]:
     """Every way ``schedule`` is invalid for ``network``; empty when it is valid.
@@ -111,7 +125,7 @@ def verify(network: Network | NpuSubgraph, arch: ArchitectureFeatures, schedule:
     there, rolling and weight buffers) never exceeds ``limit`` (default: the architecture's arena cache size) —
     every subgraph's first step above it is reported; where the use fits at every step, the buffers must also
     fit at addresses (``allocation``: fragmentation can make the address space larger than the peak), unless
-    ``addresses`` is False.
+    ``addresses`` is False. With fast storage of its own (Dedicated_Sram) no subgraph input or output is there.
     """
     problems: list[str] = []
     for sg in subgraphs_of(network):
@@ -130,6 +144,7 @@ def verify(network: Network | NpuSubgraph, arch: ArchitectureFeatures, schedule:
                 problems.append(f"op {op.index} ({op.name}): slack depth {depth} is outside its OFM stripe depth "
                                 f"{op_sched.ofm_stripe.depth}")
         problems.extend(_cascade_problems(sg, schedule))
+        problems.extend(_boundary_problems(sg, arch, schedule))
     evaluation = evaluation if evaluation is not None else evaluate(network, arch, schedule)
     budget = staging_limit(arch) if limit is None else int(limit)
     for memory in evaluation.memory:
