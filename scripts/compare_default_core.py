@@ -7,8 +7,9 @@ For every corpus model x golden configuration (tests/data/golden/vela-5.2.0-rego
 total (deterministic), the default core's own schedule priced by npusched's evaluator (read from the golden
 debug database), the default core's own total (its summary.csv), the heuristic's total, CP-SAT's status, and
 why npusched's verifier rejects the default core's schedule where it does (its graph is not npusched's: such a
-schedule is no start for CP-SAT); then in how many cells CP-SAT is no worse than the default core's schedule
-where that schedule is valid, and the geometric mean of the ratio over all cells.
+schedule is no start for CP-SAT), and "yes" where the wall clock stopped CP-SAT before its deterministic work
+budget (that cell may differ from run to run); then in how many cells CP-SAT is no worse than the default
+core's schedule where that schedule is valid, and the geometric mean of the ratio over all cells.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ GOLDEN = DATA / "golden" / "vela-5.2.0-regor"
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--time-limit", type=float, default=15.0)
+    parser.add_argument("--time-limit", type=float, default=30.0, help="per cell, as solve-schedule's default")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--configs", help="comma-separated configuration names (default: all)")
     parser.add_argument("--models", help="comma-separated model names (default: all)")
@@ -39,7 +40,7 @@ def main() -> int:
     args = parser.parse_args()
     configs = args.configs.split(",") if args.configs else sorted(p.name for p in GOLDEN.iterdir() if p.is_dir())
     header = ("config,model,cpsat_cycles,default_schedule_cycles,default_core_cycles,heuristic_cycles,status,"
-              "default_schedule_rejected")
+              "default_schedule_rejected,stopped_by_clock")
     rows = [header]
     print(header)
     ratios: list[float] = []
@@ -57,7 +58,7 @@ def main() -> int:
             try:
                 result = run(options)
             except NpuschedError as exc:
-                row = f"{config_name},{golden.name},error,{str(exc)[:80].replace(',', ';')},,,,"
+                row = f"{config_name},{golden.name},error,{str(exc)[:80].replace(',', ';')},,,,,"
             else:
                 arch, network, _ = load_network(options)
                 own = compare_default_core(network, arch, golden, golden.name)
@@ -72,7 +73,8 @@ def main() -> int:
                     valid_ratios.append(cycles / own.cycles_ours)
                 why = problems[0].replace(",", ";") if problems else ""
                 row = (f"{config_name},{golden.name},{cycles:.0f},{own.cycles_ours:.0f},{own.cycles_vela:.0f},"
-                       f"{result.solver_report.heuristic_cycles or 0:.0f},{result.status},{why}")
+                       f"{result.solver_report.heuristic_cycles or 0:.0f},{result.status},{why},"
+                       f"{'yes' if result.solver_report.model_stats.get('stopped_by_clock') else ''}")
             rows.append(row)
             print(row, flush=True)
     if ratios:

@@ -18,7 +18,7 @@ from npusched.schedule.schedule import Schedule, TensorPlacement
 from npusched.solvers.cpsat import solve_cpsat
 from npusched.solvers.cpsat.candidates import all_candidates
 from npusched.solvers.cpsat.model import SCALE
-from npusched.solvers.cpsat.search import NO_TIME_TO_SEARCH
+from npusched.solvers.cpsat.search import NO_TIME_TO_SEARCH, STOPPED_BY_CLOCK
 from npusched.solvers.heuristic import heuristic_schedule
 from npusched.solvers.max_schedule import max_schedule
 
@@ -147,6 +147,21 @@ def test_a_deterministic_run_is_sized_by_its_inputs_not_by_the_clock(monkeypatch
         result = run(options, started=time.monotonic() - offset)
         runs.append((list(budgets), result.schedule.ops, result.schedule.tensors))
     assert runs[0][0] and runs[0] == runs[1]
+
+
+@pytest.mark.slow
+def test_a_deterministic_run_cut_by_the_clock_says_so():
+    """--deterministic stops CP-SAT after a work budget; the wall clock is only a safety net. Where the clock ends
+    the search first (here half a second for a 60-pass model, with the work of 100 s), the answer depends on the
+    machine, and the result says so; where the budget ends it, nothing is said."""
+    arch, network = load_corpus("person_detect", "u65-512_high_dedicated384k")
+    hint = heuristic_schedule(network, arch)
+    cut = solve_cpsat(network, arch, time_limit_seconds=0.5, work_limit_seconds=100, workers=1, deterministic=True,
+                      hint=hint)
+    assert cut.model_stats.get("stopped_by_clock") and STOPPED_BY_CLOCK in cut.reason
+    budgeted = solve_cpsat(network, arch, time_limit_seconds=300, work_limit_seconds=2, workers=1,
+                           deterministic=True, hint=hint)
+    assert not budgeted.model_stats.get("stopped_by_clock") and STOPPED_BY_CLOCK not in budgeted.reason
 
 
 @pytest.mark.slow

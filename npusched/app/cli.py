@@ -91,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="schedule the model as it is: do not fold its static shape arithmetic (SHAPE -> "
                             "STRIDED_SLICE -> PACK -> RESHAPE of Keras-style exports) first")
     sched.add_argument("--deterministic", action="store_true",
-                       help="reproducible CP-SAT search: same inputs, seed and workers give the same schedule")
+                       help="reproducible CP-SAT search: same inputs, seed and workers give the same schedule "
+                            "(a note says where the time limit ended the search first)")
     out = parser.add_argument_group("output")
     out.add_argument("--json", type=_output_path, metavar="PATH",
                      help="write the schedule document (npusched.schedule/1)")

@@ -29,7 +29,7 @@ from npusched.solvers.cpsat.model import (
     whole_subgraph_regions,
 )
 from npusched.solvers.cpsat.repair import repair_allocation
-from npusched.solvers.cpsat.solver import Progress, SearchBudget, new_solver
+from npusched.solvers.cpsat.solver import Progress, SearchBudget, new_solver, stopped_by_clock
 from npusched.solvers.cpsat.windows import search_windows
 from npusched.solvers.max_schedule import max_schedule
 from npusched.target.arch import ArchitectureFeatures, OptimisationStrategy
@@ -41,6 +41,8 @@ FULL_MODEL_MAX_PASSES = 120
 # What a search gets at least when its time is gone and no hint fits (a schedule is still needed).
 MIN_SEARCH_SECONDS = 0.5
 NO_TIME_TO_SEARCH = "no time left to search within the time limit (the hint's schedule, unimproved)"
+STOPPED_BY_CLOCK = ("--deterministic: the wall clock stopped the search before its work budget, so another run may "
+                    "give another schedule; a longer --time-limit makes it reproducible")
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,8 @@ def solve_cpsat(network: Network, arch: ArchitectureFeatures, *, time_limit_seco
     net = NetworkFacts(network, arch)
     result = _search(net, start, time_limit_seconds, work_limit_seconds, workers or os.cpu_count() or 1, seed,
                      deterministic, hint, hint_evaluation, log)
+    if result.model_stats.get("stopped_by_clock"):
+        result = replace(result, reason="; ".join(filter(None, (result.reason, STOPPED_BY_CLOCK))))
     return replace(result, any_schedule_bound_cycles=any_schedule_bound(net),
                    strategy="Size" if _size_first(arch) else "Performance")
 
@@ -140,6 +144,8 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, work_lim
     except OutOfTime:
         if fitting is None:
             raise ScheduleError(_nothing_found(hint_eval, limit, time_limit_seconds)) from None
+        if deterministic:
+            stats["stopped_by_clock"] = True  # the build ran out of time: the clock chose the window search
         return _windows_result(net, references, *fitting, limit, budget, start, stats,
                                "the one model could not be built in time")
     stats.update(built.stats, mode="full")
@@ -149,6 +155,7 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, work_lim
         # First the least peak, in half the time left; then the fewest cycles within it.
         solver = new_solver(budget.seconds_left() / 2, budget, work / 4)
         status = solver.solve(built.model, Progress(log, start, "bytes of fast storage", 1))
+        _note_clock(stats, solver, status, budget)
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             least_peak = round(solver.objective_value)
             peak = _PeakBound(least_peak, math.ceil(solver.best_objective_bound - 1e-6), status == cp_model.OPTIMAL)
@@ -159,6 +166,7 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, work_lim
             _hold_peak_and_minimise_cycles(built, solver, least_peak)
             solver = new_solver(budget.seconds_left(), budget, work / 4)
             cycles_status = solver.solve(built.model, Progress(log, start))
+            _note_clock(stats, solver, cycles_status, budget)
             if cycles_status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 # The smallest schedule is a solution of the second model too; without time to find it, keep it.
                 return _verified_result(net, smallest, hint, fitting[1] if fitting else None, cp_model.FEASIBLE,
@@ -167,6 +175,7 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, work_lim
     else:
         solver = new_solver(budget.seconds_left(), budget, work / 2)
         status = solver.solve(built.model, Progress(log, start))
+        _note_clock(stats, solver, status, budget)
     solve_seconds = time.monotonic() - start
     if status == cp_model.INFEASIBLE:
         if fitting is not None:
@@ -196,6 +205,12 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, work_lim
         return _fallback(fitting[0], fitting[1].total_cycles, repair.reason, time.monotonic() - start, stats)
     return _verified_result(net, found, hint, fitting[1] if fitting else None, status, bound, peak,
                             time.monotonic() - start if repair.rounds else solve_seconds, stats, log)
+
+
+def _note_clock(stats: dict[str, Any], solver: cp_model.CpSolver, status: cp_model.CpSolverStatus,
+                budget: SearchBudget) -> None:
+    if stopped_by_clock(solver, status, budget):
+        stats["stopped_by_clock"] = True
 
 
 def _windows_result(net: NetworkFacts, references: tuple[Schedule, ...], hint: Schedule, hint_eval: Evaluation,

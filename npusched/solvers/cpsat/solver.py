@@ -71,3 +71,10 @@ def new_solver(time_limit: float, budget: SearchBudget, work_seconds: float | No
         # clock limit above stays as a safety net).
         solver.parameters.max_deterministic_time = max(work_seconds or time_limit / 2, 0.05)
     return solver
+
+
+def stopped_by_clock(solver: cp_model.CpSolver, status: cp_model.CpSolverStatus, budget: SearchBudget) -> bool:
+    """Whether a deterministic solve ended at the wall clock, its safety net, before its work budget: its answer
+    then depends on the machine's speed and load."""
+    return (budget.deterministic and status not in (cp_model.OPTIMAL, cp_model.INFEASIBLE)
+            and solver.deterministic_time < 0.99 * solver.parameters.max_deterministic_time)
