@@ -109,6 +109,16 @@ def test_a_map_the_cpu_reads_is_never_in_dedicated_fast_storage(config: str) -> 
     assert any("where the CPU cannot read it" in problem for problem in verify(network, arch, moved))
 
 
+@pytest.mark.slow
+def test_a_rejected_default_core_schedule_is_reported_rejected() -> None:
+    """--solver vela-default prices the default core's schedule even where npusched's verifier rejects it, but says
+    so: status ``rejected`` (not ``feasible``) and the reason as a warning line."""
+    result = run(run_options("u65-512_high_dedicated384k", "keyword_scrambled_8bit", solver="vela-default",
+                             **DEFAULT))
+    assert result.status == "rejected" and result.evaluation is not None
+    assert any("rules reject" in warning and "where the CPU cannot read it" in warning for warning in result.warnings)
+
+
 def test_every_golden_case_is_there() -> None:
     for config in CONFIGS:
         assert (REGOR_DIR / config / "kws_dscnn_int8" / "debug_db.xml").is_file()

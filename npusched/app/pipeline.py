@@ -127,21 +127,26 @@ def run(options: RunOptions, log: Callable[[str], None] | None = None, started: 
     timings["evaluate"] = time.monotonic() - start
     status = report.status if report is not None else "feasible"
     warnings: tuple[str, ...] = ()
-    baseline = {"heuristic": "the heuristic's (Vela legacy's)", "vela-default": "Vela's default core's"}
+    # Why a baseline's schedule may go over the arena and still be that core's: legacy only warns there; the default
+    # core checks the limit only where it can spill feature maps to another memory (and its memory count can
+    # differ from npusched's, which is the judge).
+    baseline = {"heuristic": ("the heuristic's (Vela legacy's)", "as Vela's legacy core goes over its arena"),
+                "vela-default": ("Vela's default core's", "by npusched's count of its buffers")}
     if problems and options.solver in baseline and not verify(network, arch, schedule, evaluation, UNLIMITED):
-        # A baseline reproduces its Vela core also where that core goes over the arena (legacy only warns; the
-        # default core checks the limit only where it can spill feature maps to another memory): a valid
-        # schedule, over the limit.
+        # Valid but for the limit: reported as over it.
+        whose, why = baseline[options.solver]
         limit = staging_limit(arch)
         # At addresses, when fragmentation makes them need more than the peak.
         peak = max(evaluation.peak_fast_storage, evaluation.allocation.size_bytes)
         status, problems = "over_limit", []
-        warnings = (f"{baseline[options.solver]} schedule uses {peak} bytes of fast storage, {peak - limit} "
-                    f"bytes ({(peak - limit) / max(limit, 1):.0%}) over the limit of {limit} bytes, as that core "
-                    "goes over its arena; --solver cpsat keeps to the limit",)
+        warnings = (f"{whose} schedule uses {peak} bytes of fast storage, {peak - limit} bytes "
+                    f"({(peak - limit) / max(limit, 1):.0%}) over the limit of {limit} bytes, {why}; --solver cpsat "
+                    "keeps to the limit",)
     if options.solver == "vela-default":
         # Vela's default core's own schedule is a baseline: what npusched cannot express, or its rules reject, is
-        # said, not fatal.
+        # said, not fatal, and a schedule the rules reject has that status (priced all the same).
+        if problems:
+            status = "rejected"
         warnings = schedule.notes + warnings + tuple(f"npusched's rules reject the default core's schedule: "
                                                      f"{problem}" for problem in problems[:3])
         problems = []
