@@ -44,7 +44,6 @@ def main() -> int:
     rows = [header]
     print(header)
     ratios: list[float] = []
-    rejected = 0
     valid_ratios: list[float] = []
     for config_name in configs:
         config = load_config(GOLDEN, config_name)
@@ -67,9 +66,7 @@ def main() -> int:
                 assert result.evaluation is not None and result.solver_report is not None
                 cycles = result.evaluation.total_cycles
                 ratios.append(cycles / own.cycles_ours)
-                if problems:
-                    rejected += 1
-                else:
+                if not problems:
                     valid_ratios.append(cycles / own.cycles_ours)
                 why = problems[0].replace(",", ";") if problems else ""
                 row = (f"{config_name},{golden.name},{cycles:.0f},{own.cycles_ours:.0f},{own.cycles_vela:.0f},"
@@ -80,6 +77,7 @@ def main() -> int:
     if ratios:
         no_worse = sum(r <= 1.0 for r in valid_ratios)
         geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        rejected = len(ratios) - len(valid_ratios)
         print(f"SUMMARY CP-SAT no worse than the default core's schedule in {no_worse}/{len(valid_ratios)} cells "
               f"where npusched's verifier accepts that schedule ({rejected} where it does not); geomean CP-SAT / "
               f"default core's schedule {geomean:.3f} over all {len(ratios)}")
