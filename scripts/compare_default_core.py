@@ -19,12 +19,13 @@ import math
 import sys
 from pathlib import Path
 
-from npusched.app.pipeline import load_network, run
+from npusched.app.pipeline import run
 from npusched.errors import NpuschedError
-from npusched.schedule.evaluator import verify
+from npusched.schedule.evaluator import evaluate, verify
 from npusched.vela.command import run_options_from_vela_args
-from npusched.vela.default_core import compare_default_core, read_default_core_ops, schedule_from_default_core
+from npusched.vela.default_core import read_default_core_ops, schedule_from_default_core
 from npusched.vela.fidelity import load_config
+from npusched.vela.report import read_summary
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 GOLDEN = DATA / "golden" / "vela-5.2.0-regor"
@@ -59,17 +60,18 @@ def main() -> int:
             except NpuschedError as exc:
                 row = f"{config_name},{golden.name},error,{str(exc)[:80].replace(',', ';')},,,,,"
             else:
-                arch, network, _ = load_network(options)
-                own = compare_default_core(network, arch, golden, golden.name)
+                arch, network = result.arch, result.network
                 imported = schedule_from_default_core(network, arch, read_default_core_ops(golden / "debug_db.xml"))
-                problems = verify(network, arch, imported.schedule)
+                own = evaluate(network, arch, imported.schedule)
+                problems = verify(network, arch, imported.schedule, own)
+                own_total = float(read_summary(golden / "summary.csv")["cycles_total"])
                 assert result.evaluation is not None and result.solver_report is not None
                 cycles = result.evaluation.total_cycles
-                ratios.append(cycles / own.cycles_ours)
+                ratios.append(cycles / own.total_cycles)
                 if not problems:
-                    valid_ratios.append(cycles / own.cycles_ours)
+                    valid_ratios.append(cycles / own.total_cycles)
                 why = problems[0].replace(",", ";") if problems else ""
-                row = (f"{config_name},{golden.name},{cycles:.0f},{own.cycles_ours:.0f},{own.cycles_vela:.0f},"
+                row = (f"{config_name},{golden.name},{cycles:.0f},{own.total_cycles:.0f},{own_total:.0f},"
                        f"{result.solver_report.heuristic_cycles or 0:.0f},{result.status},{why},"
                        f"{'yes' if result.solver_report.model_stats.get('stopped_by_clock') else ''}")
             rows.append(row)
