@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from conftest import CONFIGS, model_path, run_options
 
+from npusched.app.api import solve_options
 from npusched.app.cli import main
 from npusched.app.pipeline import run
-from npusched.app.replay import read_schedule
+from npusched.app.replay import as_compiled, read_schedule
 from npusched.io.report_json import document
 from npusched.schedule.evaluator import evaluate
 from npusched.vela import backend
@@ -298,3 +299,22 @@ def test_the_compile_estimate_grows_with_the_network() -> None:
     small = run(run_options("u55-128_hee_shared", "kws_dscnn_int8", solver=None)).network
     large = run(run_options("u55-128_hee_shared", "mobilenet_v2_224_int8", solver=None)).network
     assert COMPILE_SECONDS_FIXED < estimated_compile_seconds(small) < estimated_compile_seconds(large) / 2
+
+
+@pytest.mark.parametrize("model", ["kws_dscnn_int8", "vww_96_int8"])
+def test_a_schedule_priced_as_the_default_core_compiles_where_vela_folds_a_stride(model: str, tmp_path: Path) -> None:
+    """Under vela-default the graph keeps the first convolution's stride (the default core does) while Vela's
+    backend folds it into depth: the schedule is carried onto the folded pass, compiled, and Vela agrees with
+    the evaluator there; the note names the folded pass and the total the compiled graph has."""
+    result = solve_options(run_options("u65-256_mid_dedicated256k", model, solver="heuristic",
+                                       estimator="vela-default"))
+    legacy = run(run_options("u65-256_mid_dedicated256k", model, solver=None))
+    first, folded = result.network.npu_ops[0], legacy.network.npu_ops[0]
+    assert first.ifm.shape.depth < folded.ifm.shape.depth  # the premise: the two graphs differ there
+    compiled = result.compile(tmp_path)
+    assert compiled.agreed, compiled.warnings()
+    assert {op.op_index for op in compiled.ops} == {op.index for op in legacy.network.npu_ops}
+    assert len(compiled.notes) == 1 and f"op 0 '{first.name}'" in compiled.notes[0]
+    carried, _ = as_compiled(result.run)
+    assert carried.schedule.op(0).ifm_stripe.depth == folded.ifm.shape.depth
+    assert carried.schedule.op(0).ofm_stripe == result.run.schedule.op(0).ofm_stripe

@@ -12,12 +12,12 @@ Every figure comes from the evaluator, as on the command line (which calls the s
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from npusched.app.pipeline import run
-from npusched.app.replay import replay
+from npusched.app.replay import as_compiled, replay
 from npusched.io.plots import plot_memory
 from npusched.io.report_json import document, write_json
 from npusched.io.report_text import format_summary
@@ -101,7 +101,9 @@ class Result:
 
     def compile(self, output_dir: str | Path) -> BackendResult:
         """Compile the schedule with Vela's backend into ``output_dir`` (what `--output-dir` does)."""
-        return compile_schedule(self.run, Path(output_dir))
+        compiled, note = as_compiled(self.run)
+        backend = compile_schedule(compiled, Path(output_dir))
+        return replace(backend, notes=(note,)) if note else backend
 
 
 def solve(model: str | Path, hardware: Hardware | None = None, *, solver: str = "cpsat",

@@ -12,6 +12,7 @@ import math
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
 
@@ -22,8 +23,8 @@ STARTED = time.monotonic()
 from npusched import __version__
 from npusched.app.pareto import run_pareto
 from npusched.app.pipeline import run, write_model
-from npusched.app.replay import replay
-from npusched.errors import NpuschedError, OutputError, exit_status
+from npusched.app.replay import as_compiled, replay
+from npusched.errors import NpuschedError, OutputError, ScheduleError, exit_status
 from npusched.io.pareto_report import format_pareto, write_pareto_csv
 from npusched.io.plots import plot_memory, plot_pareto
 from npusched.io.report_json import check_output_path, write_json
@@ -252,12 +253,17 @@ def _report(args: argparse.Namespace, options: RunOptions, started: float, compi
 def _deploy(args: argparse.Namespace, result: RunResult, compilation: Compilation) -> None:
     """Compile the schedule with Vela's backend into --output-dir. A decision Vela refuses is one error line
     naming the op and Vela's reason (exit status 2); the summary and the JSON, written already, stay."""
+    kept = f"; the schedule is in {args.json}" if args.json is not None else ""
     try:
-        backend = compilation.finish(result)
+        compiled, note = as_compiled(result)
+        backend = compilation.finish(compiled)
+        if note:
+            backend = replace(backend, notes=(note,))
     except VelaRefusal as exc:
         reason = str(exc) if str(exc).startswith("Vela's backend") else f"Vela's backend refuses {exc}"
-        kept = f"; the schedule is in {args.json}" if args.json is not None else ""
         raise VelaRefusal(f"{reason} (--output-dir {args.output_dir}: nothing written{kept})") from None
+    except ScheduleError as exc:
+        raise ScheduleError(f"{exc} (--output-dir {args.output_dir}: nothing written{kept})") from None
     for warning in backend.warnings():
         sys.stderr.write(f"warning: {warning}\n")
     if args.json is not None:  # again, now with what Vela made of the schedule

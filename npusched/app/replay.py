@@ -15,9 +15,12 @@ from typing import Any
 from npusched.app.pipeline import load_network, totals_by_estimator
 from npusched.errors import ScheduleError
 from npusched.ir import MemArea, NpuOp, Shape4D, TensorFormat
+from npusched.lowering.graph import Network
 from npusched.run import UNLIMITED, RunOptions, RunResult
 from npusched.schedule.evaluator import evaluate, verify
+from npusched.schedule.rules import ifm_stripes
 from npusched.schedule.schedule import EncodedWeightsRef, OpSchedule, Schedule, TensorPlacement, WeightBuffering
+from npusched.target.arch import ArchitectureFeatures, Estimator
 from npusched.target.block_config import op_block_inputs, try_block_config
 from npusched.target.weights import encode_op_weights
 
@@ -114,3 +117,81 @@ def replay(options: RunOptions, path: Path) -> RunResult:
     return RunResult(options=replace(options, solver=document["solver"]), arch=arch, network=network,
                      status=document.get("status", "feasible"), schedule=schedule, evaluation=evaluation,
                      timings_seconds=timings, warnings=tuple(document.get("warnings", ())), cycles_by_estimator=cycles)
+
+
+def carry_schedule(schedule: Schedule, source: Network, target: Network, arch: ArchitectureFeatures) -> Schedule:
+    """``schedule`` of ``source`` moved onto ``target``, another lowering of the same model with the same passes
+    (Vela's backend folds a strided convolution into depth where the default core's graph keeps the stride).
+
+    Every choice is kept; a pass whose IFM or weights ``target`` shapes differently gets its IFM stripes, block
+    config and weight encoding rebuilt for that shape. A choice that does not fit there is a ``ScheduleError``.
+    """
+    if [(op.op_type, op.ofm.shape) for op in source.npu_ops] != [(op.op_type, op.ofm.shape) for op in target.npu_ops]:
+        raise ScheduleError("the two lowerings of the model have different NPU passes")
+    ops: list[OpSchedule] = []
+    for before, op in zip(source.npu_ops, target.npu_ops, strict=True):
+        choice = replace(schedule.op(before.index), op_index=op.index)
+        same_weights = (before.weights is None) == (op.weights is None) and \
+            (op.weights is None or before.weights.shape == op.weights.shape)  # type: ignore[union-attr]
+        if before.ifm.shape != op.ifm.shape or not same_weights:
+            choice = _reshaped_choice(op, choice, arch)
+        ops.append(choice)
+    by_name = {access.tensor.name: access.tensor for op in target.npu_ops
+               for access in (op.ifm, op.ifm2, op.ofm) if access is not None}
+    tensors = tuple((by_name.get(fm.name, fm), place) for fm, place in schedule.tensors)
+    return replace(schedule, ops=tuple(ops), tensors=tensors)
+
+
+def _reshaped_choice(op: NpuOp, choice: OpSchedule, arch: ArchitectureFeatures) -> OpSchedule:
+    """``choice`` (made for another shape of the same pass) rebuilt for ``op``: its IFM stripes, block config
+    and weights follow the op's shapes; stripe, cascade and buffering stay."""
+    ifm_stripe, ifm2_stripe = ifm_stripes(op, choice.ofm_stripe)
+    block = None
+    if choice.block_config is not None:
+        wanted = choice.block_config.old_style()
+        block = try_block_config(Shape4D(1, wanted[0], wanted[1], wanted[3]), arch, ofm_shape=choice.ofm_stripe,
+                                 ifm_shape=ifm_stripe, ifm2_shape=ifm2_stripe,
+                                 is_partkernel=choice.block_config.is_partkernel, **op_block_inputs(op))
+        if block is None or block.old_style() != wanted:
+            raise ScheduleError(f"op {op.index} '{op.name}': block config {wanted} does not fit the pass as Vela's "
+                                "backend lowers it")
+    encoded, buffering = choice.encoded_weights, choice.weight_buffering
+    if op.weights is not None and block is not None:
+        weights = encode_op_weights(arch, op, block.ofm_block.depth, choice.depth_slices)
+        encoded = EncodedWeightsRef.of(weights, block.ofm_block.depth)
+        if buffering.is_buffered:
+            sizes = weights.double_buffer_sizes[:len(buffering.buffer_sizes)]
+            buffering = replace(buffering, buffer_sizes=tuple(sizes))
+    return replace(choice, block_config=block, ifm_stripe=ifm_stripe, ifm2_stripe=ifm2_stripe, encoded_weights=encoded,
+                   weight_buffering=buffering)
+
+
+def as_compiled(result: RunResult) -> tuple[RunResult, str | None]:
+    """``result`` on the graph Vela's (legacy) backend compiles, and a warning when that is not the graph the
+    report priced.
+
+    Under ``--estimator vela-default`` the graph keeps a strided convolution the legacy core folds into depth, as
+    the default core does; Vela's backend folds it. The schedule is then carried onto the legacy lowering and
+    verified there, and the warning gives the total the compiled graph has under the chosen estimator.
+    """
+    if result.arch.estimator is not Estimator.VELA_DEFAULT:
+        return result, None
+    schedule, _ = result.solved()
+    _, network, _ = load_network(replace(result.options, estimator=Estimator.VELA_LEGACY.value))
+    folded = [op for before, op in zip(result.network.npu_ops, network.npu_ops, strict=False)
+              if before.ifm.shape != op.ifm.shape]
+    if not folded and len(network.npu_ops) == len(result.network.npu_ops):
+        return result, None
+    try:
+        carried = carry_schedule(schedule, result.network, network, result.arch)
+    except ScheduleError as exc:
+        raise ScheduleError(f"the schedule does not carry over to the graph Vela's backend compiles: {exc}") from None
+    evaluation = evaluate(network, result.arch, carried)
+    problems = verify(network, result.arch, carried, evaluation, UNLIMITED if result.status == "over_limit" else None)
+    if problems:
+        raise ScheduleError(f"on the graph Vela's backend compiles the schedule fails verification: {problems[0]}")
+    names = ", ".join(f"op {op.index} '{op.name}'" for op in folded[:3])
+    warning = (f"Vela's backend folds the stride of {names} into depth, as the default core does not: the compiled "
+               f"graph is {evaluation.total_cycles:,.0f} cycles under {result.arch.estimator.value}, the report's "
+               f"{result.evaluation.total_cycles:,.0f}")  # type: ignore[union-attr]
+    return replace(result, network=network, schedule=carried, evaluation=evaluation), warning

@@ -99,6 +99,8 @@ class BackendResult:
     # and npusched's allocator less) and what Vela's HillClimb needed.
     allocator: str = "vela"
     hillclimb_bytes: int | None = None
+    # Said before the comparison: where the compiled graph is not the one the run priced (npusched.app.replay).
+    notes: tuple[str, ...] = ()
 
     @property
     def allocation_fits(self) -> bool:
@@ -116,9 +118,10 @@ class BackendResult:
 
     def warnings(self) -> tuple[str, ...]:
         """One line per disagreeing op and for the total: a difference means one of the two estimates is wrong."""
-        lines = [f"Vela's estimate of op {op.op_index} '{op.name}' ({op.subgraph}) is {op.vela_cycles:,.1f} cycles, "
-                 f"npusched's {op.npusched_cycles:,.1f} ({_relative(op.vela_cycles, op.npusched_cycles):+.4%})"
-                 for op in self.ops if not op.agrees]
+        lines = list(self.notes)
+        lines += [f"Vela's estimate of op {op.op_index} '{op.name}' ({op.subgraph}) is {op.vela_cycles:,.1f} cycles, "
+                  f"npusched's {op.npusched_cycles:,.1f} ({_relative(op.vela_cycles, op.npusched_cycles):+.4%})"
+                  for op in self.ops if not op.agrees]
         if not self.total_agrees:
             lines.append(f"Vela's estimate of the network is {self.vela_total_cycles:,.1f} cycles, npusched's "
                          f"{self.npusched_total_cycles:,.1f} "
@@ -137,7 +140,7 @@ class BackendResult:
                 "vela_allocation_bytes": self.vela_allocation_bytes,
                 "npusched_allocation_bytes": self.npusched_allocation_bytes,
                 "allocation_fits": self.allocation_fits, "allocator": self.allocator,
-                "hillclimb_bytes": self.hillclimb_bytes}
+                "hillclimb_bytes": self.hillclimb_bytes, "notes": list(self.notes)}
 
 
 def _relative(a: float, b: float) -> float:
