@@ -130,6 +130,16 @@ def test_channel_poor_rescaling_is_computed_16_deep():
     assert _assert_exact(plain, normalised) > 20
 
 
+def test_channel_poor_work_is_re_laid_out_in_a_model_with_nothing_to_fold():
+    """Not only exported models: a plain U-Net's LOGISTIC on its 1-channel output runs on a 16-deep view too (the
+    default core re-lays such work out in any model), exactly."""
+    data = generate("unet", 40, 1)
+    normalised, record = normalise(data)
+    assert record.folded_operators == 0 and record.relaid_passes == 1
+    assert [op.opcode for op in parse_tflite(normalised).main.operators][-3:] == ["RESHAPE", "LOGISTIC", "RESHAPE"]
+    assert _assert_exact(data, normalised) > 20
+
+
 def test_a_model_with_nothing_to_fold_is_returned_as_it_is():
     data = generate("resnet", 40, 0)
     normalised, record = normalise(data)

@@ -103,11 +103,11 @@ def normalise(data: bytes, source: str = "<bytes>", relayout: bool = True,
               band_softmax: bool = True) -> tuple[bytes, Normalisation]:
     """The normalised model's bytes and what changed; ``data`` itself when nothing can be folded or split.
 
-    A dynamic batch dimension is fixed at 1 (and the record says so) only in a model that has something to fold
-    or split. ``relayout`` views element-wise chains on channel-poor maps 16 deep (see
-    ``_relayout_channel_poor``); it is applied to exported models (those with shape arithmetic folded) only.
+    A dynamic batch dimension is fixed at 1 (and the record says so) only in a model that has something to fold,
+    split or re-lay out. ``relayout`` views element-wise chains on channel-poor maps 16 deep (see
+    ``_relayout_channel_poor``), in any model (the default core re-lays such work out too).
     ``band_softmax`` computes a SOFTMAX on a large map in row bands (see ``_band_softmax``), in any model; a
-    model with nothing to fold and no such softmax is left byte for byte as it is.
+    model with none of these is left byte for byte as it is.
     """
     try:
         model = schema.ModelT.InitFromPackedBuf(bytearray(data), 0)
@@ -121,11 +121,11 @@ def normalise(data: bytes, source: str = "<bytes>", relayout: bool = True,
         done = _fold(model, subgraph)
         folded.update(done)
         removed += _drop_dead_tensors(model, subgraph)
-    if relayout and folded:
+    if relayout:
         relaid = sum(_relayout_channel_poor(model, subgraph) for subgraph in model.subgraphs[:1])
     if band_softmax and model.subgraphs:
         split, bands = _band_softmax(model, model.subgraphs[0])
-    if not folded and not split:
+    if not folded and not split and not relaid:
         # Fixing the batch alone changes nothing the NPU runs (readers take the 1 in the shape): the file stays
         # the user's, so Vela's backend compiles the very file `vela` would.
         return data, Normalisation()
