@@ -131,15 +131,17 @@ def carry_schedule(schedule: Schedule, source: Network, target: Network, arch: A
     ops: list[OpSchedule] = []
     for before, op in zip(source.npu_ops, target.npu_ops, strict=True):
         choice = replace(schedule.op(before.index), op_index=op.index)
-        same_weights = (before.weights is None) == (op.weights is None) and \
-            (op.weights is None or before.weights.shape == op.weights.shape)  # type: ignore[union-attr]
-        if before.ifm.shape != op.ifm.shape or not same_weights:
+        if before.ifm.shape != op.ifm.shape or _weights_shape(before) != _weights_shape(op):
             choice = _reshaped_choice(op, choice, arch)
         ops.append(choice)
     by_name = {access.tensor.name: access.tensor for op in target.npu_ops
                for access in (op.ifm, op.ifm2, op.ofm) if access is not None}
     tensors = tuple((by_name.get(fm.name, fm), place) for fm, place in schedule.tensors)
     return replace(schedule, ops=tuple(ops), tensors=tensors)
+
+
+def _weights_shape(op: NpuOp) -> tuple[int, ...] | None:
+    return None if op.weights is None else op.weights.shape
 
 
 def _reshaped_choice(op: NpuOp, choice: OpSchedule, arch: ArchitectureFeatures) -> OpSchedule:
@@ -176,7 +178,7 @@ def as_compiled(result: RunResult) -> tuple[RunResult, str | None]:
     """
     if result.arch.estimator is not Estimator.VELA_DEFAULT:
         return result, None
-    schedule, _ = result.solved()
+    schedule, reported = result.solved()
     _, network, _ = load_network(replace(result.options, estimator=Estimator.VELA_LEGACY.value))
     folded = [op for before, op in zip(result.network.npu_ops, network.npu_ops, strict=False)
               if before.ifm.shape != op.ifm.shape]
@@ -193,5 +195,5 @@ def as_compiled(result: RunResult) -> tuple[RunResult, str | None]:
     names = ", ".join(f"op {op.index} '{op.name}'" for op in folded[:3])
     warning = (f"Vela's backend folds the stride of {names} into depth, as the default core does not: the compiled "
                f"graph is {evaluation.total_cycles:,.0f} cycles under {result.arch.estimator.value}, the report's "
-               f"{result.evaluation.total_cycles:,.0f}")  # type: ignore[union-attr]
+               f"{reported.total_cycles:,.0f}")
     return replace(result, network=network, schedule=carried, evaluation=evaluation), warning
