@@ -318,3 +318,16 @@ def test_a_schedule_priced_as_the_default_core_compiles_where_vela_folds_a_strid
     carried, _ = as_compiled(result.run)
     assert carried.schedule.op(0).ifm_stripe.depth == folded.ifm.shape.depth
     assert carried.schedule.op(0).ofm_stripe == result.run.schedule.op(0).ofm_stripe
+
+
+def test_cli_output_dir_under_vela_default_says_the_compiled_graph_differs(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    model = model_path("kws_dscnn_int8")
+    hardware = vela_hardware_args(CONFIGS["u65-256_mid_dedicated256k"])
+    saved = tmp_path / "kws.json"
+    assert main([str(model), *hardware, "--solver", "heuristic", "--estimator", "vela-default", "--quiet",
+                 "--json", str(saved), "--output-dir", str(tmp_path / "out")]) == 0
+    out, err = capsys.readouterr()
+    assert "agrees with npusched's" in out
+    assert "warning: Vela's backend folds the stride of op 0" in err
+    assert json.loads(saved.read_text())["vela_backend"]["notes"][0].startswith("Vela's backend folds the stride")
