@@ -65,6 +65,13 @@ def write_model(options: RunOptions, path: Path) -> None:
         raise OutputError(f"--write-model {path}: cannot write ({exc.strerror or exc})") from None
 
 
+def writes_in_place(options: RunOptions) -> bool:
+    """Whether the run's graph has convolutions write their slice of a concatenation (``lower_model``'s
+    ``in_place``): not for the two Vela cores' own schedules, which are of Vela's graphs (the heuristic reproduces
+    the legacy core's; the default core's is read back by op name)."""
+    return options.solver not in (None, "heuristic", "vela-default")
+
+
 def load_normalised_network(
         options: RunOptions) -> tuple[ArchitectureFeatures, Network, dict[str, float], NormalisationReport | None]:
     """Read -> validate -> normalise -> lower; with what normalisation changed (None: nothing, or not asked).
@@ -95,7 +102,7 @@ def load_normalised_network(
             report = NormalisationReport(record, counts[0], 0, counts[1], 0, normalised)
         timings["normalise"] = time.monotonic() - start
     start = time.monotonic()
-    network = lower_model(model, arch)
+    network = lower_model(model, arch, in_place=writes_in_place(options))
     timings["lower"] = time.monotonic() - start
     if report is not None:
         report = replace(report, subgraphs_after=len(network.subgraphs), cpu_ops_after=len(network.cpu_ops))

@@ -99,7 +99,8 @@ def replay(options: RunOptions, path: Path) -> RunResult:
     """A finished run of the schedule saved at ``path`` instead of a solver's: the model and hardware of
     ``options`` (which must be the document's), the schedule evaluated and verified."""
     document = load_document(path)
-    arch, network, timings = load_network(options)
+    # The solver that made it chose the graph too (only CP-SAT's and the DP's write concatenations in place).
+    arch, network, timings = load_network(replace(options, solver=document["solver"]))
     ours = {"accelerator_config": arch.accelerator_config, "system_config": arch.system_config,
             "memory_mode": arch.memory_mode, "arena_cache_size": int(arch.arena_cache_size)}
     differing = [f"{key} {document.get(key)} (given: {value})" for key, value in ours.items()

@@ -32,6 +32,7 @@ from npusched.lowering.context import LoweringContext
 from npusched.lowering.decomposers import DECOMPOSERS
 from npusched.lowering.formats import assign_formats, brick_allowed
 from npusched.lowering.importer import import_subgraph
+from npusched.lowering.in_place import IN_PLACE_OF, write_concat_inputs_in_place
 from npusched.lowering.netgraph import (
     BINARY_ELEMENTWISE,
     CONV_TYPES,
@@ -205,6 +206,8 @@ def _npu_op(ps: Pass, consumer_count: int) -> NpuOp:
         attrs.append(("forced_output_quantization", prim.forced_output_quantization))
     if prim.memory_function is not None:
         attrs.append(("memory_function", prim.memory_function))
+    if IN_PLACE_OF in prim.attrs:
+        attrs.append((IN_PLACE_OF, prim.attrs[IN_PLACE_OF]))
     if "skirt" in prim.attrs:
         attrs.append(("skirt", tuple(int(v) for v in prim.attrs["skirt"])))
     if any(m != 1 for m in prim.ifm_stride_multiplier[0]):
@@ -252,16 +255,19 @@ def _cpu_ops(ps: Pass) -> list[CpuOp]:
 RECURSION_LIMIT = 200_000
 
 
-def lower_model(model: TfliteModel, arch: ArchitectureFeatures | None = None) -> Network:
+def lower_model(model: TfliteModel, arch: ArchitectureFeatures | None = None, *, in_place: bool = False) -> Network:
     """Lower every subgraph of ``model``; NPU subgraphs are listed in Vela's order (per TFLite subgraph, in
-    execution order). Time and memory grow linearly with the size of the model (scripts/bench_lower.py)."""
+    execution order). Time and memory grow linearly with the size of the model (scripts/bench_lower.py).
+
+    ``in_place``: convolutions write their slice of a concatenation themselves where that is exact and needs no
+    more memory (``npusched.lowering.in_place``); without it the graph is Vela legacy's, copies and all."""
     limit, collecting = sys.getrecursionlimit(), gc.isenabled()
     sys.setrecursionlimit(max(limit, RECURSION_LIMIT))
     # The working graph is cyclic (ops and tensors link both ways) and grows to thousands of objects; Python's
     # cyclic collector re-scanning it while it grows makes lowering quadratic, and nothing in it is garbage yet.
     gc.disable()
     try:
-        return _lower_model(model, arch)
+        return _lower_model(model, arch, in_place)
     except RecursionError:
         raise ModelError(f"{model.path}: the graph is too deep to lower ({RECURSION_LIMIT} nested steps)") from None
     finally:
@@ -270,7 +276,7 @@ def lower_model(model: TfliteModel, arch: ArchitectureFeatures | None = None) ->
             gc.enable()
 
 
-def _lower_model(model: TfliteModel, arch: ArchitectureFeatures) -> Network:
+def _lower_model(model: TfliteModel, arch: ArchitectureFeatures, in_place: bool) -> Network:
     all_ops: list[NpuOp | CpuOp] = []
     subgraphs: list[NpuSubgraph] = []
     for tsg in model.subgraphs:
@@ -286,6 +292,8 @@ def _lower_model(model: TfliteModel, arch: ArchitectureFeatures) -> Network:
         GraphRewriter(arch=arch, support=support, decompose=decompose).optimise(vsg)
         allowed = brick_allowed(vsg, arch)
         passes = pack_into_passes(vsg)
+        if in_place:
+            passes = write_concat_inputs_in_place(passes, vsg)
         runs = npu_runs(passes)
         assign_formats(runs, allowed)
         run_of: dict[int, int] = {id(ps): i for i, run in enumerate(runs) for ps in run}

@@ -66,7 +66,8 @@ def _must_stay_linear(fm: FeatureMap, arch: ArchitectureFeatures, use: TensorUse
     if not producers or fm in use.subgraph_outputs or fm in use.subgraph_inputs:
         return True
     for op in producers:
-        if op.ofm.shape != fm.shape or op.npu_block_type == NpuBlockType.Dma:
+        # A pass writing a slice (a concatenation's copy, or a convolution writing in place) is judged by its offset.
+        if (op.ofm.offset is None and op.ofm.shape != fm.shape) or op.npu_block_type == NpuBlockType.Dma:
             return True
         if op.ofm.offset is not None and op.ofm.offset.depth % 16 != 0:
             return True

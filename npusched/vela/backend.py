@@ -13,6 +13,7 @@ keeps global state (its debug database), so one compilation runs at a time in a 
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import io
 import multiprocessing
@@ -34,6 +35,7 @@ from npusched.frontend.normalise import normalise
 from npusched.frontend.tflite_reader import read_model_bytes
 from npusched.ir import NpuOp
 from npusched.lowering.graph import RECURSION_LIMIT, Network
+from npusched.lowering.in_place import IN_PLACE_OF
 from npusched.run import RunOptions, RunResult
 from npusched.schedule.allocation import allocate_ranges
 from npusched.schedule.evaluator import cascade_rolling_buffers, evaluate, placement_of
@@ -509,10 +511,15 @@ class _ForcedScheduler:
                     cps.time, ps.cascade = time, cps
                     sg.cascaded_passes.append(cps)
                 continue
+            subgraph = next(ours)
+            in_place = _write_in_place(sg, subgraph)
             vela_scheduler = scheduler.Scheduler(nng, sg, vela_arch, scheduler_options)
             vela_scheduler.create_scheduler_representation(vela_arch)
+            for sched_op in vela_scheduler.sched_ops:
+                if sched_op.parent_op.name in in_place:  # it computes its slice: the pass npusched prices
+                    sched_op.ofm.shape = sched_op.parent_op.write_shape
             sg.sched_ops = vela_scheduler.sched_ops
-            sg.schedule = self._subgraph_schedule(vela_scheduler, next(ours))
+            sg.schedule = self._subgraph_schedule(vela_scheduler, subgraph)
             vela_scheduler.apply_schedule(sg.schedule)
             self._place_feature_maps(vela_scheduler, sg.schedule)
             vela_scheduler.update_op_memory_snapshot(sg.schedule)
@@ -587,6 +594,22 @@ class _ForcedScheduler:
             info.npu_weights_tensor, info.npu_scales_tensor = weight_compressor.encode_weight_and_scale_tensor(
                 vela_scheduler.arch, sched_op.parent_op, weights, sched_op.parent_op.bias, sched_op.kernel,
                 info.block_config, slices)
+            shift = sched_op.parent_op.write_offset.depth if sched_op.parent_op.write_offset is not None else 0
+            if shift:
+                # A convolution writing its slice of a concatenation: Vela's command stream clips each depth slice
+                # to the write box and finds the slice's weights by its first OFM channel, both in the OFM's
+                # channels; its estimate finds the first slice at channel 0. The same ranges under both.
+                # (A copy of the stream's record: Vela caches encoded weights, and another op may share them.)
+                info.ofm_depth_slices = [depth + shift for depth in slices]
+                shifted = {}
+                for stream in {id(t): t for t in (info.npu_weights_tensor, info.npu_scales_tensor) if t}.values():
+                    shifted[id(stream)] = copy.copy(stream)
+                    shifted[id(stream)].encoded_ranges = {**stream.encoded_ranges, **{
+                        weight_compressor.WeightKey(key.core, key.depth + shift): found
+                        for key, found in stream.encoded_ranges.items()}}
+                info.npu_weights_tensor = shifted[id(info.npu_weights_tensor)]
+                if info.npu_scales_tensor is not None:
+                    info.npu_scales_tensor = shifted[id(info.npu_scales_tensor)]
             buffering = choice.weight_buffering
             if buffering.is_buffered:
                 encoded = info.npu_weights_tensor
@@ -695,6 +718,42 @@ class _ForcedScheduler:
             if tensor.mem_area != MemArea[wanted.mem_area.value] or tensor.format.name != wanted.format.value:
                 raise VelaRefusal(f"op {op.index} '{op.name}': Vela keeps its OFM in {tensor.mem_area.name} "
                                   f"{tensor.format.name}, npusched in {wanted.mem_area.value} {wanted.format.value}")
+
+
+def _write_in_place(sg: Any, subgraph: Any) -> set[str]:
+    """Make Vela's graph of one NPU subgraph npusched's where a convolution writes its slice of a concatenation
+    (``npusched.lowering.in_place``): the copy Vela made of its output goes, the convolution takes the copy's write
+    offset and shape and writes the concatenation's OFM. Returns the names of those convolutions."""
+    from ethosu.vela.operation import Op
+
+    wanted = {str(op.attr(IN_PLACE_OF)): op for op in subgraph.ops if op.attr(IN_PLACE_OF)}
+    if not wanted:
+        return set()
+    writers = {op.name for op in wanted.values()}
+    kept = []
+    for ps in sg.passes:
+        slice_copy = ps.primary_op
+        op = wanted.pop(slice_copy.name, None) if slice_copy is not None else None
+        if op is None:
+            kept.append(ps)
+            continue
+        source, ofm = slice_copy.ifm, slice_copy.ofm
+        producer: Any = source.ops[0] if len(source.ops) == 1 else None
+        made_by = next((other for other in kept if producer is not None and other.primary_op is producer), None)
+        if made_by is None or producer.name != op.name or source.consumer_list != [slice_copy]:
+            raise VelaRefusal(f"op {op.index} '{op.name}': in Vela's graph it does not make the input of "
+                              f"'{slice_copy.name}' alone, so it cannot write that slice itself")
+        producer.outputs = [ofm]
+        producer.write_offset, producer.write_shape = slice_copy.write_offset, slice_copy.write_shape
+        producer.memory_function = Op.ConcatSliceWrite
+        ofm.ops = [producer if writer is slice_copy else writer for writer in ofm.ops]
+        source.consumer_list = []
+        made_by.outputs, made_by.ofm_tensor = [ofm], ofm
+        made_by.ofm_shapes = [slice_copy.ofm_shapes[0]]  # a stripe's OFM box is checked against the whole OFM
+    if wanted:
+        raise VelaRefusal(f"Vela's graph has no copy '{next(iter(wanted))}' for a convolution to write in place of")
+    sg.passes = kept
+    return writers
 
 
 def _vela_shape(shape: Any) -> Any:

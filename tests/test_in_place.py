@@ -1,0 +1,158 @@
+"""Concatenation inputs written in place (npusched/lowering/in_place.py) and Vela's backend compiling them.
+
+The oracle for the backend is Vela's own command stream: where the heuristic's schedule (Vela legacy's graph)
+copies a convolution's output into the concatenation, CP-SAT's graph has the convolution write there itself,
+and the NPU operation Vela emits must address the same bytes of the concatenation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import CONFIGS
+
+from npusched.app import pipeline
+from npusched.app.cli import main
+from npusched.app.pipeline import load_network, run
+from npusched.lowering.in_place import IN_PLACE_OF
+from npusched.netgen import generate
+from npusched.run import RunResult
+from npusched.schedule.evaluator import evaluate, verify
+from npusched.schedule.schedule import BufferKind, EncodedWeightsRef, WeightBuffering
+from npusched.solvers.heuristic import heuristic_schedule
+from npusched.target.weights import encode_op_weights
+from npusched.vela.backend import compile_schedule
+from npusched.vela.command import run_options_from_vela_args, vela_hardware_args
+
+
+@pytest.fixture(scope="module")
+def densenet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("in_place") / "densenet.tflite"
+    path.write_bytes(generate("densenet", 40, 1, keras_style=True))
+    return path
+
+
+@pytest.fixture(scope="module")
+def nasnet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("in_place") / "nasnet.tflite"
+    path.write_bytes(generate("nasnet", 40, 1, keras_style=True))
+    return path
+
+
+def _options(model: Path, config: str, **overrides: Any) -> Any:
+    return run_options_from_vela_args(model, CONFIGS[config], **overrides)
+
+
+def test_a_convolution_takes_the_place_of_the_copy_of_its_output(densenet: Path) -> None:
+    """Each pass writing in place writes where the copy it replaces wrote, into a concatenation an earlier pass
+    of the same run already writes; the graph is otherwise Vela legacy's (the heuristic's)."""
+    _, legacy, _ = load_network(_options(densenet, "u55-128_hee_shared", solver="heuristic"))
+    _, ours, _ = load_network(_options(densenet, "u55-128_hee_shared", solver="cpsat"))
+    copies = {op.name: op for op in legacy.npu_ops}
+    writers = [op for op in ours.npu_ops if op.attr(IN_PLACE_OF)]
+    assert len(writers) == 8 and len(legacy.npu_ops) - len(ours.npu_ops) == len(writers)
+    for op in writers:
+        copy = copies[str(op.attr(IN_PLACE_OF))]
+        assert copy.op_type == "AvgPool" and copy.ifm.tensor.name == op.name
+        assert op.ofm.tensor == copy.ofm.tensor and op.ofm.offset == copy.ofm.offset
+        assert op.ofm.shape == copy.ifm.shape and op.op_type == "Conv2DBias"
+        sg = next(sg for sg in ours.subgraphs if op in sg.ops)
+        assert min(sg.writers(op.ofm.tensor)) < op.index
+    assert {op.name for op in ours.npu_ops} == {op.name for op in legacy.npu_ops} - {
+        str(op.attr(IN_PLACE_OF)) for op in writers}
+
+
+def test_writing_in_place_saves_the_copies(densenet: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CP-SAT on the graph with the copies and without, deterministic: the copies' cycles are saved."""
+    options = _options(densenet, "u55-128_hee_shared", solver="cpsat", estimator="vela-default",
+                       time_limit_seconds=60, workers=1, deterministic=True)
+    in_place = run(options)
+    monkeypatch.setattr(pipeline, "writes_in_place", lambda _options: False)
+    copies = run(options)
+    assert in_place.status == copies.status == "optimal"
+    assert in_place.evaluation.total_cycles < 0.98 * copies.evaluation.total_cycles
+
+
+def _npu_ofm_addresses(monkeypatch: pytest.MonkeyPatch, result: RunResult, output_dir: Path) -> tuple[Any, dict]:
+    """Compile ``result``; per pass name, the OFM address, shape and strides of each NPU operation Vela emits
+    ("ofm", ...), and the source of each DMA it is given ("dma", address)."""
+    import ethosu.vela.high_level_command_to_npu_op as commands
+
+    seen: dict[str, list[tuple[Any, ...]]] = {}
+    convert = commands.convert_command_to_npu_op
+
+    def recording(cmd: Any, arch: Any) -> Any:
+        op = convert(cmd, arch)
+        ps = getattr(cmd, "ps", None)
+        name = ps.primary_op.name if ps is not None and ps.primary_op is not None else "?"
+        if hasattr(op, "ofm"):
+            seen.setdefault(name, []).append(("ofm", op.ofm.tiles.addresses[0], op.ofm.shape, op.ofm.strides))
+        else:
+            seen.setdefault(name, []).append(("dma", op.src.address))
+        return op
+
+    monkeypatch.setattr(commands, "convert_command_to_npu_op", recording)
+    return compile_schedule(result, output_dir), seen
+
+
+def test_vela_writes_the_in_place_slice_where_the_copy_wrote(densenet: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    config = "u55-128_hee_shared"
+    legacy = run(_options(densenet, config, solver="heuristic"))
+    ours = run(_options(densenet, config, solver="cpsat", time_limit_seconds=60, workers=1, deterministic=True))
+    with monkeypatch.context() as patch:
+        legacy_backend, legacy_ops = _npu_ofm_addresses(patch, legacy, tmp_path / "legacy")
+    ours_backend, ours_ops = _npu_ofm_addresses(monkeypatch, ours, tmp_path / "ours")
+    assert legacy_backend.agreed and ours_backend.agreed, ours_backend.warnings()
+    writers = [op for op in ours.network.npu_ops if op.attr(IN_PLACE_OF)]
+    for op in writers:
+        first = min(ours.network.subgraphs[0].writers(op.ofm.tensor))
+        base = ours.network.npu_ops[first].name  # a copy both graphs have, at the concatenation's offset 0...
+        copy = str(op.attr(IN_PLACE_OF))
+        (_, ours_at, ours_shape, ours_strides), = [e for e in ours_ops[op.name] if e[0] == "ofm"]
+        (_, copy_at, copy_shape, copy_strides), = [e for e in legacy_ops[copy] if e[0] == "ofm"]
+        # ...so each in-place write lands as far from it as the copy did, in the same shape and layout.
+        assert ours_at - ours_ops[base][0][1] == copy_at - legacy_ops[base][0][1]
+        assert (ours_shape, ours_strides) == (copy_shape, copy_strides)
+
+
+def test_sliced_weights_of_an_in_place_write_reach_their_channels(nasnet: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Weights double-buffered in two depth slices on a convolution writing at channel 64 of a concatenation:
+    Vela's command stream finds each slice's weights by OFM channel, so it must fetch two different streams and
+    write the second slice one brick (16 channels) after the first."""
+    options = _options(nasnet, "u65-256_mid_dedicated256k", solver="cpsat")
+    arch, network, _ = load_network(options)
+    schedule = heuristic_schedule(network, arch, "Performance")
+    op = next(op for op in network.npu_ops if op.attr(IN_PLACE_OF) and op.ofm.offset.depth == 64)
+    choice = schedule.op(op.index)
+    depth = choice.block_config.ofm_block.depth
+    slices = (0, 16, 32)
+    encoded = encode_op_weights(arch, op, depth, slices)
+    buffering = WeightBuffering(BufferKind.DOUBLE, slices, tuple(encoded.double_buffer_sizes[:2]))
+    sliced = replace(choice, encoded_weights=EncodedWeightsRef.of(encoded, depth), slack_ofm_depth=None,
+                     weight_buffering=buffering)
+    schedule = replace(schedule, ops=tuple(sliced if o.op_index == op.index else o for o in schedule.ops))
+    evaluation = evaluate(network, arch, schedule)
+    assert verify(network, arch, schedule, evaluation) == []
+    result = RunResult(options=options, arch=arch, network=network, status="feasible", schedule=schedule,
+                       evaluation=evaluation)
+    backend, ops = _npu_ofm_addresses(monkeypatch, result, tmp_path)
+    assert backend.agreed, backend.warnings()
+    (_, first, first_shape, strides), (_, second, second_shape, _) = [e for e in ops[op.name] if e[0] == "ofm"]
+    assert first_shape.depth == second_shape.depth == 16
+    assert second - first == strides.depth  # the next 16 channels: one brick of the NHCWB16 concatenation on
+    assert len({entry[1] for entry in ops[op.name] if entry[0] == "dma"}) == 2
+
+
+def test_a_saved_heuristic_schedule_replays_on_its_own_graph(densenet: Path, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A document made by the heuristic (Vela's graph, copies and all) replays with the default solver."""
+    hardware = vela_hardware_args(CONFIGS["u55-128_hee_shared"])
+    saved = tmp_path / "heuristic.json"
+    assert main([str(densenet), *hardware, "--solver", "heuristic", "--quiet", "--json", str(saved)]) == 0
+    assert main([str(densenet), *hardware, "--schedule", str(saved), "--quiet"]) == 0
+    assert "heuristic" in capsys.readouterr().out
