@@ -32,7 +32,8 @@ def write_concat_inputs_in_place(passes: list[Pass], sg: WorkingGraph) -> list[P
     for ps in passes:
         copy = ps.primary_op
         if copy is None or copy.memory_function != "ConcatSliceWrite" or copy.type != "AvgPool" \
-                or ps.placement != "Npu" or ps.ops != [copy]:
+                or copy.original_type not in ("Concat", "ConcatTFLite") or ps.placement != "Npu" or ps.ops != [copy] \
+                or copy.activation is not None or copy.forced_output_quantization is not None:
             continue
         source, ofm = copy.inputs[0], copy.outputs[0]
         if source is None or id(source) in outputs or source.is_const or len(source.ops) != 1 \
