@@ -12,12 +12,12 @@ Every figure comes from the evaluator, as on the command line (which calls the s
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from npusched.app.pipeline import run
-from npusched.app.replay import as_compiled, replay
+from npusched.app.replay import compile_as_deployed, replay
 from npusched.io.plots import plot_memory
 from npusched.io.report_json import document, write_json
 from npusched.io.report_text import format_summary
@@ -101,9 +101,7 @@ class Result:
 
     def compile(self, output_dir: str | Path) -> BackendResult:
         """Compile the schedule with Vela's backend into ``output_dir`` (what `--output-dir` does)."""
-        compiled, note = as_compiled(self.run)
-        backend = compile_schedule(compiled, Path(output_dir))
-        return replace(backend, notes=(note,)) if note else backend
+        return compile_as_deployed(self.run, lambda run: compile_schedule(run, Path(output_dir)))
 
 
 def solve(model: str | Path, hardware: Hardware | None = None, *, solver: str = "cpsat",

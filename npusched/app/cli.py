@@ -12,7 +12,6 @@ import math
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
 
@@ -23,7 +22,7 @@ STARTED = time.monotonic()
 from npusched import __version__
 from npusched.app.pareto import run_pareto
 from npusched.app.pipeline import run, write_model
-from npusched.app.replay import as_compiled, replay
+from npusched.app.replay import compile_as_deployed, replay
 from npusched.errors import NpuschedError, OutputError, ScheduleError, exit_status
 from npusched.io.pareto_report import format_pareto, write_pareto_csv
 from npusched.io.plots import plot_memory, plot_pareto
@@ -255,10 +254,7 @@ def _deploy(args: argparse.Namespace, result: RunResult, compilation: Compilatio
     naming the op and Vela's reason (exit status 2); the summary and the JSON, written already, stay."""
     kept = f"; the schedule is in {args.json}" if args.json is not None else ""
     try:
-        compiled, note = as_compiled(result)
-        backend = compilation.finish(compiled)
-        if note:
-            backend = replace(backend, notes=(note,))
+        backend = compile_as_deployed(result, compilation.finish)
     except VelaRefusal as exc:
         reason = str(exc) if str(exc).startswith("Vela's backend") else f"Vela's backend refuses {exc}"
         raise VelaRefusal(f"{reason} (--output-dir {args.output_dir}: nothing written{kept})") from None

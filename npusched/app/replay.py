@@ -8,6 +8,7 @@ the document reports. Anything that does not fit the network is bad input: a ``S
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from npusched.schedule.schedule import EncodedWeightsRef, OpSchedule, Schedule, 
 from npusched.target.arch import ArchitectureFeatures, Estimator
 from npusched.target.block_config import op_block_inputs, try_block_config
 from npusched.target.weights import encode_op_weights
+from npusched.vela.backend import BackendResult
 
 FORMAT = "npusched.schedule/1"
 
@@ -198,3 +200,11 @@ def as_compiled(result: RunResult) -> tuple[RunResult, str | None]:
                f"graph is {evaluation.total_cycles:,.0f} cycles under {result.arch.estimator.value}, the report's "
                f"{reported.total_cycles:,.0f}")
     return replace(result, network=network, schedule=carried, evaluation=evaluation), warning
+
+
+def compile_as_deployed(result: RunResult, compile_run: Callable[[RunResult], BackendResult]) -> BackendResult:
+    """``compile_run`` (Vela's backend) on ``result`` carried onto the graph that backend compiles, the warning
+    ``as_compiled`` gives, if any, first among the backend's."""
+    compiled, note = as_compiled(result)
+    backend = compile_run(compiled)
+    return replace(backend, notes=(note,)) if note else backend

@@ -16,6 +16,7 @@ live).
 
 from __future__ import annotations
 
+from npusched.ir import round_up
 from npusched.lowering.netgraph import WorkingGraph, WorkingOp, WorkingTensor
 from npusched.lowering.packing import Pass
 
@@ -73,7 +74,7 @@ def _freed_bytes(producer: WorkingOp, at: int, pass_of: dict[int, Pass], positio
                  if reader is not None and reader is not producer and id(reader) in pass_of]
         if not any(index > at for index in later):
             shape = tensor.shape4d()
-            freed += shape.with_depth(-(-shape.depth // 16) * 16).elements() * tensor.dtype.size_in_bytes
+            freed += shape.with_depth(round_up(shape.depth, 16)).elements() * tensor.dtype.size_in_bytes
     return freed
 
 

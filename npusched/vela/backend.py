@@ -601,15 +601,9 @@ class _ForcedScheduler:
                 # channels; its estimate finds the first slice at channel 0. The same ranges under both.
                 # (A copy of the stream's record: Vela caches encoded weights, and another op may share them.)
                 info.ofm_depth_slices = [depth + shift for depth in slices]
-                shifted = {}
-                for stream in {id(t): t for t in (info.npu_weights_tensor, info.npu_scales_tensor) if t}.values():
-                    shifted[id(stream)] = copy.copy(stream)
-                    shifted[id(stream)].encoded_ranges = {**stream.encoded_ranges, **{
-                        weight_compressor.WeightKey(key.core, key.depth + shift): found
-                        for key, found in stream.encoded_ranges.items()}}
-                info.npu_weights_tensor = shifted[id(info.npu_weights_tensor)]
-                if info.npu_scales_tensor is not None:
-                    info.npu_scales_tensor = shifted[id(info.npu_scales_tensor)]
+                info.npu_weights_tensor = _depth_shifted(info.npu_weights_tensor, shift)
+                if info.npu_scales_tensor is not None:  # scales encoded apart from their cached weights
+                    info.npu_scales_tensor = _depth_shifted(info.npu_scales_tensor, shift)
             buffering = choice.weight_buffering
             if buffering.is_buffered:
                 encoded = info.npu_weights_tensor
@@ -718,6 +712,16 @@ class _ForcedScheduler:
             if tensor.mem_area != MemArea[wanted.mem_area.value] or tensor.format.name != wanted.format.value:
                 raise VelaRefusal(f"op {op.index} '{op.name}': Vela keeps its OFM in {tensor.mem_area.name} "
                                   f"{tensor.format.name}, npusched in {wanted.mem_area.value} {wanted.format.value}")
+
+
+def _depth_shifted(stream: Any, shift: int) -> Any:
+    """A copy of an encoded weight stream whose ranges are also found ``shift`` OFM channels on."""
+    from ethosu.vela.weight_compressor import WeightKey
+
+    shifted = copy.copy(stream)
+    shifted.encoded_ranges = {**stream.encoded_ranges, **{WeightKey(key.core, key.depth + shift): found
+                                                           for key, found in stream.encoded_ranges.items()}}
+    return shifted
 
 
 def _write_in_place(sg: Any, subgraph: Any) -> set[str]:
