@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from conftest import CONFIGS
 
@@ -19,6 +20,8 @@ from npusched.app.cli import main
 from npusched.app.pipeline import load_network, run
 from npusched.lowering.in_place import IN_PLACE_OF
 from npusched.netgen import generate
+from npusched.netgen.flatbuffer import serialise
+from npusched.netgen.graph import GraphBuilder
 from npusched.run import RunResult
 from npusched.schedule.evaluator import evaluate, verify
 from npusched.schedule.schedule import BufferKind, EncodedWeightsRef, WeightBuffering
@@ -36,6 +39,28 @@ def densenet(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def unet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("in_place") / "unet.tflite"
+    path.write_bytes(generate("unet", 40, 1, keras_style=True))
+    return path
+
+
+@pytest.fixture(scope="module")
+def branches(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An Inception-like reduction: a max pool, a strided convolution and an ADD of two, concatenated."""
+    g = GraphBuilder(np.random.default_rng(0))
+    h = g.conv(g.input((1, 16, 16, 32)), 32)
+    pooled = g.pool(h, "MAX", (3, 3), (2, 2))
+    strided = g.conv(h, 32, (3, 3), (2, 2), quant=h.quant)
+    left, right = g.conv(h, 16, (3, 3), (2, 2)), g.conv(h, 16, (1, 1), (2, 2))
+    added = g.binary("ADD", left, right, left.shape, quant=h.quant)
+    out = g.conv(g.concat([pooled, strided, added], quant=h.quant), 16)
+    path = tmp_path_factory.mktemp("in_place") / "branches.tflite"
+    path.write_bytes(serialise(g.network([out], "in-place writers of three kinds")))
+    return path
+
+
+@pytest.fixture(scope="module")
 def nasnet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("in_place") / "nasnet.tflite"
     path.write_bytes(generate("nasnet", 40, 1, keras_style=True))
@@ -47,8 +72,8 @@ def _options(model: Path, config: str, **overrides: Any) -> Any:
 
 
 def test_a_convolution_takes_the_place_of_the_copy_of_its_output(densenet: Path) -> None:
-    """Each pass writing in place writes where the copy it replaces wrote, into a concatenation an earlier pass
-    of the same run already writes; the graph is otherwise Vela legacy's (the heuristic's)."""
+    """Each pass writing in place writes where the copy it replaces wrote; the graph is otherwise Vela legacy's
+    (the heuristic's)."""
     _, legacy, _ = load_network(_options(densenet, "u55-128_hee_shared", solver="heuristic"))
     _, ours, _ = load_network(_options(densenet, "u55-128_hee_shared", solver="cpsat"))
     copies = {op.name: op for op in legacy.npu_ops}
@@ -59,10 +84,27 @@ def test_a_convolution_takes_the_place_of_the_copy_of_its_output(densenet: Path)
         assert copy.op_type == "AvgPool" and copy.ifm.tensor.name == op.name
         assert op.ofm.tensor == copy.ofm.tensor and op.ofm.offset == copy.ofm.offset
         assert op.ofm.shape == copy.ifm.shape and op.op_type == "Conv2DBias"
-        sg = next(sg for sg in ours.subgraphs if op in sg.ops)
-        assert min(sg.writers(op.ofm.tensor)) < op.index
     assert {op.name for op in ours.npu_ops} == {op.name for op in legacy.npu_ops} - {
         str(op.attr(IN_PLACE_OF)) for op in writers}
+
+
+def _first_writers(network: Any) -> list[Any]:
+    """The in-place writers that are their concatenation's first writer: its live range starts with them."""
+    sg = network.subgraphs[0]
+    return [op for op in sg.ops if op.attr(IN_PLACE_OF) and sg.writers(op.ofm.tensor)[0] == op.index]
+
+
+def test_an_input_copied_first_is_written_in_place_while_memory_allows(unet: Path) -> None:
+    """A U-Net copies its skip input after the up-sampled one, so a write in place starts the concatenation's
+    live range sooner, with the skip still live. That is taken while every step it touches fits the arena with
+    every feature map resident, or wherever feature maps live off fast storage; never over a full arena."""
+    roomy = _first_writers(load_network(_options(unet, "u55-128_hee_shared", solver="cpsat"))[1])
+    off_chip = _first_writers(load_network(_options(unet, "u65-512_high_dedicated384k", solver="cpsat"))[1])
+    full = _first_writers(load_network(_options(unet, "u55-128_hee_shared", solver="cpsat",
+                                                arena_cache_size=150_000))[1])
+    assert len(roomy) == len(off_chip) == 3 and full == []
+    for op in roomy:
+        assert op.op_type == "Conv2DBias" and op.ofm.offset.depth == 0
 
 
 def test_writing_in_place_saves_the_copies(densenet: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -77,8 +119,8 @@ def test_writing_in_place_saves_the_copies(densenet: Path, monkeypatch: pytest.M
 
 
 def _npu_ofm_addresses(monkeypatch: pytest.MonkeyPatch, result: RunResult, output_dir: Path) -> tuple[Any, dict]:
-    """Compile ``result``; per pass name, the OFM address, shape and strides of each NPU operation Vela emits
-    ("ofm", ...), and the source of each DMA it is given ("dma", address)."""
+    """Compile ``result``; per pass name, the OFM offset (from the OFM tensor's address), shape and strides of
+    each NPU operation Vela emits ("ofm", ...), and the source of each DMA it is given ("dma", address)."""
     import ethosu.vela.high_level_command_to_npu_op as commands
 
     seen: dict[str, list[tuple[Any, ...]]] = {}
@@ -88,8 +130,9 @@ def _npu_ofm_addresses(monkeypatch: pytest.MonkeyPatch, result: RunResult, outpu
         op = convert(cmd, arch)
         ps = getattr(cmd, "ps", None)
         name = ps.primary_op.name if ps is not None and ps.primary_op is not None else "?"
-        if hasattr(op, "ofm"):
-            seen.setdefault(name, []).append(("ofm", op.ofm.tiles.addresses[0], op.ofm.shape, op.ofm.strides))
+        if hasattr(op, "ofm"):  # the address from the start of the OFM tensor
+            seen.setdefault(name, []).append(("ofm", op.ofm.tiles.addresses[0] - cmd.ofm_tensor.address,
+                                              op.ofm.shape, op.ofm.strides))
         else:
             seen.setdefault(name, []).append(("dma", op.src.address))
         return op
@@ -98,25 +141,30 @@ def _npu_ofm_addresses(monkeypatch: pytest.MonkeyPatch, result: RunResult, outpu
     return compile_schedule(result, output_dir), seen
 
 
-def test_vela_writes_the_in_place_slice_where_the_copy_wrote(densenet: Path, tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    config = "u55-128_hee_shared"
-    legacy = run(_options(densenet, config, solver="heuristic"))
-    ours = run(_options(densenet, config, solver="cpsat", time_limit_seconds=60, workers=1, deterministic=True))
+@pytest.mark.parametrize("name", ["densenet", "unet", "branches"])
+def test_vela_writes_the_in_place_slice_where_the_copy_wrote(name: str, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               request: pytest.FixtureRequest) -> None:
+    config, model = "u55-128_hee_shared", request.getfixturevalue(name)
+    legacy = run(_options(model, config, solver="heuristic"))
+    ours = run(_options(model, config, solver="cpsat", time_limit_seconds=60, workers=1, deterministic=True))
     with monkeypatch.context() as patch:
         legacy_backend, legacy_ops = _npu_ofm_addresses(patch, legacy, tmp_path / "legacy")
     ours_backend, ours_ops = _npu_ofm_addresses(monkeypatch, ours, tmp_path / "ours")
     assert legacy_backend.agreed and ours_backend.agreed, ours_backend.warnings()
     writers = [op for op in ours.network.npu_ops if op.attr(IN_PLACE_OF)]
+    assert writers
+    if name == "branches":
+        assert sorted(op.op_type for op in writers) == ["Add", "Conv2DBias", "MaxPool"]
     for op in writers:
-        first = min(ours.network.subgraphs[0].writers(op.ofm.tensor))
-        base = ours.network.npu_ops[first].name  # a copy both graphs have, at the concatenation's offset 0...
         copy = str(op.attr(IN_PLACE_OF))
-        (_, ours_at, ours_shape, ours_strides), = [e for e in ours_ops[op.name] if e[0] == "ofm"]
-        (_, copy_at, copy_shape, copy_strides), = [e for e in legacy_ops[copy] if e[0] == "ofm"]
-        # ...so each in-place write lands as far from it as the copy did, in the same shape and layout.
-        assert ours_at - ours_ops[base][0][1] == copy_at - legacy_ops[base][0][1]
-        assert (ours_shape, ours_strides) == (copy_shape, copy_strides)
+        ours_writes = [e[1:] for e in ours_ops[op.name] if e[0] == "ofm"]
+        (copy_at, copy_shape, copy_strides), = [e[1:] for e in legacy_ops[copy] if e[0] == "ofm"]
+        # Each in-place write lands where the copy did in the concatenation, in the same shape and layout (in
+        # depth slices, one after another, where its weights are double-buffered).
+        assert ours_writes[0][0] == copy_at and {e[2] for e in ours_writes} == {copy_strides}
+        assert {(e[1].height, e[1].width) for e in ours_writes} == {(copy_shape.height, copy_shape.width)}
+        assert sum(e[1].depth for e in ours_writes) == copy_shape.depth
 
 
 def test_sliced_weights_of_an_in_place_write_reach_their_channels(nasnet: Path, tmp_path: Path,

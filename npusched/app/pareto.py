@@ -23,7 +23,8 @@ def run_pareto(options: RunOptions, *, inner_points: int = DEFAULT_INNER_POINTS,
     ``options.time_limit_seconds``; then, if ``with_vela``, Vela's legacy core at every limit of it (its runs are
     not counted in the time limit)."""
     started = time.monotonic() if started is None else started
-    arch, network, _ = load_network(options)
+    # The frontier's graph must suit its least limit too: no concatenation write that needs more memory.
+    arch, network, _ = load_network(replace(options, arena_cache_size=0))
 
     def arch_at(limit: int) -> ArchitectureFeatures:
         return architecture(replace(options, arena_cache_size=limit, optimise="Performance"))

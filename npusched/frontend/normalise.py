@@ -58,6 +58,7 @@ class Normalisation:
     fixed_batch_inputs: tuple[str, ...] = ()
     removed_tensors: int = 0
     relaid_passes: int = 0  # element-wise operators on channel-poor maps now computed on a 16-deep view
+    widened_convolutions: int = 0  # 1x1 convolutions making a channel-poor output, computed 16 deep
     split_softmaxes: int = 0  # SOFTMAX operators on large maps computed in row bands (``_band_softmax``)
     softmax_bands: int = 0  # the bands they became, all together
 
@@ -67,7 +68,8 @@ class Normalisation:
 
     @property
     def changed(self) -> bool:
-        return bool(self.folded or self.fixed_batch_inputs or self.split_softmaxes)
+        return bool(self.folded or self.fixed_batch_inputs or self.split_softmaxes or self.relaid_passes
+                    or self.widened_convolutions)
 
     def describe(self) -> str:
         """One line: what was folded and which dynamic dimension was fixed (empty when nothing changed)."""
@@ -79,6 +81,9 @@ class Normalisation:
         if self.relaid_passes:
             parts.append(f"{self.relaid_passes} element-wise pass{'es' * (self.relaid_passes != 1)} re-laid out "
                          "16 deep")
+        if self.widened_convolutions:
+            parts.append(f"{self.widened_convolutions} 1x1 convolution{'s' * (self.widened_convolutions != 1)} "
+                         "making a channel-poor output computed 16 deep")
         if self.split_softmaxes:
             parts.append(self.describe_softmax_bands())
         if self.fixed_batch_inputs:
@@ -95,7 +100,8 @@ class Normalisation:
     def as_json(self) -> dict[str, Any]:
         return {"folded_operators": self.folded_operators, "folded_by_type": dict(self.folded),
                 "fixed_batch_inputs": list(self.fixed_batch_inputs), "removed_tensors": self.removed_tensors,
-                "relaid_passes": self.relaid_passes, "split_softmaxes": self.split_softmaxes,
+                "relaid_passes": self.relaid_passes, "widened_convolutions": self.widened_convolutions,
+                "split_softmaxes": self.split_softmaxes,
                 "softmax_bands": self.softmax_bands}
 
 
@@ -115,22 +121,23 @@ def normalise(data: bytes, source: str = "<bytes>", relayout: bool = True,
         raise ModelError(f"{source}: corrupt or truncated TFLite flatbuffer ({type(exc).__name__}: {exc})") from None
     folded: Counter[str] = Counter()
     fixed: list[str] = []
-    removed = relaid = split = bands = 0
+    removed = relaid = widened = split = bands = 0
     for subgraph in model.subgraphs or []:
         fixed += _fix_batch(subgraph)
         done = _fold(model, subgraph)
         folded.update(done)
         removed += _drop_dead_tensors(model, subgraph)
     if relayout:
+        widened = sum(_widen_pointwise_outputs(model, subgraph) for subgraph in model.subgraphs[:1])
         relaid = sum(_relayout_channel_poor(model, subgraph) for subgraph in model.subgraphs[:1])
     if band_softmax and model.subgraphs:
         split, bands = _band_softmax(model, model.subgraphs[0])
-    if not folded and not split and not relaid:
+    if not folded and not split and not relaid and not widened:
         # Fixing the batch alone changes nothing the NPU runs (readers take the 1 in the shape): the file stays
         # the user's, so Vela's backend compiles the very file `vela` would.
         return data, Normalisation()
     record = Normalisation(tuple(sorted(folded.items(), key=lambda kv: (-kv[1], kv[0]))), tuple(fixed), removed,
-                           relaid, split, bands)
+                           relaid, widened, split, bands)
     _release_dead_buffers(model)
     return _pack_model(model), record
 
@@ -495,11 +502,7 @@ def _relayout_channel_poor(model: Any, subgraph: Any) -> int:
     """
     tensors = subgraph.tensors
     operators = list(subgraph.operators or [])
-    readers: dict[int, list[int]] = {}
-    for position, op in enumerate(operators):
-        for index in _ints(op.inputs):
-            if index >= 0:
-                readers.setdefault(index, []).append(position)
+    readers = _readers(operators)
     graph_outputs = set(_ints(subgraph.outputs))
 
     def feature_map_input(op: Any) -> int | None:
@@ -561,6 +564,105 @@ def _relayout_channel_poor(model: Any, subgraph: Any) -> int:
         rewritten += [after[position]] if position in after else []
     subgraph.operators = rewritten
     return sum(len(chain) for _, _, chain in chains)
+
+
+def _widen_pointwise_outputs(model: Any, subgraph: Any) -> int:
+    """Compute each 1x1 convolution making a channel-poor network output ([1, H, W, C], 16 divisible by C) on a
+    16-deep view: k = 16 / C neighbouring pixels become one, the IFM viewed [1, H, W/k, k x Cin] and the weights
+    block-diagonal, so the OFM [1, H, W/k, 16] holds the output's bytes in their order, exactly (each output
+    channel sums the same products; its bias and scales are repeated k times).
+
+    A network output is written to memory the CPU reads, channel by channel: C-byte bursts, where a segmentation
+    head's 1x1 convolution (and the LOGISTIC or other unary chain after it, to the output) spends most of its
+    time. The MACs grow k-fold, on a layer that has few. Only where the IFM is 16-channel aligned, so its view is
+    a plain reshape of bytes its producer writes in whole bricks. Returns the convolutions widened.
+    """
+    tensors = subgraph.tensors
+    operators = list(subgraph.operators or [])
+    readers = _readers(operators)
+    graph_outputs = set(_ints(subgraph.outputs))
+
+    def reaches_an_output(tensor: int, shape: tuple[int, ...]) -> bool:
+        while tensor not in graph_outputs:
+            following = readers.get(tensor, [])
+            if len(following) != 1 or _opcode(model, operators[following[0]]) not in _UNARY_ELEMENTWISE:
+                return False
+            outputs = _ints(operators[following[0]].outputs)
+            if len(outputs) != 1 or _static_shape(tensors[outputs[0]]) != shape:
+                return False
+            tensor = outputs[0]
+        return True
+
+    reshape_code = _operator_code_index(model, schema.BuiltinOperator.RESHAPE)
+    replaced: dict[int, list[Any]] = {}
+    for position, op in enumerate(operators):
+        inputs, outputs = _ints(op.inputs), _ints(op.outputs)
+        if _opcode(model, op) != "CONV_2D" or len(inputs) not in (2, 3) or len(outputs) != 1 or inputs[0] < 0:
+            continue
+        options = op.builtinOptions
+        ifm_shape, ofm_shape = _static_shape(tensors[inputs[0]]), _static_shape(tensors[outputs[0]])
+        weights = _constant(model, tensors[inputs[1]])
+        bias = _constant(model, tensors[inputs[2]]) if len(inputs) == 3 and inputs[2] >= 0 else None
+        if options is None or (options.strideH, options.strideW, options.dilationHFactor, options.dilationWFactor) \
+                != (1, 1, 1, 1) or ifm_shape is None or ofm_shape is None or len(ifm_shape) != 4 \
+                or len(ofm_shape) != 4 or ifm_shape[0] != 1 or ifm_shape[3] % _DEEP_CHANNELS \
+                or weights is None or weights.shape[1:3] != (1, 1) or (len(inputs) == 3 and inputs[2] >= 0
+                                                                       and bias is None):
+            continue
+        channels = ofm_shape[3]
+        if not 0 < channels < _DEEP_CHANNELS or _DEEP_CHANNELS % channels or ofm_shape[2] % (_DEEP_CHANNELS //
+                                                                                                channels):
+            continue
+        quantization = tensors[inputs[1]].quantization
+        zero_points = np.asarray(quantization.zeroPoint if quantization is not None
+                                 and quantization.zeroPoint is not None else [])
+        if quantization is None or np.any(zero_points != 0) or not reaches_an_output(outputs[0], ofm_shape):
+            continue
+        k = _DEEP_CHANNELS // channels
+        wide_weights = np.zeros((k * channels, 1, 1, k * weights.shape[3]), dtype=weights.dtype)
+        for block in range(k):
+            wide_weights[block * channels:(block + 1) * channels, :, :,
+                         block * weights.shape[3]:(block + 1) * weights.shape[3]] = weights
+        wide_inputs = [_add_tensor(subgraph, tensors[inputs[0]], "/c16",
+                                   (1, ifm_shape[1], ifm_shape[2] // k, k * ifm_shape[3])),
+                       _repeated_constant(model, subgraph, inputs[1], wide_weights, k)]
+        if len(inputs) == 3:
+            wide_inputs.append(-1 if bias is None else _repeated_constant(model, subgraph, inputs[2],
+                                                                            np.tile(bias, k), k))
+        deep = (1, ofm_shape[1], ofm_shape[2] // k, _DEEP_CHANNELS)
+        wide_output = _add_tensor(subgraph, tensors[outputs[0]], "/c16", deep)
+        view = _reshape(model, subgraph, reshape_code, inputs[0], wide_inputs[0],
+                        (1, ifm_shape[1], ifm_shape[2] // k, k * ifm_shape[3]))
+        op.inputs = np.asarray(wide_inputs, dtype=np.int32)
+        op.outputs = np.asarray([wide_output], dtype=np.int32)
+        replaced[position] = [view, op, _reshape(model, subgraph, reshape_code, wide_output, outputs[0], ofm_shape)]
+    subgraph.operators = [new for position, op in enumerate(operators) for new in replaced.get(position, [op])]
+    return len(replaced)
+
+
+def _repeated_constant(model: Any, subgraph: Any, index: int, value: np.ndarray, repeats: int) -> int:
+    """A new constant like tensor ``index`` holding ``value``, its per-channel quantisation repeated."""
+    tensor = copy.deepcopy(subgraph.tensors[index])
+    tensor.name = _name(tensor) + "/c16"
+    quantization = tensor.quantization
+    if quantization is not None:
+        for field_name in ("scale", "zeroPoint"):
+            values = getattr(quantization, field_name)
+            if values is not None and len(values) > 1:
+                setattr(quantization, field_name, np.tile(np.asarray(values), repeats))
+    _make_constant(model, tensor, value)
+    subgraph.tensors.append(tensor)
+    return len(subgraph.tensors) - 1
+
+
+def _readers(operators: list[Any]) -> dict[int, list[int]]:
+    """Tensor index -> positions of the operators reading it."""
+    readers: dict[int, list[int]] = {}
+    for position, op in enumerate(operators):
+        for index in _ints(op.inputs):
+            if index >= 0:
+                readers.setdefault(index, []).append(position)
+    return readers
 
 
 def _deep_view(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -259,8 +259,9 @@ def lower_model(model: TfliteModel, arch: ArchitectureFeatures | None = None, *,
     """Lower every subgraph of ``model``; NPU subgraphs are listed in Vela's order (per TFLite subgraph, in
     execution order). Time and memory grow linearly with the size of the model (scripts/bench_lower.py).
 
-    ``in_place``: convolutions write their slice of a concatenation themselves where that is exact and needs no
-    more memory (``npusched.lowering.in_place``); without it the graph is Vela legacy's, copies and all."""
+    ``in_place``: convolutions write their slice of a concatenation themselves where that is exact and memory
+    allows (``npusched.lowering.in_place``; the budget is ``arch``'s arena cache where feature maps live in fast
+    storage); without it the graph is Vela legacy's, copies and all."""
     limit, collecting = sys.getrecursionlimit(), gc.isenabled()
     sys.setrecursionlimit(max(limit, RECURSION_LIMIT))
     # The working graph is cyclic (ops and tensors link both ways) and grows to thousands of objects; Python's
@@ -293,7 +294,8 @@ def _lower_model(model: TfliteModel, arch: ArchitectureFeatures, in_place: bool)
         allowed = brick_allowed(vsg, arch)
         passes = pack_into_passes(vsg)
         if in_place:
-            passes = write_concat_inputs_in_place(passes, vsg)
+            resident = arch.feature_map_storage_mem_area == arch.fast_storage_mem_area
+            passes = write_concat_inputs_in_place(passes, vsg, arch.arena_cache_size if resident else None)
         runs = npu_runs(passes)
         assign_formats(runs, allowed)
         run_of: dict[int, int] = {id(ps): i for i, run in enumerate(runs) for ps in run}

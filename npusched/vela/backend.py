@@ -588,13 +588,17 @@ class _ForcedScheduler:
         info = SchedulerOpInfo(self._block_config(sched_op, op, stripe, ifm, ifm2, choice), 0, ifm, ifm2, stripe)
         sched_op.parent_ps.block_config = info.block_config.old_style_representation()
         weights = sched_op.parent_op.weights
+        shift = sched_op.parent_op.write_offset.depth if sched_op.parent_op.write_offset is not None else 0
+        if weights is None and shift and op.attr(IN_PLACE_OF):
+            # A pooling or element-wise pass writing its slice of a concatenation: its one depth slice in the
+            # OFM's channels, where Vela's command stream clips it to the write box.
+            info.ofm_depth_slices = [depth + shift for depth in info.ofm_depth_slices]
         if weights is not None:
             slices = list(choice.depth_slices)
             info.ofm_depth_slices = slices
             info.npu_weights_tensor, info.npu_scales_tensor = weight_compressor.encode_weight_and_scale_tensor(
                 vela_scheduler.arch, sched_op.parent_op, weights, sched_op.parent_op.bias, sched_op.kernel,
                 info.block_config, slices)
-            shift = sched_op.parent_op.write_offset.depth if sched_op.parent_op.write_offset is not None else 0
             if shift:
                 # A convolution writing its slice of a concatenation: Vela's command stream clips each depth slice
                 # to the write box and finds the slice's weights by its first OFM channel, both in the OFM's
