@@ -220,6 +220,46 @@ def mixed(g: GraphBuilder, s: Sizing) -> Act:
     return _head(g, x, s.passes)
 
 
+# InceptionV3's widths, about halved. Per stage: the grid reduction before it (3x3 s2, double-3x3 reduce and
+# output; none before the first) and its blocks' branches (1x1, 5x5 or 1x7 -> 7x1 reduce and output, double-3x3
+# reduce and output, pool projection): 128, 384 and 512 channels out at full width.
+_INCEPTION_STAGES: list[tuple[tuple[int, int, int] | None, tuple[int, int, int, int, int, int]]] = [
+    (None, (32, 24, 32, 32, 48, 16)),
+    ((96, 32, 48), (96, 64, 96, 64, 96, 96)),
+    ((160, 64, 96), (128, 96, 128, 96, 128, 128)),
+]
+
+
+def inception(g: GraphBuilder, s: Sizing) -> Act:
+    """InceptionV3-like: a VALID stem (3x3 s2, 3x3, 3x3 convolutions, 3x3 s2 max pool), Inception blocks with a
+    5x5 branch in the first stage and a factorised 1x7 -> 7x1 one later, a grid reduction opening each later stage.
+
+    A block is 12 passes (13 factorised: five or six convolutions, the pool, the concatenation's four writes), a
+    reduction 8 (four convolutions, the pool, three writes). The budget is shared as ``_staged`` shares it, but
+    the reductions still to come are set aside and a stage stops at the block boundary nearest its mark: blocks
+    this coarse would otherwise overshoot a small budget by a block per stage.
+    """
+    x = g.conv(g.input((1, s.resolution, s.resolution, 3)), s.channels(32), (3, 3), (2, 2), padding="VALID")
+    x = g.conv(x, s.channels(32), (3, 3), padding="VALID")
+    x = g.pool(g.conv(x, s.channels(64), (3, 3)), "MAX", (3, 3), (2, 2), "VALID")
+    reserve = _head_reserve(s.passes)
+    stages = _INCEPTION_STAGES[:max(1, (s.passes - reserve) // 18)]  # the first blocks average 18 passes
+    filler = _Filler(g, s)
+    for position, (reduction, branches) in enumerate(stages):
+        later_reductions = 8 * (len(stages) - 1 - position)
+        until = filler.stage_end(s.passes, len(stages) - position, reserve + later_reductions) - 6
+        widths = tuple(s.channels(c) for c in branches)
+
+        def block(y: Act, first: bool, r: tuple[int, int, int] | None = reduction, w: tuple[int, ...] = widths,
+                  factorised: bool = position > 0) -> Act:
+            if first and r is not None:
+                y = blocks.inception_reduction(g, y, *(s.channels(c) for c in r))
+            return blocks.inception_block(g, y, w, factorised)
+
+        x = filler.fill(x, until, block)
+    return _head(g, x, s.passes)
+
+
 def transformer(g: GraphBuilder, s: Sizing) -> Act:
     """Keyword-spotting transformer (KWT-like): [1, 49, 40] audio features, a dense embedding to [1, 49, D],
     pre-norm encoder blocks, then a layer norm, the mean over time and a dense classifier. Each block draws its
@@ -241,7 +281,7 @@ def transformer(g: GraphBuilder, s: Sizing) -> Act:
 ARCHITECTURES: dict[str, Callable[[GraphBuilder, Sizing], Act]] = {
     "mobilenet_v2": mobilenet_v2, "mobilenet_v3": mobilenet_v3, "efficientnet": efficientnet, "densenet": densenet,
     "nasnet": nasnet, "unet": unet, "resnet": resnet, "audio1d": audio1d, "mixed": mixed,
-    "transformer": transformer,
+    "transformer": transformer, "inception": inception,
 }
 # Architectures with CPU operators by default (so several NPU subgraphs).
 SPLIT_BY_DEFAULT = frozenset({"mixed"})

@@ -109,6 +109,40 @@ def nasnet_cell(g: GraphBuilder, x: Act, filters: int, reduction: bool) -> Act:
     return g.concat(parts, quant=cell_quant)
 
 
+def inception_block(g: GraphBuilder, x: Act, widths: tuple[int, ...], factorised: bool) -> Act:
+    """InceptionV3's Inception-A (or, ``factorised``, its 7x7-factorised later form): four branches concatenated
+    on the channel axis: 1x1; 1x1 -> 5x5 (or 1x1 -> 1x7 -> 7x1); 1x1 -> 3x3 -> 3x3; 3x3 average pool (stride 1,
+    SAME) -> 1x1. ``widths``: the 1x1, the second branch's reduce and output, the third's reduce and output, and
+    the pool projection. Every branch ends in a convolution, which writes the block's shared quantisation."""
+    single, reduce_wide, wide, reduce_double, double, projection = widths
+    block_quant = g.output_quant("RELU")
+    branch_1x1 = g.conv(x, single, activation="RELU", quant=block_quant)
+    y = g.conv(x, reduce_wide, activation="RELU")
+    if factorised:
+        y = g.conv(g.conv(y, reduce_wide, (1, 7), activation="RELU"), wide, (7, 1), activation="RELU",
+                   quant=block_quant)
+    else:
+        y = g.conv(y, wide, (5, 5), activation="RELU", quant=block_quant)
+    z = g.conv(g.conv(x, reduce_double, activation="RELU"), double, (3, 3), activation="RELU")
+    z = g.conv(z, double, (3, 3), activation="RELU", quant=block_quant)
+    pooled = g.conv(g.pool(x, "AVERAGE", (3, 3), (1, 1), "SAME"), projection, activation="RELU", quant=block_quant)
+    return g.concat([branch_1x1, y, z, pooled], quant=block_quant)
+
+
+def inception_reduction(g: GraphBuilder, x: Act, wide: int, reduce_double: int, double: int) -> Act:
+    """InceptionV3's grid reduction: 3x3 stride-2 convolution; 1x1 -> 3x3 -> 3x3 stride 2; 3x3 stride-2 max pool
+    of the input itself, concatenated. The padding (VALID as Keras's InceptionV3, or SAME; SAME on maps under 3
+    pixels) is drawn. A max pool keeps its input's quantisation, so the whole block writes the input's."""
+    padding = str(g.rng.choice(["VALID", "SAME"]))
+    if min(x.height, x.width) < 3:
+        padding = "SAME"
+    branch_3x3 = g.conv(x, wide, (3, 3), (2, 2), "RELU", padding, quant=x.quant)
+    z = g.conv(g.conv(x, reduce_double, activation="RELU"), double, (3, 3), activation="RELU")
+    z = g.conv(z, double, (3, 3), (2, 2), "RELU", padding, quant=x.quant)
+    pooled = g.pool(x, "MAX", (3, 3), (2, 2), padding)
+    return g.concat([branch_3x3, z, pooled], quant=x.quant)
+
+
 def unet_encoder(g: GraphBuilder, x: Act, filters: int) -> tuple[Act, Act]:
     """Two 3x3 convolutions (the skip output) then 2x2 max pooling."""
     skip = g.conv(g.conv(x, filters, (3, 3)), filters, (3, 3))
