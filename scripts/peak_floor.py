@@ -7,7 +7,7 @@
 Corpus (default): per model under u55-128_hee_shared_size, the floor no schedule Vela's cascade rules allow can
 go below (``npusched.solvers.peak_floor``; NPU subgraphs, and the whole inference), next to npusched's least peak
 (docs/size_vs_vela.csv, made by scripts/size_vs_vela.py) and both Vela cores' SRAM used (tests/data/baselines),
-with geomeans. --residual-cascades: the floor if residual adds could join cascades (a what-if; Vela's rules
+with geomeans. --residual-cascades: the floor when residual adds join cascades too, as CP-SAT's may (Vela's rules
 forbid it). --generated: networks of npusched.netgen under the same configuration; checks the floor is at or
 below the heuristic's and CP-SAT's (--optimise Size, deterministic) peaks and counts where CP-SAT meets it.
 """
@@ -119,7 +119,8 @@ def main() -> int:
     parser.add_argument("--csv", type=Path, help="write the corpus table here")
     parser.add_argument("--generated", action="store_true", help="check the floor on generated networks")
     parser.add_argument("--residual-cascades", action="store_true",
-                        help="what if residual adds could join cascades (Vela's rules forbid it)")
+                        help="the floor when residual adds join cascades too, as CP-SAT's may (Vela's rules "
+                             "forbid it)")
     parser.add_argument("--archs", default=",".join(ARCHITECTURES))
     parser.add_argument("--passes", type=int, default=40)
     parser.add_argument("--seeds", default="0")

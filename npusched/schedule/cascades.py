@@ -298,27 +298,35 @@ def schedule_memory_estimate(sched_ops: Sequence[SchedOp], costs: Mapping[int, S
     return peak
 
 
-def cascadable_kind(op: NpuOp) -> bool:
-    """The parts of Vela's cascadability test that depend on the pass alone, not on its stripe."""
+def cascadable_kind(op: NpuOp, held_operands: bool = False) -> bool:
+    """The parts of Vela's cascadability test that depend on the pass alone, not on its stripe
+    (``held_operands``: see ``elementwise_cascadable``)."""
     if op.npu_block_type in _NEVER_CASCADED:
         return False
     if op.ifm.offset is not None or (op.ifm2 is not None and op.ifm2.offset is not None):
         return False
     if op.op_type == "Conv2DBackpropInputSwitchedBias" or op.attr("padding") == "TILE":
         return False
-    return elementwise_cascadable(op)
+    return elementwise_cascadable(op, held_operands)
 
 
-def elementwise_cascadable(op: NpuOp) -> bool:
+def elementwise_cascadable(op: NpuOp, held_operands: bool = False) -> bool:
     """A binary elementwise pass cascades only when its first operand (in the TFLite order) is a full-size
-    feature map and its second a constant or scalar."""
+    feature map and its second a constant or scalar (Vela's rule).
+
+    ``held_operands`` (npusched's own schedules) lets the second operand be a feature map too, held whole for the
+    cascade: a residual ADD, a swish or squeeze-excite MUL, as the default core cascades them. It is made before
+    the cascade starts (inside one, every OFM but the last has the next pass as its only reader), and Vela's
+    backend reads it per stripe from the whole map as it reads a constant one; not where the operands are
+    swapped, as the backend would then follow the cascade through the second."""
     if op.npu_block_type != NpuBlockType.ElementWise or op.ifm2 is None:
         return True
     first, second = (op.ifm2, op.ifm) if op.reversed_operands else (op.ifm, op.ifm2)
     first_ok = not (first.tensor.is_const or _is_scalar(first.tensor) or _declared_shape(first.tensor)
                     != _declared_shape(op.ofm.tensor))
-    second_ok = second.tensor.is_const or _is_scalar(second.tensor)
-    return first_ok and second_ok
+    if second.tensor.is_const or _is_scalar(second.tensor):
+        return first_ok
+    return first_ok and held_operands and not op.reversed_operands and second.tensor != first.tensor
 
 
 def _is_scalar(fm: FeatureMap) -> bool:

@@ -117,9 +117,11 @@ class _Context:
 # The scheduler's view of a subgraph
 
 
-def sched_ops_of(sg: NpuSubgraph, use: TensorUse, formats: Mapping[FeatureMap, TensorFormat]) -> tuple[SchedOp, ...]:
+def sched_ops_of(sg: NpuSubgraph, use: TensorUse, formats: Mapping[FeatureMap, TensorFormat],
+                 held_operands: bool = False) -> tuple[SchedOp, ...]:
     """Each pass of ``sg`` with the facts Vela's scheduler derives from the graph (which operands must be whole,
-    who reads the OFM, whether the OFM may overwrite the IFM)."""
+    who reads the OFM, whether the OFM may overwrite the IFM); ``held_operands`` lets elementwise passes with a
+    second feature-map operand cascade (``cascades.elementwise_cascadable``), which Vela's rules do not."""
     inputs = set(sg.inputs)
     outputs = set(sg.outputs)
     ops = list(sg.ops)
@@ -151,7 +153,7 @@ def sched_ops_of(sg: NpuSubgraph, use: TensorUse, formats: Mapping[FeatureMap, T
             ifm_consumers=len(readers.get(ifm, ())),
             ofm_reuses_ifm=fusable_ifm(op, use, formats) is not None,
             binary_elementwise=op.npu_block_type == NpuBlockType.ElementWise and op.ifm2 is not None,
-            cascadable_kind=cascadable_kind(op),
+            cascadable_kind=cascadable_kind(op, held_operands),
         ))
     return tuple(result)
 

@@ -18,8 +18,9 @@ At the step where pass ``p`` runs, alone or in a cascade of passes ``a..b``, fas
 Weight buffers and the odd steps between passes are left out (they only add). ``floor(p)`` is the least of
 these over every run containing ``p``, and the subgraph's floor the largest ``floor(p)``.
 
-``residual_cascades`` asks what would change if Vela's rules also let an elementwise pass whose second operand is
-a feature map (a residual add) join a cascade, that operand held whole: a what-if, not a schedule Vela compiles.
+``residual_cascades`` also lets an elementwise pass whose second operand is a feature map (a residual add) join a
+cascade, that operand held whole, as CP-SAT's candidate space does (``cascades.elementwise_cascadable``) and
+Vela's rules do not: the floor of npusched's own schedules.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from npusched.ir import FeatureMap, NpuBlockType, NpuOp, TensorFormat, round_up
+from npusched.ir import FeatureMap, NpuOp, TensorFormat, round_up
 from npusched.lowering.graph import Network, NpuSubgraph
 from npusched.schedule.memory_layout import MemoryLayout, memory_layout
 from npusched.schedule.memory_model import network_memory, reusable_ifm
@@ -84,9 +85,7 @@ def subgraph_floor(sg: NpuSubgraph, use: TensorUse, formats: Mapping[FeatureMap,
         ranges = {key: replace(r, start=-1, end=len(ops) + 1) if key in live_throughout else r
                   for key, r in layout.ranges.items()}
         layout = replace(layout, ranges=ranges)
-    sched_ops = sched_ops_of(sg, use, formats)
-    if residual_cascades:
-        sched_ops = tuple(replace(s, cascadable_kind=s.cascadable_kind or _residual(s.op)) for s in sched_ops)
+    sched_ops = sched_ops_of(sg, use, formats, held_operands=residual_cascades)
     joins = [False] + [may_cascade(sched_ops[i - 1], sched_ops[i]) for i in range(1, len(ops))]
     floors = [_least_at(pos, ops, joins, layout, use, formats, size) for pos in range(len(ops))]
     pos = max(range(len(ops)), key=lambda p: floors[p][0])
@@ -107,12 +106,6 @@ def _least_at(pos: int, ops: tuple[NpuOp, ...], joins: list[bool], layout: Memor
     options += [_cascade(first, last, ops, layout, size)
                 for first in range(lo, pos + 1) for last in range(max(pos, first + 1), hi + 1)]
     return min(options, key=lambda o: (o[0], o[1]))
-
-
-def _residual(op: NpuOp) -> bool:
-    """A binary elementwise pass reading a full-size IFM and a second feature map (the what-if above)."""
-    return (op.npu_block_type == NpuBlockType.ElementWise and op.ifm2 is not None
-            and not op.ifm2.tensor.is_const and op.ifm.shape == op.ofm.shape)
 
 
 def _held(layout: MemoryLayout, first: int, last: int) -> list[tuple[str, int]]:

@@ -184,7 +184,8 @@ class NetworkFacts:
                 if (src is not None and src is not op.ofm.tensor and self.use.storage_key(src) == src
                         and self.use.storage_key(op.ofm.tensor) == op.ofm.tensor):
                     reuse[pos] = (src, op.ofm.tensor, storage_size(src, self.base[src].format))
-            self._facts[sgi] = SubgraphFacts(sgi, sg, sched_ops_of(sg, self.use, formats), self.use, reuse)
+            self._facts[sgi] = SubgraphFacts(sgi, sg, sched_ops_of(sg, self.use, formats, held_operands=True),
+                                          self.use, reuse)
         return self._facts[sgi]
 
     def layout(self, sgi: int) -> MemoryLayout:
