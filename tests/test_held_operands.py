@@ -1,7 +1,7 @@
-"""Cascades through elementwise passes whose second operand is a feature map, held whole (a residual ADD, a swish
-or squeeze-excite MUL): CP-SAT's candidate space has them, as the default core does; Vela's rules, which the
-heuristic follows, do not. The oracle for the backend is Vela's command stream: each stripe of such a pass must
-read the rows of the held map that match the OFM rows it writes.
+"""Cascades through MULs whose second operand is a feature map, held whole (a swish or squeeze-excite gate):
+CP-SAT's candidate space has them, as the default core does; Vela's rules, which the heuristic follows, do not.
+The oracle for the backend is Vela's command stream: each stripe of such a pass must read the rows of the held
+map that match the OFM rows it writes.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ def test_only_npuscheds_own_schedules_cascade_through_a_held_operand(mixed: Path
 @pytest.mark.slow
 def test_vela_reads_the_held_rows_each_stripe_writes(mixed: Path, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """CP-SAT (deterministic) cascades a swish MUL, a squeeze-excite MUL and a residual ADD on this network; Vela's
-    backend compiles the schedule, its estimate agrees, and every NPU stripe of those passes reads the held map
+    """CP-SAT (deterministic) cascades a swish MUL and a squeeze-excite MUL on this network; Vela's backend
+    compiles the schedule, its estimate agrees, and every NPU stripe of those passes reads the held map
     at the OFM stripe's rows (a broadcast gate: all of it, every time)."""
     import ethosu.vela.high_level_command_to_npu_op as commands
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import CONFIGS, MODELS, load_corpus
 
 from npusched.app.pipeline import load_network
 from npusched.netgen import generate
+from npusched.netgen.flatbuffer import serialise
+from npusched.netgen.graph import GraphBuilder
 from npusched.schedule.evaluator import evaluate
 from npusched.solvers.cpsat import solve_cpsat
 from npusched.solvers.dp import dp_schedule
@@ -21,8 +24,8 @@ from npusched.vela.command import run_options_from_vela_args
 SIZE = "u55-128_hee_shared_size"
 
 
-def _assert_above_floor(network, arch, schedules, residual_cascades: bool = False) -> None:
-    floor = network_floor(network, arch, residual_cascades)
+def _assert_above_floor(network, arch, schedules, held_operands: bool = False) -> None:
+    floor = network_floor(network, arch, held_operands)
     for schedule in schedules:
         evaluation = evaluate(network, arch, schedule)
         assert floor.npu.floor_bytes <= evaluation.peak_fast_storage, schedule.solver
@@ -53,7 +56,7 @@ def test_cpsat_smallest_schedule_meets_the_floor(model):
                          hint=heuristic_schedule(network, arch, "Size"))
     assert result.peak_proven_minimal
     evaluation = evaluate(network, arch, result.schedule)
-    floor = network_floor(network, arch, residual_cascades=True)
+    floor = network_floor(network, arch, held_operands=True)
     assert evaluation.peak_fast_storage == floor.npu.floor_bytes
     assert evaluation.network_peak_fast_storage == floor.whole_bytes
 
@@ -85,22 +88,26 @@ def test_floor_holds_on_generated_networks(tmp_path: Path, architecture: str):
     heuristic = heuristic_schedule(network, arch, "Size")
     result = solve_cpsat(network, arch, time_limit_seconds=20, workers=2, deterministic=True, hint=heuristic)
     _assert_above_floor(network, arch, [heuristic])
-    _assert_above_floor(network, arch, [result.schedule], residual_cascades=True)
+    _assert_above_floor(network, arch, [result.schedule], held_operands=True)
 
 
 @pytest.mark.slow
-def test_residual_cascades_would_not_lower_the_corpus_floors(tmp_path: Path):
-    """Residual adds joining cascades (CP-SAT's rules allow it, Vela's do not) lower no corpus model's floor:
-    what sets each one (the network input with the first cascade's output, a skip map held whole, passes that
-    cannot cascade at all) stays. It is not vacuous: on a generated NASNet it does lower the floor."""
+def test_held_operands_lower_no_corpus_floor(tmp_path: Path):
+    """Gate MULs joining cascades with their second map held whole (CP-SAT's rules allow it, Vela's do not) lower
+    no corpus model's floor: what sets each one (the network input with the first cascade's output, a skip map
+    held whole, passes that cannot cascade at all) stays. It is not vacuous: where a wide map is gated between two
+    convolutions, the cascade through the gate holds neither the map nor the gated one whole."""
     for model in MODELS:
         arch, network = load_corpus(model, SIZE)
-        assert network_floor(network, arch, residual_cascades=True) == network_floor(network, arch), model
-    path = tmp_path / "nasnet.tflite"
-    path.write_bytes(generate("nasnet", 40, 0))
+        assert network_floor(network, arch, held_operands=True) == network_floor(network, arch), model
+    g = GraphBuilder(np.random.default_rng(0))
+    x = g.input((1, 64, 64, 16))
+    gate = g.logistic(g.conv(g.mean(x), 64, activation=None))
+    path = tmp_path / "gated.tflite"
+    path.write_bytes(serialise(g.network([g.conv(g.mul(g.conv(x, 64), gate), 16)], "a gated wide map")))
     arch, network, _ = load_network(run_options_from_vela_args(path, CONFIGS[SIZE]))
-    assert network_floor(network, arch, residual_cascades=True).npu.floor_bytes < \
-        network_floor(network, arch).npu.floor_bytes
+    held, vela = network_floor(network, arch, held_operands=True), network_floor(network, arch)
+    assert held.npu.floor_bytes < vela.npu.floor_bytes
 
 
 def test_floor_needs_feature_maps_in_fast_storage():

@@ -18,7 +18,7 @@ At the step where pass ``p`` runs, alone or in a cascade of passes ``a..b``, fas
 Weight buffers and the odd steps between passes are left out (they only add). ``floor(p)`` is the least of
 these over every run containing ``p``, and the subgraph's floor the largest ``floor(p)``.
 
-``residual_cascades`` also lets an elementwise pass whose second operand is a feature map (a residual add) join a
+``held_operands`` also lets a MUL whose second operand is a feature map (a swish or squeeze-excite gate) join a
 cascade, that operand held whole, as CP-SAT's candidate space does (``cascades.elementwise_cascadable``) and
 Vela's rules do not: the floor of npusched's own schedules.
 """
@@ -73,7 +73,7 @@ def minimal_rolling_bytes(producer: NpuOp, consumer: NpuOp) -> int:
 
 
 def subgraph_floor(sg: NpuSubgraph, use: TensorUse, formats: Mapping[FeatureMap, TensorFormat],
-                   live_throughout: frozenset[Any] = frozenset(), residual_cascades: bool = False) -> PeakFloor:
+                   live_throughout: frozenset[Any] = frozenset(), held_operands: bool = False) -> PeakFloor:
     """The floor of one subgraph whose feature maps all live in fast storage, laid out in ``formats``; the
     buffers of ``live_throughout`` (storage keys) are live at every step of it, whatever it touches."""
     def size(fm: FeatureMap) -> int:
@@ -85,7 +85,7 @@ def subgraph_floor(sg: NpuSubgraph, use: TensorUse, formats: Mapping[FeatureMap,
         ranges = {key: replace(r, start=-1, end=len(ops) + 1) if key in live_throughout else r
                   for key, r in layout.ranges.items()}
         layout = replace(layout, ranges=ranges)
-    sched_ops = sched_ops_of(sg, use, formats, held_operands=residual_cascades)
+    sched_ops = sched_ops_of(sg, use, formats, held_operands=held_operands)
     joins = [False] + [may_cascade(sched_ops[i - 1], sched_ops[i]) for i in range(1, len(ops))]
     floors = [_least_at(pos, ops, joins, layout, use, formats, size) for pos in range(len(ops))]
     pos = max(range(len(ops)), key=lambda p: floors[p][0])
@@ -131,7 +131,7 @@ def _cascade(first: int, last: int, ops: tuple[NpuOp, ...], layout: MemoryLayout
               (feature_map_label(ops[last].ofm.tensor), size(ops[last].ofm.tensor))]
     listed += [(f"rolling buffer after pass {i}", minimal_rolling_bytes(ops[i], ops[i + 1]))
                for i in range(first, last)]
-    # A second operand that is a feature map from outside the run (residual cascades only) is held whole.
+    # A second operand that is a feature map from outside the run (held operands only) is held whole.
     produced = {op.ofm.tensor for op in ops[first:last + 1]}
     listed += [(feature_map_label(op.ifm2.tensor), size(op.ifm2.tensor)) for op in ops[first:last + 1]
                if op.ifm2 is not None and not op.ifm2.tensor.is_const and op.ifm2.tensor not in produced]
@@ -148,14 +148,14 @@ class NetworkFloor:
     whole_bytes: int
 
 
-def network_floor(network: Network, arch: ArchitectureFeatures, residual_cascades: bool = False) -> NetworkFloor:
+def network_floor(network: Network, arch: ArchitectureFeatures, held_operands: bool = False) -> NetworkFloor:
     """The floors of ``network`` under ``arch``, whose feature-map storage must be its fast storage."""
     if arch.feature_map_storage_mem_area != arch.fast_storage_mem_area:
         raise ValueError("the floor assumes every feature map in fast storage (Shared_Sram or SRAM only)")
     use = tensor_use(network)
     formats = {fm: place.format for fm, place in vela_tensor_placements(network, arch, use)}
     subgraphs = [sg for sg in subgraphs_of(network) if sg.ops]
-    npu = max((subgraph_floor(sg, use, formats, residual_cascades=residual_cascades) for sg in subgraphs),
+    npu = max((subgraph_floor(sg, use, formats, held_operands=held_operands) for sg in subgraphs),
               key=lambda f: f.floor_bytes)
     # What the rest of the inference holds does not depend on the NPU schedule: take it from any schedule. At a
     # CPU operator's (even) step no weight or rolling buffer is live; the buffers live from before a subgraph's
@@ -171,5 +171,5 @@ def network_floor(network: Network, arch: ArchitectureFeatures, residual_cascade
         inside = {access.tensor for op in sg.ops for access in (op.ifm, op.ifm2, op.ofm) if access is not None}
         touched = frozenset(use.storage_key(fm) for r in spanning for fm in r.feature_maps if fm in inside)
         around = sum(r.size for r in spanning if not inside.intersection(r.feature_maps))
-        whole = max(whole, subgraph_floor(sg, use, formats, touched, residual_cascades).floor_bytes + around)
+        whole = max(whole, subgraph_floor(sg, use, formats, touched, held_operands).floor_bytes + around)
     return NetworkFloor(npu, whole)
