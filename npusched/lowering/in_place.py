@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 
-from npusched.ir import round_up
+from npusched.ir import ResamplingMode, round_up
 from npusched.lowering.netgraph import WorkingGraph, WorkingOp, WorkingTensor
 from npusched.lowering.packing import Pass
 
@@ -130,6 +130,7 @@ def _may_write_in_place(producer: WorkingOp, made_by: Pass, source: WorkingTenso
         and all(shape == copy.write_shape for shape in producer.ifm_shapes)
     return (made_by.placement == "Npu" and made_by.ops == [producer] and (producer.type in _WRITERS or elementwise)
             and producer.write_offset is None and producer.memory_function is None
+            and producer.resampling_mode == ResamplingMode.NONE  # an up-sampling pass: not tried
             and producer.activation_lut is None and producer.outputs == [source]
             and source.dtype == ofm.dtype
             and (source.quantization.scale, source.quantization.zero_point)
