@@ -1,13 +1,15 @@
 """Compile npusched's schedules with Vela's backend over the corpus and check what Vela says about them.
 
     python scripts/vela_backend_check.py [--models NAME ...] [--configs NAME ...] [--solvers heuristic cpsat]
-        [--time-limit 10] [--markdown out.md]
+        [--time-limit 10] [--estimator vela-legacy] [--netgen [ARCH ...]] [--markdown out.md]
 
 For every corpus model x golden configuration x solver: the schedule is compiled by Vela 5.2.0's legacy backend
 (``solve-schedule --output-dir``); Vela's own per-op estimate is compared with the evaluator's (agreement within
 0.01%, op by op and in total); for the heuristic the ``_vela.tflite`` is compared with the one plain
 ``vela --debug-force-legacy-core`` writes (tensors and metadata as sets, operators in order). CP-SAT runs with
-``--deterministic`` and one worker. Prints a Markdown table (the one in docs/results.md).
+``--deterministic`` and one worker. Prints a Markdown table (the one in docs/results.md). ``--netgen`` checks
+generated Keras-style networks (``npusched.netgen``, 40 passes, seed 1) instead of the corpus, each normalised
+first so that plain Vela compiles the model the heuristic schedules.
 """
 
 from __future__ import annotations
@@ -23,8 +25,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from npusched import solve_options  # noqa: E402
+from npusched.app.pipeline import scheduled_model_bytes  # noqa: E402
+from npusched.app.replay import compile_as_deployed  # noqa: E402
 from npusched.errors import NpuschedError  # noqa: E402
 from npusched.io.report_json import write_json  # noqa: E402
+from npusched.netgen import ARCHITECTURES, generate  # noqa: E402
 from npusched.vela.backend import compile_schedule, tflite_contents  # noqa: E402
 from npusched.vela.command import run_options_from_vela_args, vela_hardware_args  # noqa: E402
 
@@ -41,19 +46,19 @@ def plain_vela(model: Path, config: dict, output_dir: Path) -> Path:
 
 
 def check_cell(model: Path, config_name: str, solver: str, time_limit: float, work: Path,
-               keep: Path | None = None) -> dict:
+               keep: Path | None = None, estimator: str = "vela-legacy") -> dict:
     """One model x configuration x solver: compile, compare estimates, and (heuristic) compare with Vela's file.
     A schedule Vela refuses is saved as a document into ``keep`` (replay it with solve-schedule --schedule)."""
     row = {"model": model.stem, "config": config_name, "solver": solver}
     options = run_options_from_vela_args(model, CONFIGS[config_name], solver=solver, time_limit_seconds=time_limit,
-                                         deterministic=True, workers=1)
+                                         deterministic=True, workers=1, estimator=estimator)
     started = time.monotonic()
     try:
         result = solve_options(options).run
     except NpuschedError as exc:
         return {**row, "error": str(exc)}
     try:
-        compiled = compile_schedule(result, work / solver)
+        compiled = compile_as_deployed(result, lambda run: compile_schedule(run, work / solver))
     except NpuschedError as exc:
         if keep is not None:
             keep.mkdir(parents=True, exist_ok=True)
@@ -99,16 +104,26 @@ def main() -> int:
     parser.add_argument("--time-limit", type=float, default=10.0)
     parser.add_argument("--markdown", type=Path)
     parser.add_argument("--keep-refused", type=Path, help="save the schedules Vela refuses here (JSON documents)")
+    parser.add_argument("--estimator", default="vela-legacy", help="as solve-schedule's (default: vela-legacy)")
+    parser.add_argument("--netgen", nargs="*", metavar="ARCH",
+                        help="generated networks of these architectures (none named: all) instead of the corpus")
     args = parser.parse_args()
     rows = []
-    for model in args.models:
-        for config in args.configs:
-            for solver in args.solvers:
-                with tempfile.TemporaryDirectory() as work:
-                    row = check_cell(CORPUS / f"{model}.tflite", config, solver, args.time_limit, Path(work),
-                                     args.keep_refused)
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+    with tempfile.TemporaryDirectory() as generated:
+        models = [CORPUS / f"{model}.tflite" for model in args.models]
+        if args.netgen is not None:
+            models = [Path(generated) / f"{arch}.tflite" for arch in args.netgen or ARCHITECTURES]
+            for model in models:
+                model.write_bytes(generate(model.stem, 40, 1, keras_style=True))
+                model.write_bytes(scheduled_model_bytes(run_options_from_vela_args(model, CONFIGS[args.configs[0]])))
+        for model in models:
+            for config in args.configs:
+                for solver in args.solvers:
+                    with tempfile.TemporaryDirectory() as work:
+                        row = check_cell(model, config, solver, args.time_limit, Path(work), args.keep_refused,
+                                         args.estimator)
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
     table = markdown(rows)
     print(table)
     if args.markdown is not None:
