@@ -61,6 +61,18 @@ def branches(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def upsampled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A feature-pyramid step: a skip map (read twice) concatenated with a 2x nearest-neighbour up-sampling."""
+    g = GraphBuilder(np.random.default_rng(0))
+    skip = g.conv(g.input((1, 32, 32, 16)), 32)
+    low = g.conv(g.pool(skip, "MAX", (2, 2), (2, 2)), 32, quant=skip.quant)
+    out = g.conv(g.concat([skip, g.resize(low, 2, "NEAREST")], quant=skip.quant), 16)
+    path = tmp_path_factory.mktemp("in_place") / "upsampled.tflite"
+    path.write_bytes(serialise(g.network([out], "an up-sampled concatenation input")))
+    return path
+
+
+@pytest.fixture(scope="module")
 def nasnet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("in_place") / "nasnet.tflite"
     path.write_bytes(generate("nasnet", 40, 1, keras_style=True))
@@ -119,8 +131,9 @@ def test_writing_in_place_saves_the_copies(densenet: Path, monkeypatch: pytest.M
 
 
 def _npu_ofm_addresses(monkeypatch: pytest.MonkeyPatch, result: RunResult, output_dir: Path) -> tuple[Any, dict]:
-    """Compile ``result``; per pass name, the OFM offset (from the OFM tensor's address), shape and strides of
-    each NPU operation Vela emits ("ofm", ...), and the source of each DMA it is given ("dma", address)."""
+    """Compile ``result``; per pass name, the OFM offset (from the OFM tensor's address), shape and strides and
+    the IFM offset and shape of each NPU operation Vela emits ("ofm", ...), and the source of each DMA it is given
+    ("dma", address)."""
     import ethosu.vela.high_level_command_to_npu_op as commands
 
     seen: dict[str, list[tuple[Any, ...]]] = {}
@@ -130,9 +143,10 @@ def _npu_ofm_addresses(monkeypatch: pytest.MonkeyPatch, result: RunResult, outpu
         op = convert(cmd, arch)
         ps = getattr(cmd, "ps", None)
         name = ps.primary_op.name if ps is not None and ps.primary_op is not None else "?"
-        if hasattr(op, "ofm"):  # the address from the start of the OFM tensor
+        if hasattr(op, "ofm"):  # addresses from the start of the OFM (IFM) tensor
             seen.setdefault(name, []).append(("ofm", op.ofm.tiles.addresses[0] - cmd.ofm_tensor.address,
-                                              op.ofm.shape, op.ofm.strides))
+                                              op.ofm.shape, op.ofm.strides,
+                                              op.ifm.tiles.addresses[0] - cmd.ifm_tensor.address, op.ifm.shape))
         else:
             seen.setdefault(name, []).append(("dma", op.src.address))
         return op
@@ -141,7 +155,7 @@ def _npu_ofm_addresses(monkeypatch: pytest.MonkeyPatch, result: RunResult, outpu
     return compile_schedule(result, output_dir), seen
 
 
-@pytest.mark.parametrize("name", ["densenet", "unet", "branches"])
+@pytest.mark.parametrize("name", ["densenet", "unet", "branches", "upsampled"])
 def test_vela_writes_the_in_place_slice_where_the_copy_wrote(name: str, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch,
                                                                request: pytest.FixtureRequest) -> None:
@@ -156,10 +170,14 @@ def test_vela_writes_the_in_place_slice_where_the_copy_wrote(name: str, tmp_path
     assert writers
     if name == "branches":
         assert sorted(op.op_type for op in writers) == ["Add", "Conv2DBias", "MaxPool"]
+    if name == "upsampled":  # the resize reads its input as in Vela's graph, where it writes a map of its own
+        (op,) = writers
+        assert op.op_type == "ResizeNearestNeighbor"
+        assert [e[4:] for e in ours_ops[op.name]] == [e[4:] for e in legacy_ops[op.name]]
     for op in writers:
         copy = str(op.attr(IN_PLACE_OF))
         ours_writes = [e[1:] for e in ours_ops[op.name] if e[0] == "ofm"]
-        (copy_at, copy_shape, copy_strides), = [e[1:] for e in legacy_ops[copy] if e[0] == "ofm"]
+        (copy_at, copy_shape, copy_strides), = [e[1:4] for e in legacy_ops[copy] if e[0] == "ofm"]
         # Each in-place write lands where the copy did in the concatenation, in the same shape and layout (in
         # depth slices, one after another, where its weights are double-buffered).
         assert ours_writes[0][0] == copy_at and {e[2] for e in ours_writes} == {copy_strides}
@@ -190,7 +208,7 @@ def test_sliced_weights_of_an_in_place_write_reach_their_channels(nasnet: Path, 
                        evaluation=evaluation)
     backend, ops = _npu_ofm_addresses(monkeypatch, result, tmp_path)
     assert backend.agreed, backend.warnings()
-    (_, first, first_shape, strides), (_, second, second_shape, _) = [e for e in ops[op.name] if e[0] == "ofm"]
+    (_, first, first_shape, strides, *_), (_, second, second_shape, *_) = [e for e in ops[op.name] if e[0] == "ofm"]
     assert first_shape.depth == second_shape.depth == 16
     assert second - first == strides.depth  # the next 16 channels: one brick of the NHCWB16 concatenation on
     assert len({entry[1] for entry in ops[op.name] if entry[0] == "dma"}) == 2

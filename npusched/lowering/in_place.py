@@ -1,11 +1,11 @@
 """Concatenation inputs written in place: the pass that makes an input writes its slice of the OFM.
 
 Vela's legacy graph copies every input of a concatenation into the OFM with a 1x1 AvgPool (a
-``ConcatSliceWrite``). Where a convolution, a pooling or an element-wise operation (on operands of the slice's
-shape) makes the input and nothing else reads it, the default core has it write the slice itself, and the copy
-(a pass of its own, reading and writing the whole input) goes. Vela's backend takes such a pass as the copy's
-write offset and shape on the writer, which its command stream honours (``npusched.vela.backend`` makes the same
-change to Vela's graph, guided by ``IN_PLACE_OF``).
+``ConcatSliceWrite``). Where a convolution, a pooling (an up-sampling resize among them) or an element-wise
+operation (on operands of the slice's shape) makes the input and nothing else reads it, the default core has it
+write the slice itself, and the copy (a pass of its own, reading and writing the whole input) goes. Vela's
+backend takes such a pass as the copy's write offset and shape on the writer, which its command stream honours
+(``npusched.vela.backend`` makes the same change to Vela's graph, guided by ``IN_PLACE_OF``).
 
 Only where it is exact: the input has this one producer and this one reader, is no subgraph output, and has the
 OFM's type and quantisation (the copy would rescale otherwise). And only where memory allows. It never needs more
@@ -26,7 +26,8 @@ from npusched.lowering.netgraph import WorkingGraph, WorkingOp, WorkingTensor
 from npusched.lowering.packing import Pass
 
 IN_PLACE_OF = "in_place_of"  # attribute of a pass writing in place: the name of the copy it replaces
-_WRITERS = frozenset({"Conv2DBias", "DepthwiseConv2DBias", "MaxPool", "AvgPool"})
+_WRITERS = frozenset({"Conv2DBias", "DepthwiseConv2DBias", "MaxPool", "AvgPool", "ResizeNearestNeighbor",
+                      "ResizeBilinear"})
 _ELEMENTWISE_WRITERS = frozenset({"Add", "Sub", "Mul", "Maximum", "Minimum"})  # only on operands of the OFM's shape
 
 
@@ -129,10 +130,17 @@ def _may_write_in_place(producer: WorkingOp, made_by: Pass, source: WorkingTenso
     elementwise = producer.type in _ELEMENTWISE_WRITERS and len(producer.ifm_shapes) == 2 \
         and all(shape == copy.write_shape for shape in producer.ifm_shapes)
     return (made_by.placement == "Npu" and made_by.ops == [producer] and (producer.type in _WRITERS or elementwise)
-            and producer.write_offset is None and producer.memory_function is None
-            and producer.resampling_mode == ResamplingMode.NONE  # an up-sampling pass: not tried
+            and _writes_whole_ofm(producer) and producer.memory_function is None
+            and producer.resampling_mode in (ResamplingMode.NONE, ResamplingMode.NEAREST)
             and producer.activation_lut is None and producer.outputs == [source]
             and source.dtype == ofm.dtype
             and (source.quantization.scale, source.quantization.zero_point)
             == (ofm.quantization.scale, ofm.quantization.zero_point)
             and bool(producer.ofm_shapes) and producer.ofm_shapes[0] == copy.write_shape)
+
+
+def _writes_whole_ofm(producer: WorkingOp) -> bool:
+    """No write offset of its own, or (an up-sampling pass: Vela trims its 2x2 steps so) offset 0 and its OFM."""
+    offset = producer.write_offset
+    return offset is None or (offset.as_list() == [0, 0, 0, 0] and bool(producer.ofm_shapes)
+                              and producer.write_shape == producer.ofm_shapes[0])
