@@ -8,7 +8,7 @@ For every corpus model x golden configuration x solver: the schedule is compiled
 0.01%, op by op and in total); for the heuristic the ``_vela.tflite`` is compared with the one plain
 ``vela --debug-force-legacy-core`` writes (tensors and metadata as sets, operators in order). CP-SAT runs with
 ``--deterministic`` and one worker. Prints a Markdown table (the one in docs/results.md). ``--netgen`` checks
-generated Keras-style networks (``npusched.netgen``, 40 passes, seed 1) instead of the corpus, each normalised
+generated Keras-style networks (``npusched.netgen``, seed 1, ``--passes`` 40) instead of the corpus, each normalised
 first so that plain Vela compiles the model the heuristic schedules.
 """
 
@@ -107,6 +107,7 @@ def main() -> int:
     parser.add_argument("--estimator", default="vela-legacy", help="as solve-schedule's (default: vela-legacy)")
     parser.add_argument("--netgen", nargs="*", metavar="ARCH",
                         help="generated networks of these architectures (none named: all) instead of the corpus")
+    parser.add_argument("--passes", type=int, default=40, help="with --netgen: their size (default: 40)")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as generated:
@@ -114,7 +115,7 @@ def main() -> int:
         if args.netgen is not None:
             models = [Path(generated) / f"{arch}.tflite" for arch in args.netgen or ARCHITECTURES]
             for model in models:
-                model.write_bytes(generate(model.stem, 40, 1, keras_style=True))
+                model.write_bytes(generate(model.stem, args.passes, 1, keras_style=True))
                 model.write_bytes(scheduled_model_bytes(run_options_from_vela_args(model, CONFIGS[args.configs[0]])))
         for model in models:
             for config in args.configs:
