@@ -17,6 +17,7 @@ subgraphs) is carried over as it was. A model with nothing to fold is returned a
 from __future__ import annotations
 
 import copy
+import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -57,7 +58,7 @@ class Normalisation:
     folded: tuple[tuple[str, int], ...] = ()
     fixed_batch_inputs: tuple[str, ...] = ()
     removed_tensors: int = 0
-    relaid_passes: int = 0  # element-wise operators on channel-poor maps now computed on a 16-deep view
+    relaid_passes: int = 0  # element-wise operators on channel-poor maps now computed on a 16 (or more) deep view
     widened_convolutions: int = 0  # 1x1 convolutions making a channel-poor output, computed 16 deep
     split_softmaxes: int = 0  # SOFTMAX operators on large maps computed in row bands (``_band_softmax``)
     softmax_bands: int = 0  # the bands they became, all together
@@ -80,7 +81,7 @@ class Normalisation:
                          f"({kinds})")
         if self.relaid_passes:
             parts.append(f"{self.relaid_passes} element-wise pass{'es' * (self.relaid_passes != 1)} re-laid out "
-                         "16 deep")
+                         "16 or more deep")
         if self.widened_convolutions:
             parts.append(f"{self.widened_convolutions} 1x1 convolution{'s' * (self.widened_convolutions != 1)} "
                          "making a channel-poor output computed 16 deep")
@@ -492,67 +493,85 @@ _DEEP_CHANNELS = 16
 
 
 def _relayout_channel_poor(model: Any, subgraph: Any) -> int:
-    """View chains of element-wise operators on [1, H, W, C<16] maps as [1, H', W', 16] (same bytes, same order).
+    """View chains of element-wise operators on [1, H, W, C<16] maps as [1, H', W', D] (same bytes, same order):
+    D = 16, or lcm(C, 16) where an operand is a per-channel constant (a Normalization layer's mean and variance).
 
-    Such maps (an image input's rescaling: a MUL and an ADD on H x W x 3) move through memory in C-byte bursts;
-    16 deep, the same bytes move in full bursts. A chain is exact on any view of its bytes when every operator is
-    unary element-wise or has a one-element constant as its other operand, so the chain gets a RESHAPE to the
-    deep view before it and one back after it, and its intermediate tensors the deep shape (renamed with a
-    ``/c16`` suffix; the chain's last output keeps its name, shape and value). Returns the operators moved.
+    Such maps (an image input's rescaling and normalisation on H x W x 3) move through memory in C-byte bursts;
+    D deep, the same bytes move in full bursts. A chain is exact on any view of its bytes when every operator is
+    unary element-wise or has a one-element constant as its other operand; on a view D deep when C divides D, a
+    per-channel constant tiled D / C times is the same operand (channel d of the view is channel d mod C). So the
+    chain gets a RESHAPE to the deep view before it and one back after it, and its intermediate tensors the deep
+    shape (renamed with a ``/c16`` suffix; the chain's last output keeps its name, shape and value). Returns the
+    operators moved.
     """
     tensors = subgraph.tensors
     operators = list(subgraph.operators or [])
     readers = _readers(operators)
     graph_outputs = set(_ints(subgraph.outputs))
 
-    def feature_map_input(op: Any) -> int | None:
+    def operands(op: Any, channels: int) -> tuple[int, list[int]] | None:
+        """The feature-map input and the per-channel constant inputs, if the op may join a chain."""
         opcode, inputs = _opcode(model, op), _ints(op.inputs)
         if opcode in _UNARY_ELEMENTWISE and len(inputs) == 1:
-            return inputs[0]
+            return inputs[0], []
         if opcode in _BINARY_ELEMENTWISE and len(inputs) == 2:
-            sizes = {i: value.size for i in inputs if (value := _constant(model, tensors[i])) is not None}
-            maps = [i for i in inputs if i not in sizes]
-            if len(maps) == 1 and list(sizes.values()) == [1]:
-                return maps[0]
+            values = {i: value for i in inputs if (value := _constant(model, tensors[i])) is not None}
+            maps = [i for i in inputs if i not in values]
+            per_channel = [i for i, v in values.items() if v.size == channels > 1 and v.shape[-1:] == (channels,)
+                           and len(tensors[i].quantization.scale if tensors[i].quantization is not None
+                                   and tensors[i].quantization.scale is not None else []) <= 1]
+            if len(maps) == 1 and all(v.size == 1 or i in per_channel for i, v in values.items()):
+                return maps[0], per_channel
         return None
 
-    chains: list[tuple[int, tuple[int, ...], list[int]]] = []
+    chains: list[tuple[int, tuple[int, ...], list[int], int]] = []
     taken: set[int] = set()
     for position, op in enumerate(operators):
-        source = feature_map_input(op)
-        if position in taken or source is None:
+        if position in taken:
             continue
-        shape = _static_shape(tensors[source])
+        maps = [i for i in _ints(op.inputs) if i >= 0 and _constant(model, tensors[i]) is None]
+        shape = _static_shape(tensors[maps[0]]) if len(maps) == 1 else None
         outputs = _ints(op.outputs)
         if shape is None or len(shape) != 4 or shape[0] != 1 or not 0 < shape[3] < _DEEP_CHANNELS \
-                or (shape[1] * shape[2] * shape[3]) % _DEEP_CHANNELS or len(outputs) != 1 \
-                or _static_shape(tensors[outputs[0]]) != shape:
+                or len(outputs) != 1 or _static_shape(tensors[outputs[0]]) != shape:
             continue
-        chain = [position]
+        found = operands(op, shape[3])
+        if found is None:
+            continue
+        source = found[0]
+        chain, per_channel = [position], bool(found[1])
         while True:
             out = _ints(operators[chain[-1]].outputs)[0]
             following = readers.get(out, [])
-            if out in graph_outputs or len(following) != 1 or feature_map_input(operators[following[0]]) != out \
-                    or len(_ints(operators[following[0]].outputs)) != 1 \
+            if out in graph_outputs or len(following) != 1:
+                break
+            joined = operands(operators[following[0]], shape[3])
+            if joined is None or joined[0] != out or len(_ints(operators[following[0]].outputs)) != 1 \
                     or _static_shape(tensors[_ints(operators[following[0]].outputs)[0]]) != shape:
                 break
             chain.append(following[0])
+            per_channel = per_channel or bool(joined[1])
+        depth = math.lcm(shape[3], _DEEP_CHANNELS) if per_channel else _DEEP_CHANNELS
+        if (shape[1] * shape[2] * shape[3]) % depth:
+            continue
         taken.update(chain)
-        chains.append((source, shape, chain))
+        chains.append((source, shape, chain, depth))
     if not chains:
         return 0
     reshape_code = _operator_code_index(model, schema.BuiltinOperator.RESHAPE)
     before: dict[int, Any] = {}
     after: dict[int, Any] = {}
-    for source, shape, chain in chains:
-        deep = _deep_view(shape)
+    for source, shape, chain, depth in chains:
+        deep = _deep_view(shape, depth)
         originals = [_ints(operators[p].outputs)[0] for p in chain]
         current = _add_tensor(subgraph, tensors[source], "/c16", deep)
         before[chain[0]] = _reshape(model, subgraph, reshape_code, source, current, deep)
         previous = source
         for position, original in zip(chain, originals, strict=True):
             op = operators[position]
-            op.inputs = np.asarray([current if i == previous else i for i in _ints(op.inputs)], dtype=np.int32)
+            per_channel_inputs = (operands(op, shape[3]) or (previous, []))[1]
+            op.inputs = np.asarray([current if i == previous else _tiled(model, subgraph, i, depth // shape[3])
+                                    if i in per_channel_inputs else i for i in _ints(op.inputs)], dtype=np.int32)
             previous = original
             current = _add_tensor(subgraph, tensors[original], "/c16", deep)
             op.outputs = np.asarray([current], dtype=np.int32)
@@ -563,7 +582,18 @@ def _relayout_channel_poor(model: Any, subgraph: Any) -> int:
         rewritten.append(op)
         rewritten += [after[position]] if position in after else []
     subgraph.operators = rewritten
-    return sum(len(chain) for _, _, chain in chains)
+    return sum(len(chain) for _, _, chain, _ in chains)
+
+
+def _tiled(model: Any, subgraph: Any, index: int, repeats: int) -> int:
+    """A new constant: per-channel constant ``index`` repeated ``repeats`` times along its one axis."""
+    tensor = copy.deepcopy(subgraph.tensors[index])
+    tensor.name = _name(tensor) + "/c16"
+    value = _constant(model, subgraph.tensors[index])
+    assert value is not None
+    _make_constant(model, tensor, np.tile(value.reshape(-1), repeats))
+    subgraph.tensors.append(tensor)
+    return len(subgraph.tensors) - 1
 
 
 def _widen_pointwise_outputs(model: Any, subgraph: Any) -> int:
@@ -665,11 +695,11 @@ def _readers(operators: list[Any]) -> dict[int, list[int]]:
     return readers
 
 
-def _deep_view(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """[1, H', W', 16] holding the bytes of ``shape``, H' x W' as square as the pixel count allows."""
-    pixels = shape[1] * shape[2] * shape[3] // _DEEP_CHANNELS
+def _deep_view(shape: tuple[int, ...], depth: int = _DEEP_CHANNELS) -> tuple[int, ...]:
+    """[1, H', W', depth] holding the bytes of ``shape``, H' x W' as square as the pixel count allows."""
+    pixels = shape[1] * shape[2] * shape[3] // depth
     width = max(w for w in range(1, int(pixels ** 0.5) + 1) if pixels % w == 0)
-    return (1, pixels // width, width, _DEEP_CHANNELS)
+    return (1, pixels // width, width, depth)
 
 
 def _add_tensor(subgraph: Any, like: Any, suffix: str, shape: tuple[int, ...]) -> int:
