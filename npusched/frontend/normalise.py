@@ -509,17 +509,18 @@ def _relayout_channel_poor(model: Any, subgraph: Any) -> int:
     readers = _readers(operators)
     graph_outputs = set(_ints(subgraph.outputs))
 
-    def operands(op: Any, channels: int) -> tuple[int, list[int]] | None:
-        """The feature-map input and the per-channel constant inputs, if the op may join a chain."""
+    def operands(op: Any, channels: int) -> tuple[int, dict[int, np.ndarray]] | None:
+        """The feature-map input and the per-channel constant inputs (index -> value), if the op may join a
+        chain."""
         opcode, inputs = _opcode(model, op), _ints(op.inputs)
         if opcode in _UNARY_ELEMENTWISE and len(inputs) == 1:
-            return inputs[0], []
+            return inputs[0], {}
         if opcode in _BINARY_ELEMENTWISE and len(inputs) == 2:
             values = {i: value for i in inputs if (value := _constant(model, tensors[i])) is not None}
             maps = [i for i in inputs if i not in values]
-            per_channel = [i for i, v in values.items() if v.size == channels > 1 and v.shape[-1:] == (channels,)
+            per_channel = {i: v for i, v in values.items() if v.size == channels > 1 and v.shape[-1:] == (channels,)
                            and len(tensors[i].quantization.scale if tensors[i].quantization is not None
-                                   and tensors[i].quantization.scale is not None else []) <= 1]
+                                   and tensors[i].quantization.scale is not None else []) <= 1}
             if len(maps) == 1 and all(v.size == 1 or i in per_channel for i, v in values.items()):
                 return maps[0], per_channel
         return None
@@ -569,9 +570,11 @@ def _relayout_channel_poor(model: Any, subgraph: Any) -> int:
         previous = source
         for position, original in zip(chain, originals, strict=True):
             op = operators[position]
-            per_channel_inputs = (operands(op, shape[3]) or (previous, []))[1]
-            op.inputs = np.asarray([current if i == previous else _tiled(model, subgraph, i, depth // shape[3])
-                                    if i in per_channel_inputs else i for i in _ints(op.inputs)], dtype=np.int32)
+            constants = (operands(op, shape[3]) or (previous, {}))[1]
+            repeats = depth // shape[3]
+            op.inputs = np.asarray([current if i == previous else _repeated_constant(
+                model, subgraph, i, np.tile(constants[i].reshape(-1), repeats), repeats)
+                if i in constants else i for i in _ints(op.inputs)], dtype=np.int32)
             previous = original
             current = _add_tensor(subgraph, tensors[original], "/c16", deep)
             op.outputs = np.asarray([current], dtype=np.int32)
@@ -583,17 +586,6 @@ def _relayout_channel_poor(model: Any, subgraph: Any) -> int:
         rewritten += [after[position]] if position in after else []
     subgraph.operators = rewritten
     return sum(len(chain) for _, _, chain, _ in chains)
-
-
-def _tiled(model: Any, subgraph: Any, index: int, repeats: int) -> int:
-    """A new constant: per-channel constant ``index`` repeated ``repeats`` times along its one axis."""
-    tensor = copy.deepcopy(subgraph.tensors[index])
-    tensor.name = _name(tensor) + "/c16"
-    value = _constant(model, subgraph.tensors[index])
-    assert value is not None
-    _make_constant(model, tensor, np.tile(value.reshape(-1), repeats))
-    subgraph.tensors.append(tensor)
-    return len(subgraph.tensors) - 1
 
 
 def _widen_pointwise_outputs(model: Any, subgraph: Any) -> int:
@@ -653,16 +645,15 @@ def _widen_pointwise_outputs(model: Any, subgraph: Any) -> int:
         for block in range(k):
             wide_weights[block * channels:(block + 1) * channels, :, :,
                          block * weights.shape[3]:(block + 1) * weights.shape[3]] = weights
-        wide_inputs = [_add_tensor(subgraph, tensors[inputs[0]], "/c16",
-                                   (1, ifm_shape[1], ifm_shape[2] // k, k * ifm_shape[3])),
+        view_shape = (1, ifm_shape[1], ifm_shape[2] // k, k * ifm_shape[3])
+        wide_inputs = [_add_tensor(subgraph, tensors[inputs[0]], "/c16", view_shape),
                        _repeated_constant(model, subgraph, inputs[1], wide_weights, k)]
         if len(inputs) == 3:
             wide_inputs.append(-1 if bias is None else _repeated_constant(model, subgraph, inputs[2],
                                                                             np.tile(bias, k), k))
         deep = (1, ofm_shape[1], ofm_shape[2] // k, _DEEP_CHANNELS)
         wide_output = _add_tensor(subgraph, tensors[outputs[0]], "/c16", deep)
-        view = _reshape(model, subgraph, reshape_code, inputs[0], wide_inputs[0],
-                        (1, ifm_shape[1], ifm_shape[2] // k, k * ifm_shape[3]))
+        view = _reshape(model, subgraph, reshape_code, inputs[0], wide_inputs[0], view_shape)
         op.inputs = np.asarray(wide_inputs, dtype=np.int32)
         op.outputs = np.asarray([wide_output], dtype=np.int32)
         replaced[position] = [view, op, _reshape(model, subgraph, reshape_code, wide_output, outputs[0], ofm_shape)]
@@ -671,7 +662,8 @@ def _widen_pointwise_outputs(model: Any, subgraph: Any) -> int:
 
 
 def _repeated_constant(model: Any, subgraph: Any, index: int, value: np.ndarray, repeats: int) -> int:
-    """A new constant like tensor ``index`` holding ``value``, its per-channel quantisation repeated."""
+    """A new constant like tensor ``index`` holding ``value``, its per-channel quantisation (if any) repeated
+    ``repeats`` times."""
     tensor = copy.deepcopy(subgraph.tensors[index])
     tensor.name = _name(tensor) + "/c16"
     quantization = tensor.quantization
