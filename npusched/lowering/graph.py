@@ -259,9 +259,9 @@ def lower_model(model: TfliteModel, arch: ArchitectureFeatures | None = None, *,
     """Lower every subgraph of ``model``; NPU subgraphs are listed in Vela's order (per TFLite subgraph, in
     execution order). Time and memory grow linearly with the size of the model (scripts/bench_lower.py).
 
-    ``in_place``: convolutions write their slice of a concatenation themselves where that is exact and memory
-    allows (``npusched.lowering.in_place``; the budget is ``arch``'s arena cache where feature maps live in fast
-    storage); without it the graph is Vela legacy's, copies and all."""
+    ``in_place``: the passes making a concatenation's inputs write their slices themselves where that is exact
+    and memory allows (``npusched.lowering.in_place``; the budget is ``arch``'s arena cache where feature maps
+    live in fast storage); without it the graph is Vela legacy's, copies and all."""
     limit, collecting = sys.getrecursionlimit(), gc.isenabled()
     sys.setrecursionlimit(max(limit, RECURSION_LIMIT))
     # The working graph is cyclic (ops and tensors link both ways) and grows to thousands of objects; Python's

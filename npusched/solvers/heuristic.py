@@ -120,8 +120,8 @@ class _Context:
 def sched_ops_of(sg: NpuSubgraph, use: TensorUse, formats: Mapping[FeatureMap, TensorFormat],
                  held_operands: bool = False) -> tuple[SchedOp, ...]:
     """Each pass of ``sg`` with the facts Vela's scheduler derives from the graph (which operands must be whole,
-    who reads the OFM, whether the OFM may overwrite the IFM); ``held_operands`` lets elementwise passes with a
-    second feature-map operand cascade (``cascades.elementwise_cascadable``), which Vela's rules do not."""
+    who reads the OFM, whether the OFM may overwrite the IFM); ``held_operands`` lets MULs with a second feature-map
+    operand (a gate) cascade (``cascades.elementwise_cascadable``), which Vela's rules do not."""
     inputs = set(sg.inputs)
     outputs = set(sg.outputs)
     ops = list(sg.ops)
