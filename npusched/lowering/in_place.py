@@ -142,5 +142,6 @@ def _may_write_in_place(producer: WorkingOp, made_by: Pass, source: WorkingTenso
 def _writes_whole_ofm(producer: WorkingOp) -> bool:
     """No write offset of its own, or (an up-sampling pass: Vela trims its 2x2 steps so) offset 0 and its OFM."""
     offset = producer.write_offset
-    return offset is None or (offset.as_list() == [0, 0, 0, 0] and bool(producer.ofm_shapes)
+    return offset is None or (producer.resampling_mode == ResamplingMode.NEAREST
+                              and offset.as_list() == [0, 0, 0, 0] and bool(producer.ofm_shapes)
                               and producer.write_shape == producer.ofm_shapes[0])
