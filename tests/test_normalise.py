@@ -185,6 +185,22 @@ def test_the_normalised_input_moves_in_full_bursts(tmp_path):
     assert cycles[True] < 0.2 * cycles[False]
 
 
+def test_a_swish_gate_goes_first_exactly():
+    """EfficientNet's swish x * logistic(x): the MUL's operands are swapped so that the gate, read by the MUL
+    alone, is the first (a cascade can follow it from the LOGISTIC) and x, read by the LOGISTIC too, the second;
+    every tensor stays the same bit for bit."""
+    data = generate("efficientnet", 40, 1)
+    normalised, record = normalise(data)
+    sg = parse_tflite(normalised).main
+    producers = {index: op for op in sg.operators for index in op.outputs}
+    swapped = [op for op in sg.operators if op.opcode == "MUL" and op.inputs[0] in producers
+               and producers[op.inputs[0]].opcode == "LOGISTIC"]
+    assert record.gates_first == len(swapped) > 0 and "with the gate first" in record.describe()
+    for op in swapped:
+        assert producers[op.inputs[0]].inputs[0] == op.inputs[1]
+    assert _assert_exact(data, normalised) > 20
+
+
 def test_a_pointwise_convolution_making_a_channel_poor_output_is_widened_exactly():
     """A U-Net's last 1x1 convolution makes its 4-channel output (through a LOGISTIC): it runs on the 16-deep
     view, 4 pixels a row of the view with block-diagonal weights, and the output is the same bit for bit."""

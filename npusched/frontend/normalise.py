@@ -60,6 +60,7 @@ class Normalisation:
     removed_tensors: int = 0
     relaid_passes: int = 0  # element-wise operators on channel-poor maps now computed on a 16 (or more) deep view
     widened_convolutions: int = 0  # 1x1 convolutions making a channel-poor output, computed 16 deep
+    gates_first: int = 0  # MULs of two feature maps whose operands were swapped, the gate first (``_gates_first``)
     split_softmaxes: int = 0  # SOFTMAX operators on large maps computed in row bands (``_band_softmax``)
     softmax_bands: int = 0  # the bands they became, all together
 
@@ -70,7 +71,7 @@ class Normalisation:
     @property
     def changed(self) -> bool:
         return bool(self.folded or self.fixed_batch_inputs or self.split_softmaxes or self.relaid_passes
-                    or self.widened_convolutions)
+                    or self.widened_convolutions or self.gates_first)
 
     def describe(self) -> str:
         """One line: what was folded and which dynamic dimension was fixed (empty when nothing changed)."""
@@ -85,6 +86,8 @@ class Normalisation:
         if self.widened_convolutions:
             parts.append(f"{self.widened_convolutions} 1x1 convolution{'s' * (self.widened_convolutions != 1)} "
                          "making a channel-poor output computed 16 deep")
+        if self.gates_first:
+            parts.append(f"{self.gates_first} MUL{'s' * (self.gates_first != 1)} with the gate first")
         if self.split_softmaxes:
             parts.append(self.describe_softmax_bands())
         if self.fixed_batch_inputs:
@@ -102,7 +105,7 @@ class Normalisation:
         return {"folded_operators": self.folded_operators, "folded_by_type": dict(self.folded),
                 "fixed_batch_inputs": list(self.fixed_batch_inputs), "removed_tensors": self.removed_tensors,
                 "relaid_passes": self.relaid_passes, "widened_convolutions": self.widened_convolutions,
-                "split_softmaxes": self.split_softmaxes,
+                "gates_first": self.gates_first, "split_softmaxes": self.split_softmaxes,
                 "softmax_bands": self.softmax_bands}
 
 
@@ -112,7 +115,9 @@ def normalise(data: bytes, source: str = "<bytes>", relayout: bool = True,
 
     A dynamic batch dimension is fixed at 1 (and the record says so) only in a model that has something to fold,
     split or re-lay out. ``relayout`` views element-wise chains on channel-poor maps 16 deep (see
-    ``_relayout_channel_poor``), in any model (the default core re-lays such work out too).
+    ``_relayout_channel_poor``), in any model (the default core re-lays such work out too), widens a 1x1
+    convolution making a channel-poor output (``_widen_pointwise_outputs``) and puts a swish's gate first
+    (``_gates_first``).
     ``band_softmax`` computes a SOFTMAX on a large map in row bands (see ``_band_softmax``), in any model; a
     model with none of these is left byte for byte as it is.
     """
@@ -122,7 +127,7 @@ def normalise(data: bytes, source: str = "<bytes>", relayout: bool = True,
         raise ModelError(f"{source}: corrupt or truncated TFLite flatbuffer ({type(exc).__name__}: {exc})") from None
     folded: Counter[str] = Counter()
     fixed: list[str] = []
-    removed = relaid = widened = split = bands = 0
+    removed = relaid = widened = gates = split = bands = 0
     for subgraph in model.subgraphs or []:
         fixed += _fix_batch(subgraph)
         done = _fold(model, subgraph)
@@ -130,15 +135,16 @@ def normalise(data: bytes, source: str = "<bytes>", relayout: bool = True,
         removed += _drop_dead_tensors(model, subgraph)
     if relayout:
         widened = sum(_widen_pointwise_outputs(model, subgraph) for subgraph in model.subgraphs[:1])
+        gates = sum(_gates_first(model, subgraph) for subgraph in model.subgraphs[:1])
         relaid = sum(_relayout_channel_poor(model, subgraph) for subgraph in model.subgraphs[:1])
     if band_softmax and model.subgraphs:
         split, bands = _band_softmax(model, model.subgraphs[0])
-    if not folded and not split and not relaid and not widened:
+    if not folded and not split and not relaid and not widened and not gates:
         # Fixing the batch alone changes nothing the NPU runs (readers take the 1 in the shape): the file stays
         # the user's, so Vela's backend compiles the very file `vela` would.
         return data, Normalisation()
     record = Normalisation(tuple(sorted(folded.items(), key=lambda kv: (-kv[1], kv[0]))), tuple(fixed), removed,
-                           relaid, widened, split, bands)
+                           relaid, widened, gates, split, bands)
     _release_dead_buffers(model)
     return _pack_model(model), record
 
@@ -586,6 +592,31 @@ def _relayout_channel_poor(model: Any, subgraph: Any) -> int:
         rewritten += [after[position]] if position in after else []
     subgraph.operators = rewritten
     return sum(len(chain) for _, _, chain, _ in chains)
+
+
+def _gates_first(model: Any, subgraph: Any) -> int:
+    """Swap the operands of each MUL of two same-shape feature maps (more than one row: something to cascade)
+    whose second is read by nothing else and whose first is read elsewhere too, as in a swish x * logistic(x):
+    the gate becomes the first operand, the one a cascade can follow from the pass making it, and x the second,
+    held whole (``cascades.elementwise_cascadable``). MUL commutes: the same products, the same rounding.
+    Returns the MULs swapped."""
+    tensors = subgraph.tensors
+    operators = list(subgraph.operators or [])
+    readers = _readers(operators)
+    made = {index for op in operators for index in _ints(op.outputs)}
+    swapped = 0
+    for op in operators:
+        inputs = _ints(op.inputs)
+        if _opcode(model, op) != "MUL" or len(inputs) != 2 or not all(i in made for i in inputs) \
+                or inputs[0] == inputs[1]:
+            continue
+        first, second = (_static_shape(tensors[i]) for i in inputs)
+        if first is None or first != second or len(first) != 4 or first[1] < 2 \
+                or len(readers.get(inputs[1], [])) != 1 or len(readers.get(inputs[0], [])) < 2:
+            continue
+        op.inputs = np.asarray([inputs[1], inputs[0]], dtype=np.int32)
+        swapped += 1
+    return swapped
 
 
 def _widen_pointwise_outputs(model: Any, subgraph: Any) -> int:
