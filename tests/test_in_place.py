@@ -31,18 +31,21 @@ from npusched.vela.backend import compile_schedule
 from npusched.vela.command import run_options_from_vela_args, vela_hardware_args
 
 
+def _generated(factory: pytest.TempPathFactory, arch: str) -> Path:
+    """A Keras-style generated network of 40 passes, seed 1."""
+    path = factory.mktemp("in_place") / f"{arch}.tflite"
+    path.write_bytes(generate(arch, 40, 1, keras_style=True))
+    return path
+
+
 @pytest.fixture(scope="module")
 def densenet(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("in_place") / "densenet.tflite"
-    path.write_bytes(generate("densenet", 40, 1, keras_style=True))
-    return path
+    return _generated(tmp_path_factory, "densenet")
 
 
 @pytest.fixture(scope="module")
 def unet(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("in_place") / "unet.tflite"
-    path.write_bytes(generate("unet", 40, 1, keras_style=True))
-    return path
+    return _generated(tmp_path_factory, "unet")
 
 
 @pytest.fixture(scope="module")
@@ -74,9 +77,7 @@ def upsampled(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def nasnet(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("in_place") / "nasnet.tflite"
-    path.write_bytes(generate("nasnet", 40, 1, keras_style=True))
-    return path
+    return _generated(tmp_path_factory, "nasnet")
 
 
 def _options(model: Path, config: str, **overrides: Any) -> Any:

@@ -66,7 +66,7 @@ def write_model(options: RunOptions, path: Path) -> None:
 
 
 def writes_in_place(options: RunOptions) -> bool:
-    """Whether the run's graph has convolutions write their slice of a concatenation (``lower_model``'s
+    """Whether the run's graph has passes write their slice of a concatenation (``lower_model``'s
     ``in_place``): not for the two Vela cores' own schedules, which are of Vela's graphs (the heuristic reproduces
     the legacy core's; the default core's is read back by op name)."""
     return options.solver not in (None, "heuristic", "vela-default")

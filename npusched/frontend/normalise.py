@@ -531,7 +531,8 @@ def _relayout_channel_poor(model: Any, subgraph: Any) -> int:
                 return maps[0], per_channel
         return None
 
-    chains: list[tuple[int, tuple[int, ...], list[int], int]] = []
+    # (source, shape, positions, each position's per-channel constants, view depth)
+    chains: list[tuple[int, tuple[int, ...], list[int], list[dict[int, np.ndarray]], int]] = []
     taken: set[int] = set()
     for position, op in enumerate(operators):
         if position in taken:
@@ -546,7 +547,7 @@ def _relayout_channel_poor(model: Any, subgraph: Any) -> int:
         if found is None:
             continue
         source = found[0]
-        chain, per_channel = [position], bool(found[1])
+        chain, constants = [position], [found[1]]
         while True:
             out = _ints(operators[chain[-1]].outputs)[0]
             following = readers.get(out, [])
@@ -557,30 +558,29 @@ def _relayout_channel_poor(model: Any, subgraph: Any) -> int:
                     or _static_shape(tensors[_ints(operators[following[0]].outputs)[0]]) != shape:
                 break
             chain.append(following[0])
-            per_channel = per_channel or bool(joined[1])
-        depth = math.lcm(shape[3], _DEEP_CHANNELS) if per_channel else _DEEP_CHANNELS
+            constants.append(joined[1])
+        depth = math.lcm(shape[3], _DEEP_CHANNELS) if any(constants) else _DEEP_CHANNELS
         if (shape[1] * shape[2] * shape[3]) % depth:
             continue
         taken.update(chain)
-        chains.append((source, shape, chain, depth))
+        chains.append((source, shape, chain, constants, depth))
     if not chains:
         return 0
     reshape_code = _operator_code_index(model, schema.BuiltinOperator.RESHAPE)
     before: dict[int, Any] = {}
     after: dict[int, Any] = {}
-    for source, shape, chain, depth in chains:
+    for source, shape, chain, constants, depth in chains:
         deep = _deep_view(shape, depth)
         originals = [_ints(operators[p].outputs)[0] for p in chain]
         current = _add_tensor(subgraph, tensors[source], "/c16", deep)
         before[chain[0]] = _reshape(model, subgraph, reshape_code, source, current, deep)
         previous = source
-        for position, original in zip(chain, originals, strict=True):
+        repeats = depth // shape[3]
+        for position, original, per_channel in zip(chain, originals, constants, strict=True):
             op = operators[position]
-            constants = (operands(op, shape[3]) or (previous, {}))[1]
-            repeats = depth // shape[3]
             op.inputs = np.asarray([current if i == previous else _repeated_constant(
-                model, subgraph, i, np.tile(constants[i].reshape(-1), repeats), repeats)
-                if i in constants else i for i in _ints(op.inputs)], dtype=np.int32)
+                model, subgraph, i, np.tile(per_channel[i].reshape(-1), repeats), repeats)
+                if i in per_channel else i for i in _ints(op.inputs)], dtype=np.int32)
             previous = original
             current = _add_tensor(subgraph, tensors[original], "/c16", deep)
             op.outputs = np.asarray([current], dtype=np.int32)
@@ -591,7 +591,7 @@ def _relayout_channel_poor(model: Any, subgraph: Any) -> int:
         rewritten.append(op)
         rewritten += [after[position]] if position in after else []
     subgraph.operators = rewritten
-    return sum(len(chain) for _, _, chain, _ in chains)
+    return sum(len(chain) for _, _, chain, _, _ in chains)
 
 
 def _gates_first(model: Any, subgraph: Any) -> int:

@@ -729,9 +729,9 @@ def _depth_shifted(stream: Any, shift: int) -> Any:
 
 
 def _write_in_place(sg: Any, subgraph: Any) -> set[str]:
-    """Make Vela's graph of one NPU subgraph npusched's where a convolution writes its slice of a concatenation
-    (``npusched.lowering.in_place``): the copy Vela made of its output goes, the convolution takes the copy's write
-    offset and shape and writes the concatenation's OFM. Returns the names of those convolutions."""
+    """Make Vela's graph of one NPU subgraph npusched's where a pass writes its slice of a concatenation
+    (``npusched.lowering.in_place``): the copy Vela made of its output goes, the pass takes the copy's write offset
+    and shape and writes the concatenation's OFM. Returns the names of those passes."""
     from ethosu.vela.operation import Op
 
     wanted = {str(op.attr(IN_PLACE_OF)): op for op in subgraph.ops if op.attr(IN_PLACE_OF)}
@@ -759,7 +759,7 @@ def _write_in_place(sg: Any, subgraph: Any) -> set[str]:
         made_by.outputs, made_by.ofm_tensor = [ofm], ofm
         made_by.ofm_shapes = [slice_copy.ofm_shapes[0]]  # a stripe's OFM box is checked against the whole OFM
     if wanted:
-        raise VelaRefusal(f"Vela's graph has no copy '{next(iter(wanted))}' for a convolution to write in place of")
+        raise VelaRefusal(f"Vela's graph has no copy '{next(iter(wanted))}' for a pass to write in place of")
     sg.passes = kept
     return writers
 
