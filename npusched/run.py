@@ -1,4 +1,5 @@
-"""What a run is asked (``RunOptions``) and what it produces (``RunResult``).
+"""What a run is asked (``RunOptions``), what that names (its ``architecture``, the ``scheduled_model``) and what
+it produces (``RunResult``).
 
 These records sit between the solvers and everything that reports or deploys a run (``io``, ``vela``, ``app``,
 ``sweep``), so each of those can take a typed result without importing the pipeline that makes one.
@@ -6,16 +7,16 @@ These records sit between the solvers and everything that reports or deploys a r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from npusched.errors import ScheduleError
-from npusched.frontend.normalise import Normalisation
+from npusched.errors import ConfigError, ScheduleError
+from npusched.frontend.normalise import Normalisation, normalise
 from npusched.lowering.graph import Network
 from npusched.schedule.evaluator import Evaluation
 from npusched.schedule.schedule import Schedule
-from npusched.target.arch import ArchitectureFeatures
+from npusched.target.arch import ArchitectureFeatures, Estimator, load_architecture
 
 # A fast-storage limit no schedule reaches: verifying against it checks everything but the limit.
 UNLIMITED = 1 << 62
@@ -46,6 +47,41 @@ class RunOptions:
     # That compile was started before the run (``npusched.vela.backend.Compilation``, as the command line does):
     # only what is left of it once the schedule is known is kept back.
     compile_started_ahead: bool = False
+
+
+def architecture(options: RunOptions) -> ArchitectureFeatures:
+    """The hardware description the options name, pricing passes with the options' estimator."""
+    arch = load_architecture(
+        accelerator_config=options.accelerator_config,
+        config_files=list(options.config_files) or None,
+        system_config=options.system_config,
+        memory_mode=options.memory_mode,
+        arena_cache_size=options.arena_cache_size,
+        optimise=options.optimise,
+    )
+    try:
+        estimator = Estimator(options.estimator)
+    except ValueError:
+        raise ConfigError(f"unknown estimator '{options.estimator}' (known: "
+                          f"{', '.join(Estimator.names())})") from None
+    return arch if estimator is arch.estimator else replace(arch, estimator=estimator)
+
+
+def rewrites_vela_graph(options: RunOptions) -> bool:
+    """Whether the run schedules npusched's own graph, where passes write their slice of a concatenation
+    (``lower_model``'s ``in_place``) and channel-poor inputs are staged (``normalise``'s ``stage_inputs``): not for
+    the two Vela cores' own schedules, which are of Vela's graphs (the heuristic reproduces the legacy core's; the
+    default core's is read back by op name)."""
+    return options.solver not in (None, "heuristic", "vela-default")
+
+
+def scheduled_model(data: bytes, options: RunOptions, arch: ArchitectureFeatures) -> tuple[bytes, Normalisation]:
+    """The model the run schedules, and what normalisation changed: ``data`` normalised, its channel-poor inputs
+    staged where npusched's own graph keeps feature maps off fast storage; as it is with --no-normalise."""
+    if not options.normalise:
+        return data, Normalisation()
+    stage = rewrites_vela_graph(options) and arch.feature_map_storage_mem_area != arch.fast_storage_mem_area
+    return normalise(data, str(options.model_path), stage_inputs=stage)
 
 
 @dataclass(frozen=True)

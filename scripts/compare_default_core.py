@@ -4,8 +4,8 @@
 Usage: python scripts/compare_default_core.py [--time-limit S] [--workers N] [--configs a,b] [--models a,b] [--csv PATH]
 
 For every corpus model x golden configuration (tests/data/golden/vela-5.2.0-regor) it prints one CSV row: CP-SAT's
-total (deterministic), the default core's own schedule priced by npusched's evaluator (read from the golden
-debug database), the default core's own total (its summary.csv), the heuristic's total, CP-SAT's status, and
+total (deterministic), the default core's own schedule priced by npusched's evaluator on Vela's graph (read from
+the golden debug database), the default core's own total (its summary.csv), the heuristic's total, CP-SAT's status, and
 why npusched's verifier rejects the default core's schedule where it does (its graph is not npusched's: such a
 schedule is no start for CP-SAT), and "yes" where the wall clock stopped CP-SAT before its deterministic work
 budget (that cell may differ from run to run); then in how many cells CP-SAT is no worse than the default
@@ -17,9 +17,10 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
-from npusched.app.pipeline import run
+from npusched.app.pipeline import load_network, run
 from npusched.errors import NpuschedError
 from npusched.schedule.evaluator import evaluate, verify
 from npusched.vela.command import run_options_from_vela_args
@@ -60,7 +61,8 @@ def main() -> int:
             except NpuschedError as exc:
                 row = f"{config_name},{golden.name},error,{str(exc)[:80].replace(',', ';')},,,,,"
             else:
-                arch, network = result.arch, result.network
+                # The default core's schedule is of Vela's graph (CP-SAT's may stage inputs, write in place).
+                arch, network, _ = load_network(replace(options, solver="vela-default"))
                 imported = schedule_from_default_core(network, arch, read_default_core_ops(golden / "debug_db.xml"))
                 own = evaluate(network, arch, imported.schedule)
                 problems = verify(network, arch, imported.schedule, own)

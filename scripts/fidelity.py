@@ -65,7 +65,7 @@ def main() -> int:
             continue
         try:
             if args.core == "default":
-                arch, network, _ = load_network(run_options_from_vela_args(model_path, config,
+                arch, network, _ = load_network(run_options_from_vela_args(model_path, config, solver="vela-default",
                                                                            estimator="vela-default"))
                 model = compare_default_core(network, arch, golden, golden.name)
             else:

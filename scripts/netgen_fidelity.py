@@ -2,7 +2,7 @@
 """Vela as the oracle on generated networks: Vela 5.2.0 legacy's total cycles vs npusched's heuristic.
 
 Usage: python scripts/netgen_fidelity.py [--archs a,b] [--sizes 20,100] [--seeds 0] [--configs c1,c2]
-                                         [--golden-configs PATH] [--keep DIR] [--timeout SECONDS]
+                                         [--golden-configs PATH] [--keep DIR] [--timeout SECONDS] [--torch-style]
 
 For every (architecture, size, seed) network of npusched.netgen and every configuration of the golden
 configs.json it runs `vela --debug-force-legacy-core --verbose-schedule --verbose-performance` and npusched's
@@ -10,6 +10,8 @@ heuristic, and prints per case Vela's NPU passes and CPU ops, both totals and th
 than 1% gets the first op whose cycles differ by more than 1% and what differs there (block config, stripes,
 cascade, weight buffering, memory access cycles). Vela failing is data (its reason is printed); npusched failing
 is reported with the commands that reproduce it. Generated files live in a temporary folder (or --keep DIR).
+The networks are the plain variant, or with --torch-style as PyTorch exports them (NCHW input, PAD before VALID
+convolutions; case names end in "-torch").
 """
 
 from __future__ import annotations
@@ -45,10 +47,11 @@ class Case:
     arch: str
     passes: int
     seed: int
+    torch_style: bool = False
 
     @property
     def stem(self) -> str:
-        return f"{self.arch}-{self.passes}-s{self.seed}"
+        return f"{self.arch}-{self.passes}-s{self.seed}" + "-torch" * self.torch_style
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,8 @@ def reproduce(case: Case, config: dict[str, Any]) -> str:
     """Shell commands that regenerate the case and run npusched's heuristic on it."""
     model = f"/tmp/{case.stem}.tflite"
     extra = " ".join(config.get("extra_args", ()))
-    return (f"python -m npusched.netgen {case.arch} --passes {case.passes} --seed {case.seed} -o {model} && "
+    style = " --torch-style" * case.torch_style
+    return (f"python -m npusched.netgen {case.arch} --passes {case.passes} --seed {case.seed}{style} -o {model} && "
             f"solve-schedule {model} --solver heuristic --accelerator-config {config['accelerator_config']} "
             f"--config Arm/vela.ini --system-config {config['system_config']} --memory-mode "
             f"{config['memory_mode']} {extra}".rstrip())
@@ -118,7 +122,7 @@ def first_difference(model: Path, golden: Path, config: dict[str, Any]) -> str:
 def run_case(case: Case, config_name: str, config: dict[str, Any], work: Path, timeout_seconds: float) -> Outcome:
     model = work / f"{case.stem}.tflite"
     if not model.exists():  # normalised, as the heuristic schedules it (Vela is given the same file)
-        model.write_bytes(generate(case.arch, case.passes, case.seed))
+        model.write_bytes(generate(case.arch, case.passes, case.seed, torch_style=case.torch_style))
         model.write_bytes(scheduled_model_bytes(run_options_from_vela_args(model, config)))
     golden = work / case.stem / config_name
     golden.mkdir(parents=True, exist_ok=True)
@@ -170,6 +174,8 @@ def main() -> int:
     parser.add_argument("--golden-configs", type=Path, default=DEFAULT_GOLDEN_CONFIGS, help="configs.json")
     parser.add_argument("--keep", type=Path, help="keep generated models and Vela output in this folder")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per Vela run (default 900)")
+    parser.add_argument("--torch-style", action="store_true",
+                        help="generate the networks as PyTorch exports them (python -m npusched.netgen --torch-style)")
     args = parser.parse_args()
     try:
         configs = json.loads(args.golden_configs.read_text())
@@ -181,7 +187,8 @@ def main() -> int:
         missing = [n for n in names if n not in configs]
         if missing:
             raise ValueError(f"unknown configuration {missing[0]} (known: {', '.join(configs)})")
-        cases = [Case(a, int(p), int(s)) for a in archs for p in args.sizes.split(",") for s in args.seeds.split(",")]
+        cases = [Case(a, int(p), int(s), args.torch_style) for a in archs for p in args.sizes.split(",")
+                 for s in args.seeds.split(",")]
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -199,7 +206,8 @@ def main() -> int:
     compiled = [o for o in outcomes if not o.vela_error]
     compared = [o for o in compiled if o.difference_percent is not None]
     within = sum(abs(o.difference_percent) <= WITHIN_PERCENT for o in compared)
-    print(f"SUMMARY within {WITHIN_PERCENT:g}% in {within}/{len(compiled)} cases Vela compiles "
+    style = "torch-style" if args.torch_style else "plain"
+    print(f"SUMMARY ({style} networks) within {WITHIN_PERCENT:g}% in {within}/{len(compiled)} cases Vela compiles "
           f"({len(outcomes)} cases; Vela fails on {len(outcomes) - len(compiled)}; npusched fails on "
           f"{len(compiled) - len(compared)})")
     return 0

@@ -2,9 +2,10 @@
 """CP-SAT on generated Keras-style networks against both Vela cores' own totals, as a user would compare them.
 
 Usage: python scripts/netgen_vs_vela.py [--archs a,b] [--passes 40] [--seed 1] [--time-limit 15] [--workers 2]
-           [--configs a,b] [--csv PATH]
+           [--configs a,b] [--csv PATH] [--torch-style]
 
-For every architecture (npusched.netgen, ``keras_style``: what users export) x golden configuration it runs the
+For every architecture (npusched.netgen, ``keras_style``: what users export; ``torch_style`` with --torch-style,
+as PyTorch -> ONNX -> TFLite exports it; the ``style`` column says which) x golden configuration it runs the
 ``vela`` CLI's default core and its legacy core on the generated file (each core's own summary total, its own
 graph), then ``solve-schedule``'s CP-SAT under ``--estimator vela-default`` and under ``--estimator vela-legacy``.
 One row per cell: both cores' totals, CP-SAT's status and total under each estimator, and the two ratios (CP-SAT
@@ -35,8 +36,8 @@ from npusched.vela.command import last_line, run_options_from_vela_args, run_vel
 from npusched.vela.report import read_summary  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "tests" / "data" / "golden" / "configs.json"
-COLUMNS = ["arch", "config", "default_core_cycles", "legacy_core_cycles", "status_default", "cpsat_default_cycles",
-           "status_legacy", "cpsat_legacy_cycles", "ratio_default", "ratio_legacy"]
+COLUMNS = ["arch", "style", "config", "default_core_cycles", "legacy_core_cycles", "status_default",
+           "cpsat_default_cycles", "status_legacy", "cpsat_legacy_cycles", "ratio_default", "ratio_legacy"]
 
 
 def core_total(model: Path, config: dict[str, Any], core: str) -> float | str:
@@ -69,6 +70,8 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--configs", help="comma-separated configuration names (default: all five)")
     parser.add_argument("--csv", type=Path, help="also write the rows to this file")
+    parser.add_argument("--torch-style", action="store_true",
+                        help="generate PyTorch-style exports (NCHW input, explicit PAD) instead of Keras-style ones")
     args = parser.parse_args()
     configs = json.loads(CONFIGS.read_text())
     names = args.configs.split(",") if args.configs else list(configs)
@@ -81,11 +84,13 @@ def main() -> int:
     print(",".join(COLUMNS), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for arch in args.archs.split(","):
-            model = Path(tmp) / f"{arch}_{args.passes}_{args.seed}_keras.tflite"
-            model.write_bytes(generate(arch, args.passes, args.seed, keras_style=True))
+            style = "torch" if args.torch_style else "keras"
+            model = Path(tmp) / f"{arch}_{args.passes}_{args.seed}_{style}.tflite"
+            model.write_bytes(generate(arch, args.passes, args.seed, keras_style=not args.torch_style,
+                                       torch_style=args.torch_style))
             for name in names:
                 config = configs[name]
-                row: dict[str, Any] = {"arch": arch, "config": name,
+                row: dict[str, Any] = {"arch": arch, "style": style, "config": name,
                                        "default_core_cycles": core_total(model, config, "default"),
                                        "legacy_core_cycles": core_total(model, config, "legacy")}
                 row["status_default"], row["cpsat_default_cycles"] = cpsat(model, config, "vela-default",

@@ -1,15 +1,16 @@
 """Compile npusched's schedules with Vela's backend over the corpus and check what Vela says about them.
 
     python scripts/vela_backend_check.py [--models NAME ...] [--configs NAME ...] [--solvers heuristic cpsat]
-        [--time-limit 10] [--estimator vela-legacy] [--netgen [ARCH ...]] [--markdown out.md]
+        [--time-limit 10] [--estimator vela-legacy] [--netgen [ARCH ...]] [--torch-style] [--markdown out.md]
 
 For every corpus model x golden configuration x solver: the schedule is compiled by Vela 5.2.0's legacy backend
 (``solve-schedule --output-dir``); Vela's own per-op estimate is compared with the evaluator's (agreement within
 0.01%, op by op and in total); for the heuristic the ``_vela.tflite`` is compared with the one plain
 ``vela --debug-force-legacy-core`` writes (tensors and metadata as sets, operators in order). CP-SAT runs with
 ``--deterministic`` and one worker. Prints a Markdown table (the one in docs/results.md). ``--netgen`` checks
-generated Keras-style networks (``npusched.netgen``, seed 1, ``--passes`` 40) instead of the corpus, each normalised
-first so that plain Vela compiles the model the heuristic schedules.
+generated Keras-style networks (``npusched.netgen``, seed 1, ``--passes`` 40; PyTorch-style ones, named ARCH_torch,
+with ``--torch-style``) instead of the corpus, each normalised first so that plain Vela compiles the model the
+heuristic schedules.
 """
 
 from __future__ import annotations
@@ -108,14 +109,19 @@ def main() -> int:
     parser.add_argument("--netgen", nargs="*", metavar="ARCH",
                         help="generated networks of these architectures (none named: all) instead of the corpus")
     parser.add_argument("--passes", type=int, default=40, help="with --netgen: their size (default: 40)")
+    parser.add_argument("--torch-style", action="store_true",
+                        help="with --netgen: PyTorch-style exports (NCHW input, explicit PAD) instead of Keras-style")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as generated:
         models = [CORPUS / f"{model}.tflite" for model in args.models]
         if args.netgen is not None:
-            models = [Path(generated) / f"{arch}.tflite" for arch in args.netgen or ARCHITECTURES]
-            for model in models:
-                model.write_bytes(generate(model.stem, args.passes, 1, keras_style=True))
+            suffix = "_torch" * args.torch_style
+            archs = args.netgen or list(ARCHITECTURES)
+            models = [Path(generated) / f"{arch}{suffix}.tflite" for arch in archs]
+            for arch, model in zip(archs, models, strict=True):
+                model.write_bytes(generate(arch, args.passes, 1, keras_style=not args.torch_style,
+                                           torch_style=args.torch_style))
                 model.write_bytes(scheduled_model_bytes(run_options_from_vela_args(model, CONFIGS[args.configs[0]])))
         for model in models:
             for config in args.configs:

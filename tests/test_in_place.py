@@ -125,7 +125,7 @@ def test_writing_in_place_saves_the_copies(densenet: Path, monkeypatch: pytest.M
     options = _options(densenet, "u55-128_hee_shared", solver="cpsat", estimator="vela-default",
                        time_limit_seconds=60, workers=1, deterministic=True)
     in_place = run(options)
-    monkeypatch.setattr(pipeline, "writes_in_place", lambda _options: False)
+    monkeypatch.setattr(pipeline, "rewrites_vela_graph", lambda _options: False)
     copies = run(options)
     assert in_place.status == copies.status == "optimal"
     assert in_place.evaluation.total_cycles < 0.98 * copies.evaluation.total_cycles

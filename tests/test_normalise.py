@@ -17,6 +17,7 @@ from npusched.lowering.graph import lower_model
 from npusched.netgen import ARCHITECTURES, generate
 from npusched.netgen.flatbuffer import NetworkDef, OperatorDef, TensorDef, serialise
 from npusched.netgen.graph import GraphBuilder
+from npusched.schedule.evaluator import evaluate
 from npusched.target.arch import load_architecture
 
 interpreter = pytest.importorskip("ai_edge_litert.interpreter")
@@ -88,9 +89,9 @@ def test_keras_style_shape_arithmetic_is_folded_away(arch):
     assert {op.tflite_op for op in before.cpu_ops} >= {"STRIDED_SLICE", "PACK"}  # every variant has a head
     normalised, record = normalise(raw)
     after = _lowered(normalised)
-    # No CPU operator is left from shape arithmetic (the CPU keeps only what it keeps in the plain export: a
-    # transformer's broadcast MULs); the NPU subgraphs are the plain export's.
-    plain = _lowered(generate(arch, 40, 2))
+    # No CPU operator is left from shape arithmetic (the CPU keeps only what it keeps in the plain export,
+    # normalised too: a transformer's broadcast MULs); the NPU subgraphs are the plain export's.
+    plain = _lowered(normalise(generate(arch, 40, 2))[0])
     assert not {op.tflite_op for op in after.cpu_ops} & SHAPE_OPS
     assert sorted(op.tflite_op for op in after.cpu_ops) == sorted(op.tflite_op for op in plain.cpu_ops)
     assert len(after.subgraphs) == len(plain.subgraphs) <= len(before.subgraphs)
@@ -552,3 +553,127 @@ def test_banded_segmentation_head_compiles_and_vela_legacy_agrees(tmp_path, caps
             comparison = compare_with_golden(result, golden)
             assert abs(comparison.cycles_error) <= 1.0, (comparison.cycles_ours, comparison.cycles_vela)
     assert sram_used["after"] * 4 < sram_used["before"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# grouped convolutions (Keras Conv2D(groups=G): RegNet, ResNeXt)
+
+def _grouped_model(channels: int, group_width: int, seed: int = 0) -> bytes:
+    """conv 3x3 -> grouped conv 3x3 (``channels`` / ``group_width`` groups, ReLU) -> conv 1x1, as the TFLite
+    converter exports Conv2D(groups=G): a CONV_2D whose kernel depth is the group width."""
+    g = GraphBuilder(np.random.default_rng(seed))
+    x = g.conv(g.input((1, 16, 16, 8)), channels, (3, 3))
+    y = g.conv(x, channels, (3, 3), groups=channels // group_width)
+    return serialise(g.network([g.conv(y, 16, (1, 1))], "grouped"))
+
+
+@pytest.mark.parametrize("channels, group_width, parts", [(64, 8, 4), (24, 8, 3), (64, 16, 4), (48, 4, 3)])
+def test_a_grouped_convolution_is_split_into_whole_groups_exactly(channels, group_width, parts):
+    """Each part holds the fewest neighbouring groups whose depths are whole 16-channel bricks (block-diagonal
+    weights), or one group where none do; every tensor, the grouped convolution's output included, is the same
+    bit for bit under the reference kernels."""
+    data = _grouped_model(channels, group_width)
+    normalised, record = normalise(data)
+    assert record.split_grouped_convolutions == 1 and "1 grouped convolution split" in record.describe()
+    sg = parse_tflite(normalised).main
+    opcodes = [op.opcode for op in sg.operators]
+    assert opcodes == ["CONV_2D", "SPLIT", *["CONV_2D"] * parts, "CONCATENATION", "CONV_2D"]
+    for op in sg.operators[2:2 + parts]:
+        ifm, weights, ofm = (sg.tensors[i] for i in (op.inputs[0], op.inputs[1], op.outputs[0]))
+        assert weights.shape[3] == ifm.shape[3] == channels // parts == weights.shape[0] == ofm.shape[3]
+    grouped_output = sg.tensors[sg.operators[2 + parts].outputs[0]].name
+    for seed in (0, 1):
+        before, after = _tensors(data, seed), _tensors(normalised, seed)
+        assert grouped_output in before and grouped_output in after
+        for name in set(before) & set(after):
+            assert before[name].tobytes() == after[name].tobytes(), f"tensor {name!r} differs (seed {seed})"
+
+
+def test_a_grouped_convolution_is_priced_for_its_own_macs():
+    """Lowered after the split, the grouped convolution's passes do the MACs of their parts (2 groups of 8 in
+    each: twice the groups' own, a quarter of what the lowering counted before the rewrite, when it read the
+    weights as covering the whole IFM depth); without normalisation it is left to the CPU, with the reason."""
+    data = _grouped_model(64, 8)
+    parts = [op for op in _lowered(normalise(data)[0]).npu_ops if "/group" in op.name]
+    assert len(parts) == 4 and sum(op.macs for op in parts) == 16 * 16 * 64 * 16 * 9
+    raw = _lowered(data)
+    assert [op.tflite_op for op in raw.npu_ops] == ["CONV_2D", "CONV_2D"]
+    assert len(raw.cpu_ops) == 1 and "grouped convolution" in raw.cpu_ops[0].reason
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# channel-poor inputs staged (Dedicated_Sram: feature maps in DRAM)
+
+def test_a_channel_poor_input_is_staged_by_a_copy_exactly():
+    """Asked to, normalisation copies a 3-channel network input through a 16-deep view (RESHAPE -> 1x1 MAX_POOL
+    -> RESHAPE) and its convolution reads the copy; every tensor is the same bit for bit. Not asked, nothing is
+    staged; an input an element-wise chain reads (a Keras Rescaling, re-laid out itself) is left alone; a
+    40-channel one is staged too."""
+    data = generate("mobilenet_v2", 40, 1)
+    assert normalise(data)[1].staged_inputs == 0
+    staged, record = normalise(data, stage_inputs=True)
+    assert record.staged_inputs == 1 and "1 input copied in full bursts" in record.describe()
+    sg = parse_tflite(staged).main
+    assert [op.opcode for op in sg.operators[:4]] == ["RESHAPE", "MAX_POOL_2D", "RESHAPE", "CONV_2D"]
+    view, copy_ = (sg.tensors[sg.operators[1].inputs[0]], sg.tensors[sg.operators[1].outputs[0]])
+    assert view.shape == copy_.shape and view.shape[3] == 16 and sg.operators[3].inputs[0] == \
+        sg.operators[2].outputs[0]
+    assert sg.operators[0].inputs[0] == sg.inputs[0]
+    assert _assert_exact(data, staged) > 20
+    assert normalise(_keras("mobilenet_v2"), stage_inputs=True)[1].staged_inputs == 0
+    # Any depth that is not whole 16-channel bricks: audio1d's 40 features are read in 32-byte bursts.
+    assert normalise(generate("audio1d", 40, 1), stage_inputs=True)[1].staged_inputs == 1
+
+
+def test_an_nchw_input_transposed_on_the_cpu_is_staged_before_its_pad():
+    """A PyTorch export's input TRANSPOSE runs on the CPU; its NHWC output, read by the PAD of the first
+    convolution, is staged, and the PAD reads the copy."""
+    data = generate("mobilenet_v2", 40, 1, torch_style=True)
+    staged, record = normalise(data, stage_inputs=True)
+    assert record.staged_inputs == 1
+    opcodes = [op.opcode for op in parse_tflite(staged).main.operators]
+    assert opcodes[:6] == ["TRANSPOSE", "RESHAPE", "MAX_POOL_2D", "RESHAPE", "PAD", "CONV_2D"]
+    assert _assert_exact(data, staged) > 20
+
+
+def test_inputs_are_staged_only_for_npuscheds_own_graph_off_fast_storage():
+    """CP-SAT and the DP stage inputs where feature maps live in DRAM (the U65's Dedicated_Sram); the heuristic
+    (Vela legacy's graph) and the default core's read-back never do, nor does any solver on Shared_Sram."""
+    from conftest import CONFIGS
+
+    from npusched.run import architecture, scheduled_model
+    from npusched.vela.command import run_options_from_vela_args
+
+    path = CORPUS / "vww_96_int8.tflite"
+    staged = {}
+    for config in ("u65-512_high_dedicated384k", "u55-128_hee_shared"):
+        for solver in ("cpsat", "dp", "heuristic", "vela-default"):
+            options = run_options_from_vela_args(path, CONFIGS[config], solver=solver)
+            staged[config, solver] = scheduled_model(path.read_bytes(), options, architecture(options))[1].staged_inputs
+    assert staged == {("u65-512_high_dedicated384k", "cpsat"): 1, ("u65-512_high_dedicated384k", "dp"): 1,
+                      **{key: 0 for key in staged if key[0] == "u55-128_hee_shared" or key[1] in
+                         ("heuristic", "vela-default")}}
+
+
+@pytest.mark.parametrize("estimator", ["vela-legacy", "vela-default"])
+def test_a_staged_input_costs_its_first_convolution_less_than_it_costs_the_copy(estimator):
+    """On a U65 with feature maps in DRAM, Vela's own rules (the heuristic's) on the staged graph: the copy in full
+    bursts plus the convolution reading it cost fewer cycles than the convolution reading the 3-channel input
+    from DRAM, and the network costs less."""
+    from conftest import CONFIGS
+
+    from npusched.run import architecture
+    from npusched.solvers.heuristic import heuristic_schedule
+    from npusched.vela.command import run_options_from_vela_args
+
+    data = generate("mobilenet_v2", 40, 1)
+    options = run_options_from_vela_args(CORPUS / "unused.tflite", CONFIGS["u65-512_high_dedicated384k"],
+                                         estimator=estimator)
+    arch = architecture(options)
+    costs = {}
+    for stage in (False, True):
+        network = lower_model(parse_tflite(normalise(data, stage_inputs=stage)[0]), arch)
+        evaluation = evaluate(network, arch, heuristic_schedule(network, arch))
+        convolution = next(op.index for op in network.npu_ops if op.op_type == "Conv2DBias")
+        costs[stage] = (sum(c.total_cycles for c in evaluation.ops[:convolution + 1]), evaluation.total_cycles)
+    assert costs[True][0] < 0.5 * costs[False][0] and costs[True][1] < costs[False][1], costs

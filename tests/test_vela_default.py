@@ -193,3 +193,20 @@ def test_the_search_starts_from_the_better_core_by_the_objective(monkeypatch: py
     ranked = sorted((objective_rank(evaluate(network, arch, s), arch), n)
                     for n, s in enumerate((heuristic, own.schedule)))
     assert given[0].ops == (heuristic, own.schedule)[ranked[0][1]].ops
+
+
+def test_a_convolution_legacy_runs_fully_connected_takes_the_default_cores_decisions() -> None:
+    """str_ww's last convolution (1x1 on a 1x1 map) is a fully connected pass named ``..._fc`` in npusched's (and
+    Vela legacy's) graph; the default core keeps the convolution and its name. Matched to it, the pass runs with
+    the default core's weight buffering and costs what that core says, within 1%."""
+    config, model = "u65-256_mid_dedicated256k", "str_ww_int8"
+    arch, network = load_corpus(model, config, **DEFAULT)
+    core_ops = read_default_core_ops(_golden(config, model) / "debug_db.xml")
+    imported = schedule_from_default_core(network, arch, core_ops)
+    fc = next(op for op in network.npu_ops if op.name.endswith("_fc"))
+    core_op = imported.matched[fc.index]
+    assert (fc.op_type, core_op.operator, core_op.name) == ("FullyConnected", "Conv2D", fc.name.removesuffix("_fc"))
+    assert imported.schedule.op(fc.index).weight_buffering.is_buffered == (core_op.buffering in ("Single", "Double"))
+    priced = evaluate(network, arch, imported.schedule).ops[fc.index]
+    assert abs(priced.npu_cycles - core_op.npu_cycles) <= 0.01 * core_op.npu_cycles, (priced.npu_cycles,
+                                                                                     core_op.npu_cycles)

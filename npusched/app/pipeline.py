@@ -10,38 +10,28 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from npusched.errors import ConfigError, NpuschedError, OutputError, ScheduleError, StagingLimitError
-from npusched.frontend.normalise import normalise
+from npusched.errors import NpuschedError, OutputError, ScheduleError, StagingLimitError
 from npusched.frontend.tflite_reader import parse_tflite, read_model_bytes
 from npusched.frontend.validate import validate_model
 from npusched.lowering.graph import Network, lower_model
-from npusched.run import UNLIMITED, NormalisationReport, RunOptions, RunResult, SolverReport
+from npusched.run import (
+    UNLIMITED,
+    NormalisationReport,
+    RunOptions,
+    RunResult,
+    SolverReport,
+    architecture,
+    rewrites_vela_graph,
+    scheduled_model,
+)
 from npusched.schedule.evaluator import Evaluation, evaluate, staging_limit, verify
 from npusched.schedule.schedule import Schedule
 from npusched.solvers.cpsat import NO_TIME_TO_SEARCH, objective_rank, solve_cpsat
 from npusched.solvers.dp import dp_schedule
 from npusched.solvers.heuristic import heuristic_schedule
-from npusched.target.arch import ArchitectureFeatures, Estimator, load_architecture
+from npusched.target.arch import ArchitectureFeatures, Estimator
 from npusched.vela.backend import estimated_compile_seconds
 from npusched.vela.default_core import default_core_hint, solve_with_default_core
-
-
-def architecture(options: RunOptions) -> ArchitectureFeatures:
-    """The hardware description the options name, pricing passes with the options' estimator."""
-    arch = load_architecture(
-        accelerator_config=options.accelerator_config,
-        config_files=list(options.config_files) or None,
-        system_config=options.system_config,
-        memory_mode=options.memory_mode,
-        arena_cache_size=options.arena_cache_size,
-        optimise=options.optimise,
-    )
-    try:
-        estimator = Estimator(options.estimator)
-    except ValueError:
-        raise ConfigError(f"unknown estimator '{options.estimator}' (known: "
-                          f"{', '.join(Estimator.names())})") from None
-    return arch if estimator is arch.estimator else replace(arch, estimator=estimator)
 
 
 def load_network(options: RunOptions) -> tuple[ArchitectureFeatures, Network, dict[str, float]]:
@@ -53,8 +43,7 @@ def load_network(options: RunOptions) -> tuple[ArchitectureFeatures, Network, di
 def scheduled_model_bytes(options: RunOptions) -> bytes:
     """The model a run with ``options`` schedules: the normalised one, or the file as it is (--no-normalise, or
     nothing to fold)."""
-    data = read_model_bytes(options.model_path)
-    return normalise(data, str(options.model_path))[0] if options.normalise else data
+    return scheduled_model(read_model_bytes(options.model_path), options, architecture(options))[0]
 
 
 def write_model(options: RunOptions, path: Path) -> None:
@@ -63,13 +52,6 @@ def write_model(options: RunOptions, path: Path) -> None:
         path.write_bytes(scheduled_model_bytes(options))
     except OSError as exc:
         raise OutputError(f"--write-model {path}: cannot write ({exc.strerror or exc})") from None
-
-
-def writes_in_place(options: RunOptions) -> bool:
-    """Whether the run's graph has passes write their slice of a concatenation (``lower_model``'s
-    ``in_place``): not for the two Vela cores' own schedules, which are of Vela's graphs (the heuristic reproduces
-    the legacy core's; the default core's is read back by op name)."""
-    return options.solver not in (None, "heuristic", "vela-default")
 
 
 def load_normalised_network(
@@ -90,7 +72,7 @@ def load_normalised_network(
     report = None
     if options.normalise:
         start = time.monotonic()
-        normalised, record = normalise(data, source)
+        normalised, record = scheduled_model(data, options, arch)
         if record.changed:
             try:  # only to count what normalisation saved: a file that lowers only normalised is no error
                 before = lower_model(model, arch)
@@ -102,7 +84,7 @@ def load_normalised_network(
             report = NormalisationReport(record, counts[0], 0, counts[1], 0, normalised)
         timings["normalise"] = time.monotonic() - start
     start = time.monotonic()
-    network = lower_model(model, arch, in_place=writes_in_place(options))
+    network = lower_model(model, arch, in_place=rewrites_vela_graph(options))
     timings["lower"] = time.monotonic() - start
     if report is not None:
         report = replace(report, subgraphs_after=len(network.subgraphs), cpu_ops_after=len(network.cpu_ops))

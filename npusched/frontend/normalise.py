@@ -61,6 +61,8 @@ class Normalisation:
     relaid_passes: int = 0  # element-wise operators on channel-poor maps now computed on a 16 (or more) deep view
     widened_convolutions: int = 0  # 1x1 convolutions making a channel-poor output, computed 16 deep
     gates_first: int = 0  # MULs of two feature maps whose operands were swapped, the gate first (``_gates_first``)
+    split_grouped_convolutions: int = 0  # grouped CONV_2Ds split into convolutions of whole groups
+    staged_inputs: int = 0  # maps the NPU reads from DRAM, copied first in full bursts (``stage_inputs``)
     split_softmaxes: int = 0  # SOFTMAX operators on large maps computed in row bands (``_band_softmax``)
     softmax_bands: int = 0  # the bands they became, all together
 
@@ -71,7 +73,8 @@ class Normalisation:
     @property
     def changed(self) -> bool:
         return bool(self.folded or self.fixed_batch_inputs or self.split_softmaxes or self.relaid_passes
-                    or self.widened_convolutions or self.gates_first)
+                    or self.widened_convolutions or self.gates_first or self.split_grouped_convolutions
+                    or self.staged_inputs)
 
     def describe(self) -> str:
         """One line: what was folded and which dynamic dimension was fixed (empty when nothing changed)."""
@@ -88,6 +91,12 @@ class Normalisation:
                          "making a channel-poor output computed 16 deep")
         if self.gates_first:
             parts.append(f"{self.gates_first} MUL{'s' * (self.gates_first != 1)} with the gate first")
+        if self.split_grouped_convolutions:
+            count = self.split_grouped_convolutions
+            parts.append(f"{count} grouped convolution{'s' * (count != 1)} split into convolutions of whole groups")
+        if self.staged_inputs:
+            parts.append(f"{self.staged_inputs} input{'s' * (self.staged_inputs != 1)} copied in "
+                         "full bursts before the NPU reads it")
         if self.split_softmaxes:
             parts.append(self.describe_softmax_bands())
         if self.fixed_batch_inputs:
@@ -105,12 +114,14 @@ class Normalisation:
         return {"folded_operators": self.folded_operators, "folded_by_type": dict(self.folded),
                 "fixed_batch_inputs": list(self.fixed_batch_inputs), "removed_tensors": self.removed_tensors,
                 "relaid_passes": self.relaid_passes, "widened_convolutions": self.widened_convolutions,
-                "gates_first": self.gates_first, "split_softmaxes": self.split_softmaxes,
+                "gates_first": self.gates_first, "split_grouped_convolutions": self.split_grouped_convolutions,
+                "staged_inputs": self.staged_inputs,
+                "split_softmaxes": self.split_softmaxes,
                 "softmax_bands": self.softmax_bands}
 
 
-def normalise(data: bytes, source: str = "<bytes>", relayout: bool = True,
-              band_softmax: bool = True) -> tuple[bytes, Normalisation]:
+def normalise(data: bytes, source: str = "<bytes>", relayout: bool = True, band_softmax: bool = True,
+              stage_inputs: bool = False) -> tuple[bytes, Normalisation]:
     """The normalised model's bytes and what changed; ``data`` itself when nothing can be folded or split.
 
     A dynamic batch dimension is fixed at 1 (and the record says so) only in a model that has something to fold,
@@ -118,8 +129,11 @@ def normalise(data: bytes, source: str = "<bytes>", relayout: bool = True,
     ``_relayout_channel_poor``), in any model (the default core re-lays such work out too), widens a 1x1
     convolution making a channel-poor output (``_widen_pointwise_outputs``) and puts a swish's gate first
     (``_gates_first``).
-    ``band_softmax`` computes a SOFTMAX on a large map in row bands (see ``_band_softmax``), in any model; a
-    model with none of these is left byte for byte as it is.
+    ``band_softmax`` computes a SOFTMAX on a large map in row bands (see ``_band_softmax``), in any model, and a
+    grouped convolution always becomes convolutions of whole groups (``_split_grouped_convolutions``).
+    ``stage_inputs`` copies channel-poor maps the NPU reads from DRAM in full bursts first
+    (``_stage_channel_poor_inputs``; for schedules that keep feature maps off fast storage). A model with none of
+    these is left byte for byte as it is.
     """
     try:
         model = schema.ModelT.InitFromPackedBuf(bytearray(data), 0)
@@ -127,24 +141,27 @@ def normalise(data: bytes, source: str = "<bytes>", relayout: bool = True,
         raise ModelError(f"{source}: corrupt or truncated TFLite flatbuffer ({type(exc).__name__}: {exc})") from None
     folded: Counter[str] = Counter()
     fixed: list[str] = []
-    removed = relaid = widened = gates = split = bands = 0
+    removed = relaid = widened = gates = grouped = staged = split = bands = 0
     for subgraph in model.subgraphs or []:
         fixed += _fix_batch(subgraph)
         done = _fold(model, subgraph)
         folded.update(done)
         removed += _drop_dead_tensors(model, subgraph)
+        grouped += _split_grouped_convolutions(model, subgraph)
     if relayout:
         widened = sum(_widen_pointwise_outputs(model, subgraph) for subgraph in model.subgraphs[:1])
         gates = sum(_gates_first(model, subgraph) for subgraph in model.subgraphs[:1])
         relaid = sum(_relayout_channel_poor(model, subgraph) for subgraph in model.subgraphs[:1])
+    if stage_inputs and model.subgraphs:
+        staged = _stage_channel_poor_inputs(model, model.subgraphs[0])
     if band_softmax and model.subgraphs:
         split, bands = _band_softmax(model, model.subgraphs[0])
-    if not folded and not split and not relaid and not widened and not gates:
+    if not folded and not split and not relaid and not widened and not gates and not grouped and not staged:
         # Fixing the batch alone changes nothing the NPU runs (readers take the 1 in the shape): the file stays
         # the user's, so Vela's backend compiles the very file `vela` would.
         return data, Normalisation()
     record = Normalisation(tuple(sorted(folded.items(), key=lambda kv: (-kv[1], kv[0]))), tuple(fixed), removed,
-                           relaid, widened, gates, split, bands)
+                           relaid, widened, gates, grouped, staged, split, bands)
     _release_dead_buffers(model)
     return _pack_model(model), record
 
@@ -496,6 +513,12 @@ _UNARY_ELEMENTWISE = frozenset({"RELU", "RELU6", "RELU_N1_TO_1", "LOGISTIC", "TA
                                 "ABS"})
 _BINARY_ELEMENTWISE = frozenset({"ADD", "SUB", "MUL"})
 _DEEP_CHANNELS = 16
+# Operators reading a staged channel-poor map (``_stage_channel_poor_inputs``) as their first input.
+# Maps smaller than this are read where they are: on the corpus, 3 KiB inputs (32 x 32 x 3) staged gained 4-16%
+# on u65-512 but lost 0.15-0.3% on u65-256, where the copy's own pass costs about what it saves; from 9 KiB up
+# every one gained (8-60%).
+_STAGE_MIN_BYTES = 4096
+_STAGED_READERS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_POOL_2D", "PAD"})
 
 
 def _relayout_channel_poor(model: Any, subgraph: Any) -> int:
@@ -594,6 +617,73 @@ def _relayout_channel_poor(model: Any, subgraph: Any) -> int:
     return sum(len(chain) for _, _, chain, _, _ in chains)
 
 
+def _stage_channel_poor_inputs(model: Any, subgraph: Any) -> int:
+    """Copy each map [1, H, W, C] (C not a multiple of 16, 4 KiB or more) that the NPU reads from outside its own
+    work, a network input or the CPU's re-layout of one, and that convolutions, pools or a PAD read, with one NPU
+    pass over a 16-deep view of its bytes: RESHAPE -> 1x1 MAX_POOL (each byte as it is) -> RESHAPE, the readers
+    then reading the copy. (A CPU operator's output deeper in the network is left: on a Keras-style `mixed`
+    network on u65-256 staging two of them cost 1.7% more.)
+
+    Where feature maps live off fast storage (Dedicated_Sram), such a map is in DRAM, which a convolution reads
+    in bursts of its block's depth, not the map's, once per OFM block column (mobilenet_v2 on the U65: a
+    3-channel 128 x 128 input costs its first convolution 270,000 cycles of DRAM access; audio1d's 40-channel
+    one 100,000). The copy reads it in full bursts once, and the scheduler may place it in fast storage. Vela's
+    default core does the same with an NCHW input, whose TRANSPOSE it runs on the NPU. Returns the maps staged."""
+    tensors = subgraph.tensors
+    operators = list(subgraph.operators or [])
+    readers = _readers(operators)
+    produced = {index: position for position, op in enumerate(operators) for index in _ints(op.outputs)}
+    inputs = set(_ints(subgraph.inputs))
+    parsed = None
+    staged: list[tuple[int, tuple[int, ...], list[int]]] = []
+    for index in sorted(readers):
+        shape = _static_shape(tensors[index])
+        following = readers[index]
+        size = int(np.prod(shape)) if shape is not None else 0
+        if shape is None or len(shape) != 4 or shape[0] != 1 or not shape[3] % _DEEP_CHANNELS \
+                or size % _DEEP_CHANNELS or size < _STAGE_MIN_BYTES or _constant(model, tensors[index]) is not None \
+                or not all(_opcode(model, operators[p]) in _STAGED_READERS and _ints(operators[p].inputs)[0] == index
+                           for p in following):
+            continue
+        if index in produced:  # only the CPU's re-layout of a network input (a PyTorch export's TRANSPOSE)
+            producer = operators[produced[index]]
+            if not all(i in inputs or _constant(model, tensors[i]) is not None for i in _ints(producer.inputs)
+                       if i >= 0):
+                continue
+            if parsed is None:
+                parsed = parse_tflite(_pack_model(copy.deepcopy(model))).subgraphs[model.subgraphs.index(subgraph)]
+            if npu_support(parsed.operators[produced[index]], parsed) is None:
+                continue
+        staged.append((index, shape, following))
+    if not staged:
+        return 0
+    reshape_code = _operator_code_index(model, schema.BuiltinOperator.RESHAPE)
+    pool_code = _operator_code_index(model, schema.BuiltinOperator.MAX_POOL_2D)
+    first_reader: dict[int, list[Any]] = {}
+    for index, shape, following in staged:
+        deep = _deep_view(shape)
+        view = _add_tensor(subgraph, tensors[index], "/c16", deep)
+        copied = _add_tensor(subgraph, tensors[index], "/staged/c16", deep)
+        staged_map = _add_tensor(subgraph, tensors[index], "/staged", shape)
+        pool = schema.OperatorT()
+        pool.opcodeIndex = pool_code
+        pool.inputs = np.asarray([view], dtype=np.int32)
+        pool.outputs = np.asarray([copied], dtype=np.int32)
+        pool.builtinOptionsType = schema.BuiltinOptions.Pool2DOptions
+        pool.builtinOptions = schema.Pool2DOptionsT()
+        pool.builtinOptions.padding = schema.Padding.VALID
+        pool.builtinOptions.strideW = pool.builtinOptions.strideH = 1
+        pool.builtinOptions.filterWidth = pool.builtinOptions.filterHeight = 1
+        first_reader[min(following)] = [_reshape(model, subgraph, reshape_code, index, view, deep), pool,
+                                        _reshape(model, subgraph, reshape_code, copied, staged_map, shape)]
+        for position in following:
+            op = operators[position]
+            op.inputs = np.asarray([staged_map if i == index else i for i in _ints(op.inputs)], dtype=np.int32)
+    subgraph.operators = [new for position, op in enumerate(operators)
+                          for new in [*first_reader.get(position, []), op]]
+    return len(staged)
+
+
 def _gates_first(model: Any, subgraph: Any) -> int:
     """Swap the operands of each MUL of two same-shape feature maps (more than one row: something to cascade)
     whose second is read by nothing else and whose first is read elsewhere too, as in a swish x * logistic(x):
@@ -690,6 +780,119 @@ def _widen_pointwise_outputs(model: Any, subgraph: Any) -> int:
         replaced[position] = [view, op, _reshape(model, subgraph, reshape_code, wide_output, outputs[0], ofm_shape)]
     subgraph.operators = [new for position, op in enumerate(operators) for new in replaced.get(position, [op])]
     return len(replaced)
+
+
+def grouped_convolution_parts(groups: int, group_ifm_depth: int, group_ofm_depth: int) -> int:
+    """How many convolutions a grouped one becomes: k neighbouring groups share one (block-diagonal weights), k
+    the fewest groups whose IFM and OFM depths are whole 16-channel bricks, so each part reads and writes its
+    channels of NHCWB16 maps in whole bricks; every group alone (k = 1) when no k divides the groups so."""
+    for k in range(1, groups + 1):
+        if groups % k == 0 and (k * group_ifm_depth) % _DEEP_CHANNELS == 0 \
+                and (k * group_ofm_depth) % _DEEP_CHANNELS == 0:
+            return groups // k
+    return groups
+
+
+def _split_grouped_convolutions(model: Any, subgraph: Any) -> int:
+    """Rewrite each grouped CONV_2D (kernel depth a fraction of the IFM's, as Keras exports Conv2D(groups=G):
+    RegNet, ResNeXt) as SPLIT -> one CONV_2D per part -> CONCATENATION along channels.
+
+    Vela's legacy core makes the same rewrite but stops on its own split (a TypeError, Vela 5.2.0 with numpy 2),
+    and npusched's lowering reads a convolution's weights as covering the whole IFM depth, so the grouped form
+    is no pass either can run. A part holds k neighbouring groups (``grouped_convolution_parts``) with
+    block-diagonal weights: each output channel sums the products of its own group only, with its own bias and
+    scales, so every part's output is exactly its channels of the grouped convolution's (zero weights add
+    nothing). The parts keep the OFM's quantisation and fused activation; Vela reads each part's channels at an
+    offset and writes them at one. Returns the convolutions rewritten."""
+    tensors = subgraph.tensors
+    operators = list(subgraph.operators or [])
+    split_code = _operator_code_index(model, schema.BuiltinOperator.SPLIT)
+    concat_code = _operator_code_index(model, schema.BuiltinOperator.CONCATENATION)
+    replaced: dict[int, list[Any]] = {}
+    for position, op in enumerate(operators):
+        inputs, outputs = _ints(op.inputs), _ints(op.outputs)
+        if _opcode(model, op) != "CONV_2D" or len(inputs) not in (2, 3) or len(outputs) != 1 or inputs[0] < 0:
+            continue
+        ifm_shape, ofm_shape = _static_shape(tensors[inputs[0]]), _static_shape(tensors[outputs[0]])
+        weights = _constant(model, tensors[inputs[1]])
+        has_bias = len(inputs) == 3 and inputs[2] >= 0
+        bias = _constant(model, tensors[inputs[2]]) if has_bias else None
+        if ifm_shape is None or ofm_shape is None or len(ifm_shape) != 4 or weights is None or weights.ndim != 4 \
+                or (has_bias and bias is None):
+            continue
+        group_ifm_depth, filters = weights.shape[3], weights.shape[0]
+        groups = ifm_shape[3] // group_ifm_depth if group_ifm_depth else 0
+        if groups < 2 or ifm_shape[3] % group_ifm_depth or filters % groups or ofm_shape[3] != filters:
+            continue
+        group_ofm_depth = filters // groups
+        parts = grouped_convolution_parts(groups, group_ifm_depth, group_ofm_depth)
+        per_part = groups // parts
+        part_ifm_depth, part_ofm_depth = per_part * group_ifm_depth, per_part * group_ofm_depth
+        stem = _name(tensors[outputs[0]])
+        if parts > 1:
+            split = schema.OperatorT()
+            split.opcodeIndex = split_code
+            axis = _const_int32(model, subgraph, f"{stem}/group_axis", [3], ())
+            part_inputs = [_add_tensor(subgraph, tensors[inputs[0]], f"/group{p}",
+                                       (*ifm_shape[:3], part_ifm_depth)) for p in range(parts)]
+            split.inputs = np.asarray([axis, inputs[0]], dtype=np.int32)
+            split.outputs = np.asarray(part_inputs, dtype=np.int32)
+            split.builtinOptionsType = schema.BuiltinOptions.SplitOptions
+            split.builtinOptions = schema.SplitOptionsT()
+            split.builtinOptions.numSplits = parts
+            new_ops = [split]
+        else:
+            part_inputs, new_ops = [inputs[0]], []
+        part_outputs = []
+        for p in range(parts):
+            channels = slice(p * part_ofm_depth, (p + 1) * part_ofm_depth)
+            block = np.zeros((part_ofm_depth, *weights.shape[1:3], part_ifm_depth), dtype=weights.dtype)
+            for g in range(per_part):
+                rows = slice(g * group_ofm_depth, (g + 1) * group_ofm_depth)
+                block[rows, :, :, g * group_ifm_depth:(g + 1) * group_ifm_depth] = weights[channels][rows]
+            conv = schema.OperatorT()
+            conv.opcodeIndex, conv.builtinOptionsType = op.opcodeIndex, op.builtinOptionsType
+            conv.builtinOptions = op.builtinOptions
+            conv_inputs = [part_inputs[p], _channel_slice(model, subgraph, inputs[1], block, channels, p)]
+            if has_bias:
+                assert bias is not None
+                conv_inputs.append(_channel_slice(model, subgraph, inputs[2], bias[channels], channels, p))
+            conv.inputs = np.asarray(conv_inputs, dtype=np.int32)
+            if parts > 1:
+                part_outputs.append(_add_tensor(subgraph, tensors[outputs[0]], f"/group{p}",
+                                                (*ofm_shape[:3], part_ofm_depth)))
+                conv.outputs = np.asarray(part_outputs[-1:], dtype=np.int32)
+            else:
+                conv.outputs = np.asarray(outputs, dtype=np.int32)
+            new_ops.append(conv)
+        if parts > 1:
+            concat = schema.OperatorT()
+            concat.opcodeIndex = concat_code
+            concat.inputs = np.asarray(part_outputs, dtype=np.int32)
+            concat.outputs = np.asarray(outputs, dtype=np.int32)
+            concat.builtinOptionsType = schema.BuiltinOptions.ConcatenationOptions
+            concat.builtinOptions = schema.ConcatenationOptionsT()
+            concat.builtinOptions.axis = 3
+            new_ops.append(concat)
+        replaced[position] = new_ops
+    subgraph.operators = [new for position, op in enumerate(operators) for new in replaced.get(position, [op])]
+    return len(replaced)
+
+
+def _channel_slice(model: Any, subgraph: Any, index: int, value: np.ndarray, channels: slice, part: int) -> int:
+    """A new constant like tensor ``index`` (weights or bias, output channels first) holding ``value``: output
+    ``channels`` of it, with their per-channel scales and zero points."""
+    tensor = copy.deepcopy(subgraph.tensors[index])
+    tensor.name = f"{_name(tensor)}/group{part}"
+    quantization = tensor.quantization
+    if quantization is not None:
+        for field_name in ("scale", "zeroPoint"):
+            values = getattr(quantization, field_name)
+            if values is not None and len(values) > 1:
+                setattr(quantization, field_name, np.asarray(values)[channels])
+    _make_constant(model, tensor, value)
+    subgraph.tensors.append(tensor)
+    return len(subgraph.tensors) - 1
 
 
 def _repeated_constant(model: Any, subgraph: Any, index: int, value: np.ndarray, repeats: int) -> int:

@@ -91,7 +91,16 @@ def npu_support(op: TfliteOperator, subgraph: TfliteSubgraph) -> str | None:
     reason = vela_cpu_reason(op, subgraph)
     if reason is None and op.opcode not in NPU_OPERATORS:
         reason = f"npusched does not lower {op.opcode} to the NPU"
+    if reason is None and op.opcode == "CONV_2D" and _grouped(OpView(op, subgraph)):
+        reason = ("npusched runs a grouped convolution once normalisation has split it into whole groups "
+                  "(--no-normalise keeps it whole)")
     return None if reason is None else f"{op.opcode} '{OpView(op, subgraph).name}' runs on the CPU: {reason}"
+
+
+def _grouped(v: OpView) -> bool:
+    """A convolution whose kernel covers a fraction of the IFM depth (HWIO weights: the input depth is [-2])."""
+    weight_shape = v.weight_shape
+    return len(weight_shape) == 4 and v.ifm is not None and v.ifm.shape[-1] != weight_shape[-2]
 
 
 def cpu_operators(subgraph: TfliteSubgraph) -> dict[int, str]:

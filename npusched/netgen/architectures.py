@@ -67,7 +67,7 @@ class _Filler:
 def _head(g: GraphBuilder, x: Act, passes: int, classes: int = 10) -> Act:
     if passes >= _SOFTMAX_HEAD_MIN_PASSES:
         return blocks.classifier_head(g, x, classes)
-    pooled = g.pool(x, "AVERAGE", (x.height, x.width), (1, 1), "VALID")
+    pooled = g.global_pool(x)
     return g.fully_connected(g.reshape(pooled, (1, x.channels)), classes)
 
 
@@ -114,7 +114,7 @@ def mobilenet_v3(g: GraphBuilder, s: Sizing) -> Act:
 
     x = _staged(g, s, x, stages, _head_reserve(s.passes) + 4, block, block_passes=6)
     x = g.hard_swish(g.conv(x, s.channels(576), activation=None))
-    pooled = g.pool(x, "AVERAGE", (x.height, x.width), (1, 1), "VALID")
+    pooled = g.global_pool(x)
     x = g.hard_swish(g.conv(pooled, s.channels(1024), activation=None))
     flat = g.fully_connected(g.reshape(x, (1, x.channels)), 10)
     return g.softmax(flat) if s.passes >= _SOFTMAX_HEAD_MIN_PASSES else flat
@@ -186,6 +186,22 @@ def resnet(g: GraphBuilder, s: Sizing) -> Act:
     stages = [(32, 1), (64, 2), (128, 2), (256, 2)]
     x = _staged(g, s, x, stages, _head_reserve(s.passes), lambda y, c, st, p: blocks.resnet_basic(g, y, c, st),
                 block_passes=4)
+    return _head(g, x, s.passes)
+
+
+def regnet(g: GraphBuilder, s: Sizing) -> Act:
+    """RegNetX/Y-like (Keras's RegNetX002..., RegNetY...): a 3x3 s2 stem, four stages of blocks with grouped 3x3
+    convolutions, the group width (8, 16 or 24) and squeeze-excite (Y) drawn once; widths multiples of it."""
+    group_width = int(g.rng.choice([8, 16, 24]))
+    se = bool(g.rng.integers(2))
+    x = blocks.stem(g, g.input((1, s.resolution, s.resolution, 3)), s.channels(32), "RELU")
+    stages = [(24, 2), (56, 2), (152, 2), (368, 2)]
+
+    def block(y: Act, c: int, stride: int, position: int) -> Act:
+        width = max(group_width, c // group_width * group_width)
+        return blocks.regnet_block(g, y, width, stride, group_width, se)
+
+    x = _staged(g, s, x, stages, _head_reserve(s.passes), block, block_passes=12 if se else 8)
     return _head(g, x, s.passes)
 
 
@@ -281,7 +297,7 @@ def transformer(g: GraphBuilder, s: Sizing) -> Act:
 ARCHITECTURES: dict[str, Callable[[GraphBuilder, Sizing], Act]] = {
     "mobilenet_v2": mobilenet_v2, "mobilenet_v3": mobilenet_v3, "efficientnet": efficientnet, "densenet": densenet,
     "nasnet": nasnet, "unet": unet, "resnet": resnet, "audio1d": audio1d, "mixed": mixed,
-    "transformer": transformer, "inception": inception,
+    "transformer": transformer, "inception": inception, "regnet": regnet,
 }
 # Architectures with CPU operators by default (so several NPU subgraphs).
 SPLIT_BY_DEFAULT = frozenset({"mixed"})

@@ -172,6 +172,21 @@ def resnet_basic(g: GraphBuilder, x: Act, filters: int, stride: int) -> Act:
     return g.add(y, shortcut, "RELU")
 
 
+def regnet_block(g: GraphBuilder, x: Act, filters: int, stride: int, group_width: int, se: bool) -> Act:
+    """RegNet X block (Y with ``se``): 1x1 conv, 3x3 grouped conv (groups of ``group_width`` channels, the
+    stride), squeeze-excite for Y, 1x1 conv, and a shortcut (1x1 strided conv when the shape changes) added
+    before the ReLU."""
+    y = g.conv(x, filters)
+    y = g.conv(y, filters, (3, 3), (stride, stride), groups=filters // group_width)
+    if se:
+        y = squeeze_excite(g, y, max(8, x.channels // 4), "LOGISTIC", "MEAN", use_fc=False)
+    y = g.conv(y, filters, activation=None)
+    shortcut = x
+    if stride != 1 or filters != x.channels:
+        shortcut = g.conv(x, filters, (1, 1), (stride, stride), activation=None)
+    return g.add(y, shortcut, "RELU")
+
+
 def audio_block(g: GraphBuilder, x: Act, filters: int, kernel: int, stride: int) -> Act:
     """1-D (H=1) separable convolution over time, as in keyword-spotting and speech models."""
     y = g.depthwise(x, (1, kernel), (1, stride), "RELU")
@@ -182,8 +197,8 @@ def audio_block(g: GraphBuilder, x: Act, filters: int, kernel: int, stride: int)
 
 
 def classifier_head(g: GraphBuilder, x: Act, classes: int) -> Act:
-    """Global average pooling -> RESHAPE to [1, C] -> FULLY_CONNECTED -> SOFTMAX."""
-    pooled = g.pool(x, "AVERAGE", (x.height, x.width), (1, 1), "VALID")
+    """Global average pooling (MEAN torch style) -> RESHAPE to [1, C] -> FULLY_CONNECTED -> SOFTMAX."""
+    pooled = g.global_pool(x)
     return g.softmax(g.fully_connected(g.reshape(pooled, (1, x.channels)), classes))
 
 

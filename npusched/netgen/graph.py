@@ -20,7 +20,8 @@ from npusched.netgen.flatbuffer import NetworkDef, OperatorDef, TensorDef
 # Estimated NPU passes per operator in Vela 5.2.0 where it is not one (measured with `vela --verbose-schedule`):
 # reshapes vanish, MEAN becomes a depthwise convolution and a MUL, int8 SOFTMAX a fixed chain of 31 passes, and a
 # concatenation writes each input in its own pass (counted in ``concat``).
-_PASS_ESTIMATE = {"RESHAPE": 0, "MEAN": 2, "SOFTMAX": 31, "SQUARED_DIFFERENCE": 7}
+# A PAD (PyTorch-style exports) folds into the following convolution's hardware padding: no pass of its own.
+_PASS_ESTIMATE = {"RESHAPE": 0, "PAD": 0, "MEAN": 2, "SOFTMAX": 31, "SQUARED_DIFFERENCE": 7}
 # Lookup-table activations Vela fuses into the op producing their input when nothing else reads that input.
 _LUT_OPERATORS = frozenset({"HARD_SWISH", "LOGISTIC", "RSQRT", "TANH"})
 _LUT_FUSERS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "ADD", "MUL",
@@ -62,17 +63,33 @@ def _same_out(size: int, stride: int) -> int:
     return -(-size // stride)
 
 
+def torch_padding(shape: tuple[int, ...], kernel: tuple[int, int], stride: tuple[int, int],
+                  dilation: int) -> tuple[int, int] | None:
+    """PyTorch's symmetric ``padding`` per spatial axis (height, width) for a SAME convolution of a [1, H, W, C]
+    map: dilation * (k - 1) // 2 on both sides, or None where the padded VALID output would not have the SAME
+    output's shape (some even kernels)."""
+    pads = tuple(dilation * (k - 1) // 2 for k in kernel)
+    for size, k, s, pad in zip(shape[1:3], kernel, stride, pads, strict=True):
+        if (size + 2 * pad - dilation * (k - 1) - 1) // s + 1 != _same_out(size, s):
+            return None
+    return pads[0], pads[1]
+
+
 class GraphBuilder:
     """Accumulates tensors and operators; every layer method returns the new activation.
 
     All random choices come from the one seeded ``rng``, so the same calls give the same network.
     """
 
-    def __init__(self, rng: np.random.Generator, keras_style: bool = False) -> None:
+    def __init__(self, rng: np.random.Generator, keras_style: bool = False, torch_style: bool = False) -> None:
         self.rng = rng
         # Export as Keras does: a dynamic batch (-1 in every activation's shape signature), so reshapes and
         # transposed convolutions take shapes computed at run time, and image inputs rescaled by a MUL and an ADD.
         self.keras_style = keras_style
+        # Export as PyTorch -> ONNX -> TensorFlow -> TFLite does: NCHW inputs transposed to NHWC, every convolution
+        # VALID after an explicit PAD of PyTorch's symmetric padding, global average pooling as MEAN, 4-D outputs
+        # transposed back to NCHW. None of it draws a random number: the layers are the plain variant's.
+        self.torch_style = torch_style
         self.tensors: list[TensorDef] = []
         self.operators: list[OperatorDef] = []
         self.inputs: list[int] = []
@@ -178,8 +195,17 @@ class GraphBuilder:
     def input(self, shape: Sequence[int]) -> Act:
         """The network input; Keras-style image inputs (3 channels) are then rescaled as a Rescaling layer does:
         x * scale + offset, a MUL and an ADD on the channel-poor map (constants fixed, so the rest of the network
-        draws the same numbers as the plain variant)."""
-        x = self._act("input", shape, Quant(float(np.float32(1 / 128)), 0))
+        draws the same numbers as the plain variant). A torch-style 4-D input [1, H, W, C] is [1, C, H, W] (NCHW,
+        as PyTorch takes it; audio's [1, 1, T, F] is [1, F, 1, T]) followed by a TRANSPOSE to NHWC, which Vela
+        leaves to the CPU (not an NPU pass); other ranks (the transformer's [1, T, F] sequence) are as they are."""
+        quant = Quant(float(np.float32(1 / 128)), 0)
+        if self.torch_style and len(shape) == 4:
+            nchw = self._act("input", (shape[0], shape[3], shape[1], shape[2]), quant)
+            self.inputs.append(nchw.index)
+            x = self.transpose(nchw, (0, 2, 3, 1))
+            self.npu_passes -= 1  # on the CPU, and so the stages are sized as in the plain variant
+            return x
+        x = self._act("input", shape, quant)
         self.inputs.append(x.index)
         if self.keras_style and x.channels == 3:
             scale = self._const_int8("rescale_scale", 127, Quant(float(np.float32(1 / 127)), 0))
@@ -193,6 +219,14 @@ class GraphBuilder:
             return y
         return x
 
+    def output(self, x: Act) -> Act:
+        """The network output: a torch-style 4-D map (a U-Net's) goes back to NCHW by TRANSPOSE, as PyTorch
+        returns it (on the CPU in Vela); other outputs as they are."""
+        if self.torch_style and len(x.shape) == 4:
+            x = self.transpose(x, (0, 3, 1, 2))
+            self.npu_passes -= 1
+        return x
+
     def network(self, outputs: Sequence[Act], description: str) -> NetworkDef:
         return NetworkDef(tuple(self.tensors), tuple(self.operators), tuple(self.inputs),
                           tuple(o.index for o in outputs), description)
@@ -201,16 +235,21 @@ class GraphBuilder:
 
     def conv(self, x: Act, filters: int, kernel: tuple[int, int] = (1, 1), stride: tuple[int, int] = (1, 1),
              activation: str | None = "RELU", padding: str = "SAME", dilation: int = 1,
-             quant: Quant | None = None) -> Act:
-        """CONV_2D with OHWI weights; ``kernel`` and ``stride`` are (height, width)."""
+             quant: Quant | None = None, groups: int = 1) -> Act:
+        """CONV_2D with OHWI weights; ``kernel`` and ``stride`` are (height, width). With ``groups`` > 1 the
+        kernel covers IFM depth / groups, as the converter exports Keras's Conv2D(groups=G); Vela splits it into
+        a convolution per group (counted so, with a copy each into their concatenation)."""
         kh, kw = kernel
-        weights = self._weights("weights", (filters, kh, kw, x.channels), 0)
+        weights = self._weights("weights", (filters, kh, kw, x.channels // groups), 0)
         bias = self._bias("bias", x, weights)
         out_h, out_w = self._spatial(x, kernel, stride, padding, dilation)
+        x, padding = self._torch_pad(x, kernel, stride, padding, dilation)
         y = self._act("conv", (1, out_h, out_w, filters), quant or self.output_quant(activation))
-        return self._op("CONV_2D", (x.index, weights, bias), y, "Conv2DOptions", Padding=_PADDING[padding],
-                        StrideW=stride[1], StrideH=stride[0], FusedActivationFunction=_ACTIVATIONS[activation],
-                        DilationWFactor=dilation, DilationHFactor=dilation)
+        y = self._op("CONV_2D", (x.index, weights, bias), y, "Conv2DOptions", Padding=_PADDING[padding],
+                     StrideW=stride[1], StrideH=stride[0], FusedActivationFunction=_ACTIVATIONS[activation],
+                     DilationWFactor=dilation, DilationHFactor=dilation)
+        self.npu_passes += 2 * (groups - 1)
+        return y
 
     def depthwise(self, x: Act, kernel: tuple[int, int] = (3, 3), stride: tuple[int, int] = (1, 1),
                   activation: str | None = "RELU", padding: str = "SAME", multiplier: int = 1,
@@ -221,6 +260,7 @@ class GraphBuilder:
         weights = self._weights("dw_weights", (1, kh, kw, channels), 3)
         bias = self._bias("dw_bias", x, weights)
         out_h, out_w = self._spatial(x, kernel, stride, padding, dilation)
+        x, padding = self._torch_pad(x, kernel, stride, padding, dilation)
         y = self._act("depthwise", (1, out_h, out_w, channels), self.output_quant(activation))
         return self._op("DEPTHWISE_CONV_2D", (x.index, weights, bias), y, "DepthwiseConv2DOptions",
                         Padding=_PADDING[padding], StrideW=stride[1], StrideH=stride[0], DepthMultiplier=multiplier,
@@ -252,6 +292,20 @@ class GraphBuilder:
         return self._op("FULLY_CONNECTED", (x.index, weights, bias), y, "FullyConnectedOptions",
                         FusedActivationFunction=_ACTIVATIONS[activation])
 
+    def _torch_pad(self, x: Act, kernel: tuple[int, int], stride: tuple[int, int], padding: str,
+                   dilation: int) -> tuple[Act, str]:
+        """The convolution's input and padding as a PyTorch export writes them: a SAME convolution becomes VALID,
+        after a PAD of PyTorch's symmetric padding where there is any (1 x 1 kernels need none). Kept SAME where
+        that padding would not give the SAME output's shape; plain and Keras-style exports are unchanged."""
+        if not self.torch_style or padding != "SAME":
+            return x, padding
+        pads = torch_padding(x.shape, kernel, stride, dilation)
+        if pads is None:
+            return x, padding
+        if pads != (0, 0):
+            x = self.pad(x, ((0, 0), (pads[0], pads[0]), (pads[1], pads[1]), (0, 0)))
+        return x, "VALID"
+
     @staticmethod
     def _spatial(x: Act, kernel: tuple[int, int], stride: tuple[int, int], padding: str,
                  dilation: int) -> tuple[int, int]:
@@ -269,6 +323,24 @@ class GraphBuilder:
         y = self._act(f"{kind.lower()}_pool", (1, out_h, out_w, x.channels), x.quant)
         return self._op(f"{kind}_POOL_2D", (x.index,), y, "Pool2DOptions", Padding=_PADDING[padding],
                         StrideW=stride[1], StrideH=stride[0], FilterWidth=kernel[1], FilterHeight=kernel[0])
+
+    def global_pool(self, x: Act) -> Act:
+        """Global average pooling keeping its input's quantisation: AVERAGE_POOL_2D over the whole map, or, torch
+        style, MEAN over height and width with keep_dims (what adaptive_avg_pool2d exports as)."""
+        if self.torch_style:
+            axes = self._const_int32("mean_axes", (1, 2))
+            return self._op("MEAN", (x.index, axes), self._act("mean", (1, 1, 1, x.channels), x.quant),
+                            "ReducerOptions", KeepDims=True)
+        return self.pool(x, "AVERAGE", (x.height, x.width), (1, 1), "VALID")
+
+    def pad(self, x: Act, paddings: Sequence[tuple[int, int]]) -> Act:
+        """PAD by constant [before, after] pairs per axis (an INT32 [rank, 2] tensor); the output keeps the input's
+        quantisation (as TFLite requires), so it pads with the zero point. Folded into the following convolution's
+        hardware padding by Vela: no NPU pass."""
+        data = np.asarray(paddings, dtype="<i4")
+        constant = self._add_tensor(TensorDef(self._name("paddings"), data.shape, "INT32", data=data.tobytes()))
+        shape = tuple(s + int(before) + int(after) for s, (before, after) in zip(x.shape, paddings, strict=True))
+        return self._op("PAD", (x.index, constant), self._act("pad", shape, x.quant))
 
     def mean(self, x: Act) -> Act:
         """MEAN over height and width with keep_dims: [1, 1, 1, C]."""

@@ -31,12 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from npusched.errors import OutputError, ScheduleError
-from npusched.frontend.normalise import normalise
 from npusched.frontend.tflite_reader import read_model_bytes
 from npusched.ir import NpuOp
 from npusched.lowering.graph import RECURSION_LIMIT, Network
 from npusched.lowering.in_place import IN_PLACE_OF
-from npusched.run import RunOptions, RunResult
+from npusched.run import RunOptions, RunResult, architecture, scheduled_model
 from npusched.schedule.allocation import allocate_ranges
 from npusched.schedule.evaluator import cascade_rolling_buffers, evaluate, placement_of
 from npusched.schedule.memory_layout import LiveRange
@@ -389,9 +388,7 @@ def _vela_compile(options: RunOptions, staging: Path, plan: Callable[[], _Plan])
 def _scheduled_model(options: RunOptions, staging: Path) -> RunOptions:
     """``options`` naming the model that was scheduled: the normalised one (written into ``staging`` under the
     original's file name, so Vela's output files are named as for the original) where normalisation changed it."""
-    if not options.normalise:
-        return options
-    normalised, record = normalise(read_model_bytes(options.model_path), str(options.model_path))
+    normalised, record = scheduled_model(read_model_bytes(options.model_path), options, architecture(options))
     if not record.changed:
         return options
     path = staging / "normalised" / Path(options.model_path).name

@@ -178,6 +178,12 @@ _CORE_TYPE = {"Conv2DBias": "Conv2D", "DepthwiseConv2DBias": "DepthwiseConv2D", 
               "QuantizedAvgPool": "AvgPool", "QuantizedMaxPool": "MaxPool", "Quantize": "AvgPool"}
 
 
+def _core_name(op: NpuOp) -> str:
+    """The name the default core gives ``op``'s OFM: Vela legacy (and npusched) run a 1x1 convolution of a 1x1 map
+    as a fully connected pass named with a ``_fc`` suffix; the default core keeps the convolution and its name."""
+    return op.name.removesuffix("_fc") if op.op_type == "FullyConnected" else op.name
+
+
 def match_ops(network: Network, core_ops: list[DefaultCoreOp]) -> dict[int, DefaultCoreOp]:
     """Which default-core op each npusched pass is (by op index): by OFM tensor name, then, for ops whose names
     differ or are missing (unnamed tensors), by aligning the remaining ops of both graphs in order on operator type
@@ -190,7 +196,7 @@ def match_ops(network: Network, core_ops: list[DefaultCoreOp]) -> dict[int, Defa
     matched: dict[int, DefaultCoreOp] = {}
     taken: set[int] = set()
     for op in ours:
-        queue = by_name.get(op.name)
+        queue = by_name.get(op.name) or by_name.get(_core_name(op))
         if op.name and queue:
             core_op = queue.pop(0)
             matched[op.index] = core_op
