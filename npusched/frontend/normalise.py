@@ -131,7 +131,7 @@ def normalise(data: bytes, source: str = "<bytes>", relayout: bool = True, band_
     (``_gates_first``).
     ``band_softmax`` computes a SOFTMAX on a large map in row bands (see ``_band_softmax``), in any model, and a
     grouped convolution always becomes convolutions of whole groups (``_split_grouped_convolutions``).
-    ``stage_inputs`` copies channel-poor maps the NPU reads from DRAM in full bursts first
+    ``stage_inputs`` copies inputs the NPU would read from DRAM in short bursts, in full bursts first
     (``_stage_channel_poor_inputs``; for schedules that keep feature maps off fast storage). A model with none of
     these is left byte for byte as it is.
     """
@@ -513,11 +513,11 @@ _UNARY_ELEMENTWISE = frozenset({"RELU", "RELU6", "RELU_N1_TO_1", "LOGISTIC", "TA
                                 "ABS"})
 _BINARY_ELEMENTWISE = frozenset({"ADD", "SUB", "MUL"})
 _DEEP_CHANNELS = 16
-# Operators reading a staged channel-poor map (``_stage_channel_poor_inputs``) as their first input.
-# Maps smaller than this are read where they are: on the corpus, 3 KiB inputs (32 x 32 x 3) staged gained 4-16%
-# on u65-512 but lost 0.15-0.3% on u65-256, where the copy's own pass costs about what it saves; from 9 KiB up
-# every one gained (8-60%).
+# Maps smaller than this are not staged (``_stage_channel_poor_inputs``): on the corpus, 3 KiB inputs (32 x 32 x
+# 3) staged gained 4-16% on u65-512 but lost 0.15-0.3% on u65-256, where the copy's own pass costs about what it
+# saves; from 9 KiB up every one gained (8-60%).
 _STAGE_MIN_BYTES = 4096
+# Operators that may read a staged map, as their first input.
 _STAGED_READERS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_POOL_2D", "PAD"})
 
 
@@ -782,7 +782,7 @@ def _widen_pointwise_outputs(model: Any, subgraph: Any) -> int:
     return len(replaced)
 
 
-def grouped_convolution_parts(groups: int, group_ifm_depth: int, group_ofm_depth: int) -> int:
+def _grouped_convolution_parts(groups: int, group_ifm_depth: int, group_ofm_depth: int) -> int:
     """How many convolutions a grouped one becomes: k neighbouring groups share one (block-diagonal weights), k
     the fewest groups whose IFM and OFM depths are whole 16-channel bricks, so each part reads and writes its
     channels of NHCWB16 maps in whole bricks; every group alone (k = 1) when no k divides the groups so."""
@@ -799,7 +799,7 @@ def _split_grouped_convolutions(model: Any, subgraph: Any) -> int:
 
     Vela's legacy core makes the same rewrite but stops on its own split (a TypeError, Vela 5.2.0 with numpy 2),
     and npusched's lowering reads a convolution's weights as covering the whole IFM depth, so the grouped form
-    is no pass either can run. A part holds k neighbouring groups (``grouped_convolution_parts``) with
+    is no pass either can run. A part holds k neighbouring groups (``_grouped_convolution_parts``) with
     block-diagonal weights: each output channel sums the products of its own group only, with its own bias and
     scales, so every part's output is exactly its channels of the grouped convolution's (zero weights add
     nothing). The parts keep the OFM's quantisation and fused activation; Vela reads each part's channels at an
@@ -825,7 +825,7 @@ def _split_grouped_convolutions(model: Any, subgraph: Any) -> int:
         if groups < 2 or ifm_shape[3] % group_ifm_depth or filters % groups or ofm_shape[3] != filters:
             continue
         group_ofm_depth = filters // groups
-        parts = grouped_convolution_parts(groups, group_ifm_depth, group_ofm_depth)
+        parts = _grouped_convolution_parts(groups, group_ifm_depth, group_ofm_depth)
         per_part = groups // parts
         part_ifm_depth, part_ofm_depth = per_part * group_ifm_depth, per_part * group_ofm_depth
         stem = _name(tensors[outputs[0]])
