@@ -123,7 +123,7 @@ def run_case(case: Case, config_name: str, config: dict[str, Any], work: Path, t
     model = work / f"{case.stem}.tflite"
     if not model.exists():  # normalised, as the heuristic schedules it (Vela is given the same file)
         model.write_bytes(generate(case.arch, case.passes, case.seed, torch_style=case.torch_style))
-        model.write_bytes(scheduled_model_bytes(run_options_from_vela_args(model, config)))
+        model.write_bytes(scheduled_model_bytes(run_options_from_vela_args(model, config, solver="heuristic")))
     golden = work / case.stem / config_name
     golden.mkdir(parents=True, exist_ok=True)
     vela_config = {**config, "extra_args": [*config.get("extra_args", ()), *VELA_DEEP_GRAPHS]}

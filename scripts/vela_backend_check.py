@@ -122,7 +122,9 @@ def main() -> int:
             for arch, model in zip(archs, models, strict=True):
                 model.write_bytes(generate(arch, args.passes, 1, keras_style=not args.torch_style,
                                            torch_style=args.torch_style))
-                model.write_bytes(scheduled_model_bytes(run_options_from_vela_args(model, CONFIGS[args.configs[0]])))
+                # Vela's graph (the heuristic's): each cell's own run then stages inputs where its solver does.
+                model.write_bytes(scheduled_model_bytes(run_options_from_vela_args(model, CONFIGS[args.configs[0]],
+                                                                                   solver="heuristic")))
         for model in models:
             for config in args.configs:
                 for solver in args.solvers:

@@ -40,10 +40,10 @@ def load_network(options: RunOptions) -> tuple[ArchitectureFeatures, Network, di
     return arch, network, timings
 
 
-def scheduled_model_bytes(options: RunOptions) -> bytes:
+def scheduled_model_bytes(options: RunOptions, arch: ArchitectureFeatures | None = None) -> bytes:
     """The model a run with ``options`` schedules: the normalised one, or the file as it is (--no-normalise, or
-    nothing to fold)."""
-    return scheduled_model(read_model_bytes(options.model_path), options, architecture(options))[0]
+    nothing to fold); ``arch``, the options' architecture where the caller has it already."""
+    return scheduled_model(read_model_bytes(options.model_path), options, arch or architecture(options))[0]
 
 
 def write_model(options: RunOptions, path: Path) -> None:
@@ -171,7 +171,7 @@ def _solve(network: Network, arch: ArchitectureFeatures, options: RunOptions, st
     if options.solver == "dp":
         return dp_schedule(network, arch, options.optimise), None, None
     if options.solver == "vela-default":
-        model_bytes = scheduled_model_bytes(options)
+        model_bytes = scheduled_model_bytes(options, arch)
         return solve_with_default_core(network, arch, options, model_bytes=model_bytes).schedule, None, None
     if options.solver != "cpsat":
         raise ScheduleError(f"unknown solver '{options.solver}' (known: cpsat, heuristic, dp, vela-default)")
@@ -191,7 +191,7 @@ def _solve(network: Network, arch: ArchitectureFeatures, options: RunOptions, st
         # better of the two cores' schedules by the objective (cycles, or peak then cycles), so it is never worse.
         # A deterministic run waits for it (its start must not depend on the machine's load): up to the limit.
         share = 1.0 if options.deterministic else 1 / 3
-        own = default_core_hint(network, arch, options, scheduled_model_bytes(options),
+        own = default_core_hint(network, arch, options, scheduled_model_bytes(options, arch),
                                 timeout_seconds=max(options.time_limit_seconds * share, 1.0))
         if own is not None and (hint_eval is None or objective_rank(own[1], arch) < objective_rank(hint_eval, arch)):
             hint, hint_eval = own

@@ -651,7 +651,7 @@ def _stage_channel_poor_inputs(model: Any, subgraph: Any) -> int:
                        if i >= 0):
                 continue
             if parsed is None:
-                parsed = parse_tflite(_pack_model(copy.deepcopy(model))).subgraphs[model.subgraphs.index(subgraph)]
+                parsed = _parsed(model, subgraph)
             if npu_support(parsed.operators[produced[index]], parsed) is None:
                 continue
         staged.append((index, shape, following))
@@ -739,19 +739,13 @@ def _widen_pointwise_outputs(model: Any, subgraph: Any) -> int:
     reshape_code = _operator_code_index(model, schema.BuiltinOperator.RESHAPE)
     replaced: dict[int, list[Any]] = {}
     for position, op in enumerate(operators):
-        inputs, outputs = _ints(op.inputs), _ints(op.outputs)
-        if _opcode(model, op) != "CONV_2D" or len(inputs) not in (2, 3) or len(outputs) != 1 or inputs[0] < 0:
+        conv, options = _convolution(model, tensors, op), op.builtinOptions
+        if conv is None or options is None or (options.strideH, options.strideW, options.dilationHFactor,
+                                               options.dilationWFactor) != (1, 1, 1, 1) \
+                or conv.ifm_shape[0] != 1 or conv.ifm_shape[3] % _DEEP_CHANNELS or conv.weights.shape[1:3] != (1, 1):
             continue
-        options = op.builtinOptions
-        ifm_shape, ofm_shape = _static_shape(tensors[inputs[0]]), _static_shape(tensors[outputs[0]])
-        weights = _constant(model, tensors[inputs[1]])
-        bias = _constant(model, tensors[inputs[2]]) if len(inputs) == 3 and inputs[2] >= 0 else None
-        if options is None or (options.strideH, options.strideW, options.dilationHFactor, options.dilationWFactor) \
-                != (1, 1, 1, 1) or ifm_shape is None or ofm_shape is None or len(ifm_shape) != 4 \
-                or len(ofm_shape) != 4 or ifm_shape[0] != 1 or ifm_shape[3] % _DEEP_CHANNELS \
-                or weights is None or weights.shape[1:3] != (1, 1) or (len(inputs) == 3 and inputs[2] >= 0
-                                                                       and bias is None):
-            continue
+        inputs, output, ifm_shape, ofm_shape = conv.inputs, conv.output, conv.ifm_shape, conv.ofm_shape
+        weights, bias = conv.weights, conv.bias
         channels = ofm_shape[3]
         if not 0 < channels < _DEEP_CHANNELS or _DEEP_CHANNELS % channels or ofm_shape[2] % (_DEEP_CHANNELS //
                                                                                                 channels):
@@ -759,7 +753,7 @@ def _widen_pointwise_outputs(model: Any, subgraph: Any) -> int:
         quantization = tensors[inputs[1]].quantization
         zero_points = np.asarray(quantization.zeroPoint if quantization is not None
                                  and quantization.zeroPoint is not None else [])
-        if quantization is None or np.any(zero_points != 0) or not reaches_an_output(outputs[0], ofm_shape):
+        if quantization is None or np.any(zero_points != 0) or not reaches_an_output(output, ofm_shape):
             continue
         k = _DEEP_CHANNELS // channels
         wide_weights = np.zeros((k * channels, 1, 1, k * weights.shape[3]), dtype=weights.dtype)
@@ -773,11 +767,11 @@ def _widen_pointwise_outputs(model: Any, subgraph: Any) -> int:
             wide_inputs.append(-1 if bias is None else _repeated_constant(model, subgraph, inputs[2],
                                                                             np.tile(bias, k), k))
         deep = (1, ofm_shape[1], ofm_shape[2] // k, _DEEP_CHANNELS)
-        wide_output = _add_tensor(subgraph, tensors[outputs[0]], "/c16", deep)
+        wide_output = _add_tensor(subgraph, tensors[output], "/c16", deep)
         view = _reshape(model, subgraph, reshape_code, inputs[0], wide_inputs[0], view_shape)
         op.inputs = np.asarray(wide_inputs, dtype=np.int32)
         op.outputs = np.asarray([wide_output], dtype=np.int32)
-        replaced[position] = [view, op, _reshape(model, subgraph, reshape_code, wide_output, outputs[0], ofm_shape)]
+        replaced[position] = [view, op, _reshape(model, subgraph, reshape_code, wide_output, output, ofm_shape)]
     subgraph.operators = [new for position, op in enumerate(operators) for new in replaced.get(position, [op])]
     return len(replaced)
 
@@ -810,16 +804,11 @@ def _split_grouped_convolutions(model: Any, subgraph: Any) -> int:
     concat_code = _operator_code_index(model, schema.BuiltinOperator.CONCATENATION)
     replaced: dict[int, list[Any]] = {}
     for position, op in enumerate(operators):
-        inputs, outputs = _ints(op.inputs), _ints(op.outputs)
-        if _opcode(model, op) != "CONV_2D" or len(inputs) not in (2, 3) or len(outputs) != 1 or inputs[0] < 0:
+        conv = _convolution(model, tensors, op)
+        if conv is None:
             continue
-        ifm_shape, ofm_shape = _static_shape(tensors[inputs[0]]), _static_shape(tensors[outputs[0]])
-        weights = _constant(model, tensors[inputs[1]])
-        has_bias = len(inputs) == 3 and inputs[2] >= 0
-        bias = _constant(model, tensors[inputs[2]]) if has_bias else None
-        if ifm_shape is None or ofm_shape is None or len(ifm_shape) != 4 or weights is None or weights.ndim != 4 \
-                or (has_bias and bias is None):
-            continue
+        inputs, output, ifm_shape, ofm_shape = conv.inputs, conv.output, conv.ifm_shape, conv.ofm_shape
+        weights, bias = conv.weights, conv.bias
         group_ifm_depth, filters = weights.shape[3], weights.shape[0]
         groups = ifm_shape[3] // group_ifm_depth if group_ifm_depth else 0
         if groups < 2 or ifm_shape[3] % group_ifm_depth or filters % groups or ofm_shape[3] != filters:
@@ -828,7 +817,7 @@ def _split_grouped_convolutions(model: Any, subgraph: Any) -> int:
         parts = _grouped_convolution_parts(groups, group_ifm_depth, group_ofm_depth)
         per_part = groups // parts
         part_ifm_depth, part_ofm_depth = per_part * group_ifm_depth, per_part * group_ofm_depth
-        stem = _name(tensors[outputs[0]])
+        stem = _name(tensors[output])
         if parts > 1:
             split = schema.OperatorT()
             split.opcodeIndex = split_code
@@ -850,26 +839,25 @@ def _split_grouped_convolutions(model: Any, subgraph: Any) -> int:
             for g in range(per_part):
                 rows = slice(g * group_ofm_depth, (g + 1) * group_ofm_depth)
                 block[rows, :, :, g * group_ifm_depth:(g + 1) * group_ifm_depth] = weights[channels][rows]
-            conv = schema.OperatorT()
-            conv.opcodeIndex, conv.builtinOptionsType = op.opcodeIndex, op.builtinOptionsType
-            conv.builtinOptions = op.builtinOptions
+            part_conv = schema.OperatorT()
+            part_conv.opcodeIndex, part_conv.builtinOptionsType = op.opcodeIndex, op.builtinOptionsType
+            part_conv.builtinOptions = op.builtinOptions
             conv_inputs = [part_inputs[p], _channel_slice(model, subgraph, inputs[1], block, channels, p)]
-            if has_bias:
-                assert bias is not None
+            if bias is not None:
                 conv_inputs.append(_channel_slice(model, subgraph, inputs[2], bias[channels], channels, p))
-            conv.inputs = np.asarray(conv_inputs, dtype=np.int32)
+            part_conv.inputs = np.asarray(conv_inputs, dtype=np.int32)
             if parts > 1:
-                part_outputs.append(_add_tensor(subgraph, tensors[outputs[0]], f"/group{p}",
+                part_outputs.append(_add_tensor(subgraph, tensors[output], f"/group{p}",
                                                 (*ofm_shape[:3], part_ofm_depth)))
-                conv.outputs = np.asarray(part_outputs[-1:], dtype=np.int32)
+                part_conv.outputs = np.asarray(part_outputs[-1:], dtype=np.int32)
             else:
-                conv.outputs = np.asarray(outputs, dtype=np.int32)
-            new_ops.append(conv)
+                part_conv.outputs = np.asarray([output], dtype=np.int32)
+            new_ops.append(part_conv)
         if parts > 1:
             concat = schema.OperatorT()
             concat.opcodeIndex = concat_code
             concat.inputs = np.asarray(part_outputs, dtype=np.int32)
-            concat.outputs = np.asarray(outputs, dtype=np.int32)
+            concat.outputs = np.asarray([output], dtype=np.int32)
             concat.builtinOptionsType = schema.BuiltinOptions.ConcatenationOptions
             concat.builtinOptions = schema.ConcatenationOptionsT()
             concat.builtinOptions.axis = 3
@@ -893,6 +881,40 @@ def _channel_slice(model: Any, subgraph: Any, index: int, value: np.ndarray, cha
     _make_constant(model, tensor, value)
     subgraph.tensors.append(tensor)
     return len(subgraph.tensors) - 1
+
+
+@dataclass(frozen=True)
+class _Convolution:
+    """A CONV_2D the rewrites may change: static 4-D IFM and OFM, constant 4-D (OHWI) weights, and its bias constant
+    where it has one."""
+
+    inputs: list[int]
+    output: int
+    ifm_shape: tuple[int, ...]
+    ofm_shape: tuple[int, ...]
+    weights: np.ndarray
+    bias: np.ndarray | None
+
+
+def _convolution(model: Any, tensors: Sequence[Any], op: Any) -> _Convolution | None:
+    """``op`` (of the subgraph holding ``tensors``) as a ``_Convolution``, or None where it is none (another
+    operator, or shapes or constants not known)."""
+    inputs, outputs = _ints(op.inputs), _ints(op.outputs)
+    if _opcode(model, op) != "CONV_2D" or len(inputs) not in (2, 3) or len(outputs) != 1 or inputs[0] < 0:
+        return None
+    ifm_shape, ofm_shape = _static_shape(tensors[inputs[0]]), _static_shape(tensors[outputs[0]])
+    weights = _constant(model, tensors[inputs[1]])
+    has_bias = len(inputs) == 3 and inputs[2] >= 0
+    bias = _constant(model, tensors[inputs[2]]) if has_bias else None
+    if ifm_shape is None or ofm_shape is None or len(ifm_shape) != 4 or len(ofm_shape) != 4 or weights is None \
+            or weights.ndim != 4 or (has_bias and bias is None):
+        return None
+    return _Convolution(inputs, outputs[0], ifm_shape, ofm_shape, weights, bias)
+
+
+def _parsed(model: Any, subgraph: Any) -> Any:
+    """``subgraph`` as the reader parses it (to ask Vela's placement rules), from the model as it is now."""
+    return parse_tflite(_pack_model(copy.deepcopy(model))).subgraphs[model.subgraphs.index(subgraph)]
 
 
 def _repeated_constant(model: Any, subgraph: Any, index: int, value: np.ndarray, repeats: int) -> int:
@@ -1026,8 +1048,8 @@ def _band_softmax(model: Any, subgraph: Any, band_bytes: int = SOFTMAX_BAND_BYTE
         if shape[1] * row_bytes > split_bytes:
             plans.append(_SoftmaxBands(position, softmax_bands(shape[1], row_bytes, band_bytes)))
     if plans:
-        # Vela's placement, judged on the model as it is now (folded); the subgraph is the model's first.
-        parsed = parse_tflite(_pack_model(copy.deepcopy(model))).subgraphs[0]
+        # Vela's placement, judged on the model as it is now (folded).
+        parsed = _parsed(model, subgraph)
         plans = [p for p in plans if len(p.rows) > 1 and npu_support(parsed.operators[p.position], parsed) is None]
     if not plans:
         return 0, 0
