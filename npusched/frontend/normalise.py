@@ -854,14 +854,7 @@ def _split_grouped_convolutions(model: Any, subgraph: Any) -> int:
                 part_conv.outputs = np.asarray([output], dtype=np.int32)
             new_ops.append(part_conv)
         if parts > 1:
-            concat = schema.OperatorT()
-            concat.opcodeIndex = concat_code
-            concat.inputs = np.asarray(part_outputs, dtype=np.int32)
-            concat.outputs = np.asarray([output], dtype=np.int32)
-            concat.builtinOptionsType = schema.BuiltinOptions.ConcatenationOptions
-            concat.builtinOptions = schema.ConcatenationOptionsT()
-            concat.builtinOptions.axis = 3
-            new_ops.append(concat)
+            new_ops.append(_concatenation_op(concat_code, part_outputs, output, 3))
         replaced[position] = new_ops
     subgraph.operators = [new for position, op in enumerate(operators) for new in replaced.get(position, [op])]
     return len(replaced)
@@ -1082,16 +1075,21 @@ def _band_softmax(model: Any, subgraph: Any, band_bytes: int = SOFTMAX_BAND_BYTE
             softmax.outputs = np.asarray([band_outputs[-1]], dtype=np.int32)
             band_ops.append(softmax)
         split.outputs = np.asarray(band_inputs, dtype=np.int32)
-        concat = schema.OperatorT()
-        concat.opcodeIndex = concat_code
-        concat.inputs = np.asarray(band_outputs, dtype=np.int32)
-        concat.outputs = np.asarray([target_index], dtype=np.int32)
-        concat.builtinOptionsType = schema.BuiltinOptions.ConcatenationOptions
-        concat.builtinOptions = schema.ConcatenationOptionsT()
-        concat.builtinOptions.axis = 1
-        replaced[plan.position] = [split, *band_ops, concat]
+        replaced[plan.position] = [split, *band_ops, _concatenation_op(concat_code, band_outputs, target_index, 1)]
     subgraph.operators = [new for position, op in enumerate(operators) for new in replaced.get(position, [op])]
     return len(plans), sum(len(plan.rows) for plan in plans)
+
+
+def _concatenation_op(code: int, inputs: list[int], output: int, axis: int) -> Any:
+    """CONCATENATION of ``inputs`` along ``axis`` into ``output``, no activation (``code``: its operator code)."""
+    concat = schema.OperatorT()
+    concat.opcodeIndex = code
+    concat.inputs = np.asarray(inputs, dtype=np.int32)
+    concat.outputs = np.asarray([output], dtype=np.int32)
+    concat.builtinOptionsType = schema.BuiltinOptions.ConcatenationOptions
+    concat.builtinOptions = schema.ConcatenationOptionsT()
+    concat.builtinOptions.axis = axis
+    return concat
 
 
 def _const_int32(model: Any, subgraph: Any, name: str, values: list[int], shape: tuple[int, ...]) -> int:
