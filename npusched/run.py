@@ -47,6 +47,10 @@ class RunOptions:
     # That compile was started before the run (``npusched.vela.backend.Compilation``, as the command line does):
     # only what is left of it once the schedule is known is kept back.
     compile_started_ahead: bool = False
+    # Lower the default core's graph (``lower_model``'s ``default_core``) rather than Vela legacy's. None: for
+    # --solver vela-default only, which reads that core's schedule; False there puts it on legacy's graph, as the
+    # comparisons with CP-SAT do (scripts/estimator_matrix.py), so both price the same passes.
+    default_core_graph: bool | None = None
 
 
 def architecture(options: RunOptions) -> ArchitectureFeatures:
@@ -73,6 +77,13 @@ def rewrites_vela_graph(options: RunOptions) -> bool:
     the two Vela cores' own schedules, which are of Vela's graphs (the heuristic reproduces the legacy core's; the
     default core's is read back by op name)."""
     return options.solver not in (None, "heuristic", "vela-default")
+
+
+def lowers_default_core_graph(options: RunOptions) -> bool:
+    """Whether the run lowers Vela's default core's graph (see ``RunOptions.default_core_graph``)."""
+    if options.default_core_graph is None:
+        return options.solver == "vela-default"
+    return options.default_core_graph
 
 
 def scheduled_model(data: bytes, options: RunOptions, arch: ArchitectureFeatures) -> tuple[bytes, Normalisation]:

@@ -4,7 +4,7 @@
 Usage: python scripts/compare_default_core.py [--time-limit S] [--workers N] [--configs a,b] [--models a,b] [--csv PATH]
 
 For every corpus model x golden configuration (tests/data/golden/vela-5.2.0-regor) it prints one CSV row: CP-SAT's
-total (deterministic), the default core's own schedule priced by npusched's evaluator on Vela's graph (read from
+total (deterministic), the default core's own schedule priced by npusched's evaluator on Vela legacy's graph (read from
 the golden debug database), the default core's own total (its summary.csv), the heuristic's total, CP-SAT's status, and
 why npusched's verifier rejects the default core's schedule where it does (its graph is not npusched's: such a
 schedule is no start for CP-SAT), and "yes" where the wall clock stopped CP-SAT before its deterministic work
@@ -61,8 +61,10 @@ def main() -> int:
             except NpuschedError as exc:
                 row = f"{config_name},{golden.name},error,{str(exc)[:80].replace(',', ';')},,,,,"
             else:
-                # The default core's schedule is of Vela's graph (CP-SAT's may stage inputs, write in place).
-                arch, network, _ = load_network(replace(options, solver="vela-default"))
+                # The default core's schedule read onto Vela legacy's graph, the one CP-SAT's competes on (CP-SAT's
+                # may stage inputs and write in place too): the default core's own graph also runs on the NPU what
+                # that graph leaves to the CPU (an int16 softmax, NCHW transposes), which would count against it.
+                arch, network, _ = load_network(replace(options, solver="vela-default", default_core_graph=False))
                 imported = schedule_from_default_core(network, arch, read_default_core_ops(golden / "debug_db.xml"))
                 own = evaluate(network, arch, imported.schedule)
                 problems = verify(network, arch, imported.schedule, own)

@@ -76,6 +76,16 @@ def test_malformed_model(tmp_path: Path, capsys: pytest.CaptureFixture[str], mak
     _expect_one_line_error(capsys, [str(path), *HEE], fragment)
 
 
+def test_the_default_cores_schedule_is_not_compiled_by_the_legacy_backend(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """--solver vela-default's schedule is of the default core's graph; Vela legacy's backend (--output-dir) would
+    meet passes it does not make (keyword_scrambled's int16 softmax): refused before any work, nothing written."""
+    out = tmp_path / "out"
+    argv = [str(EXAMPLE), *HEE[:-1], "vela-default", "--output-dir", str(out)]
+    _expect_one_line_error(capsys, argv, "`vela` itself deploys it")
+    assert not out.exists()
+
+
 @pytest.mark.parametrize(
     ("option", "value", "fragment"),
     [

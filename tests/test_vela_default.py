@@ -112,11 +112,91 @@ def test_a_map_the_cpu_reads_is_never_in_dedicated_fast_storage(config: str) -> 
 @pytest.mark.slow
 def test_a_rejected_default_core_schedule_is_reported_rejected() -> None:
     """--solver vela-default prices the default core's schedule even where npusched's verifier rejects it, but says
-    so: status ``rejected`` (not ``feasible``) and the reason as a warning line."""
+    so: status ``rejected`` (not ``feasible``) and the reason as a warning line. Read onto Vela legacy's graph
+    (``default_core_graph=False``, as the comparisons with CP-SAT read it), where the CPU runs keyword_scrambled's
+    softmax, the default core's schedule leaves the softmax's input in Dedicated_Sram, which the CPU cannot read;
+    on the default core's own graph the NPU reads it (the schedule is feasible there)."""
     result = run(run_options("u65-512_high_dedicated384k", "keyword_scrambled_8bit", solver="vela-default",
-                             **DEFAULT))
+                             default_core_graph=False, **DEFAULT))
     assert result.status == "rejected" and result.evaluation is not None
     assert any("rules reject" in warning and "where the CPU cannot read it" in warning for warning in result.warnings)
+    own_graph = run(run_options("u65-512_high_dedicated384k", "keyword_scrambled_8bit", solver="vela-default",
+                                **DEFAULT))
+    assert own_graph.status == "feasible"
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_the_default_cores_graph_runs_its_int16_softmax(config: str) -> None:
+    """keyword_scrambled ends in an int8 -> int16 SOFTMAX: Vela legacy leaves it to the CPU, the default core runs
+    it on the NPU in 29 passes (its tail differs from the 8-bit one). Read onto that graph (--solver vela-default),
+    the default core's schedule costs what it says it does, within 1%, in every configuration; before, its
+    softmax passes were missing from npusched's total (-15% to -17%)."""
+    model = "keyword_scrambled_8bit"
+    _, legacy = load_corpus(model, config, **DEFAULT)
+    assert any(op.tflite_op == "SOFTMAX" for op in legacy.cpu_ops)
+    arch, network = load_corpus(model, config, solver="vela-default", **DEFAULT)
+    assert not any(op.tflite_op == "SOFTMAX" for op in network.cpu_ops)
+    assert sum(op.tflite_op == "SOFTMAX" for op in network.npu_ops) == 29
+    comparison = compare_default_core(network, arch, _golden(config, model), model)
+    assert abs(comparison.cycles_error) <= 1.0, (comparison.cycles_ours, comparison.cycles_vela)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_the_default_cores_graph_copies_and_clamps_lstm_states(config: str) -> None:
+    """dtln's two LSTMs: the default core reads each state variable through a copy and clamps the sigmoid gates
+    and the new cell state in passes of their own (1x1 AvgPools), 6 passes per LSTM more than Vela legacy.
+    Read onto that graph, its schedule costs what it says, within 1%, and every op it ran has an npusched pass
+    (before: -2.5% to -9.9%, 16 ops unmatched)."""
+    model = "dtln"
+    _, legacy = load_corpus(model, config, **DEFAULT)
+    arch, network = load_corpus(model, config, solver="vela-default", **DEFAULT)
+
+    def lstm_passes(net: Any) -> int:
+        return sum(op.tflite_op == "UNIDIRECTIONAL_SEQUENCE_LSTM" for op in net.npu_ops)
+
+    assert lstm_passes(network) == lstm_passes(legacy) + 2 * 6
+    imported = schedule_from_default_core(network, arch, read_default_core_ops(_golden(config, model) /
+                                                                                 "debug_db.xml"))
+    assert not any("have no npusched pass" in warning for warning in imported.warnings), imported.warnings
+    comparison = compare_default_core(network, arch, _golden(config, model), model)
+    assert abs(comparison.cycles_error) <= 1.0, (comparison.cycles_ours, comparison.cycles_vela)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_the_default_cores_graph_runs_an_nchw_transpose(config: str) -> None:
+    """mobilenet_v2 (a PyTorch export) starts with a TRANSPOSE from NCHW to NHWC: the CPU's in Vela legacy's
+    graph, two NPU passes in the default core's (each swapping two neighbouring axes), priced by its memory
+    traffic. Each pass costs exactly what the default core says, and the network total is within 1% (before:
+    -1.4% to -7.5%, both passes missing)."""
+    model = "mobilenet_v2_224_int8"
+    _, legacy = load_corpus(model, config, **DEFAULT)
+    assert any(op.tflite_op == "TRANSPOSE" for op in legacy.cpu_ops)
+    arch, network = load_corpus(model, config, solver="vela-default", **DEFAULT)
+    assert not network.cpu_ops
+    transposes = [op for op in network.npu_ops if op.op_type == "Transpose"]
+    assert [op.ofm.shape.as_list() for op in transposes] == [[1, 224, 3, 224], [1, 224, 224, 3]]
+    comparison = compare_default_core(network, arch, _golden(config, model), model)
+    by_name = {op.name: op for op in comparison.ops}
+    for op in transposes:
+        assert by_name[op.name].cycles_ours == by_name[op.name].cycles_vela
+    assert abs(comparison.cycles_error) <= 1.0, (comparison.cycles_ours, comparison.cycles_vela)
+
+
+@pytest.mark.slow
+def test_fidelity_to_the_default_core_over_the_corpus() -> None:
+    """Issue 20's measure: priced with vela-default on the default core's graph, the default core's own schedules
+    cost what it says within 1% in 53 of the 55 corpus x configuration cells. The two left are resnet_large on
+    the two configurations that read weights from flash: the default core's weight encoder (in its C++ library,
+    not in ethosu.mlw_codec) writes a 2.2% smaller stream."""
+    off = []
+    for config in CONFIGS:
+        for golden in sorted(p for p in (REGOR_DIR / config).iterdir() if p.is_dir()):
+            arch, network = load_corpus(golden.name, config, solver="vela-default", **DEFAULT)
+            comparison = compare_default_core(network, arch, golden, golden.name)
+            if abs(comparison.cycles_error) > 1.0:
+                off.append((config, golden.name))
+    assert off == [("u55-128_hee_shared_size", "resnet_large_ic_int8"),
+                   ("u55-256_hee_shared_arena128k", "resnet_large_ic_int8")]
 
 
 def test_every_golden_case_is_there() -> None:
@@ -130,7 +210,7 @@ def test_solver_vela_default_runs_the_default_core() -> None:
     golden output, read back (Vela is deterministic)."""
     config, model = "u55-128_hee_shared", "micro_speech_int8"
     result = run(run_options(config, model, solver="vela-default", **DEFAULT))
-    arch, network = load_corpus(model, config, **DEFAULT)
+    arch, network = load_corpus(model, config, solver="vela-default", **DEFAULT)
     golden = compare_default_core(network, arch, _golden(config, model), model)
     assert result.evaluation is not None
     assert result.evaluation.total_cycles == golden.cycles_ours

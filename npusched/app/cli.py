@@ -271,6 +271,9 @@ def _deploy(args: argparse.Namespace, result: RunResult, compilation: Compilatio
 
 def _check_plot_options(args: argparse.Namespace) -> None:
     """Refuse option combinations that make no sense, and plot paths that cannot be drawn, before any work."""
+    if args.output_dir is not None and args.solver == "vela-default":
+        raise NpuschedError("--output-dir compiles with Vela legacy's backend, and --solver vela-default's schedule "
+                            "is of the default core's graph (passes legacy does not make): `vela` itself deploys it")
     if args.pareto is None:
         if args.pareto_points is not None or args.with_vela:
             raise NpuschedError("--pareto-points and --with-vela apply only with --pareto")

@@ -21,6 +21,7 @@ from npusched.run import (
     RunResult,
     SolverReport,
     architecture,
+    lowers_default_core_graph,
     rewrites_vela_graph,
     scheduled_model,
 )
@@ -84,7 +85,8 @@ def load_normalised_network(
             report = NormalisationReport(record, counts[0], 0, counts[1], 0, normalised)
         timings["normalise"] = time.monotonic() - start
     start = time.monotonic()
-    network = lower_model(model, arch, in_place=rewrites_vela_graph(options))
+    network = lower_model(model, arch, in_place=rewrites_vela_graph(options),
+                          default_core=lowers_default_core_graph(options))
     timings["lower"] = time.monotonic() - start
     if report is not None:
         report = replace(report, subgraphs_after=len(network.subgraphs), cpu_ops_after=len(network.cpu_ops))

@@ -36,6 +36,7 @@ BLOCK_TYPES: dict[str, NpuBlockType] = {
     "ResizeNearestNeighbor": NpuBlockType.Pooling,
     "ReduceSum": NpuBlockType.ReduceSum,
     "Memcpy": NpuBlockType.Dma,
+    "Transpose": NpuBlockType.Pooling,  # the default core's (lowering.transpose); legacy's is a 1x1 AvgPool
 }
 BINARY_ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Maximum", "Minimum", "SHL", "SHR", "SquaredDifference"})
 UNARY_ELEMENTWISE = frozenset({"Abs", "CLZ", "Exp", "LeakyRelu", "Rsqrt"})

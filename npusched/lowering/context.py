@@ -58,6 +58,8 @@ class LoweringContext:
     subgraph: TfliteSubgraph
     arch: ArchitectureFeatures | None = None
     aliases: Mapping[int, FeatureMap] = field(default_factory=dict)
+    # the default core's graph (``lower_model``'s ``default_core``): decompositions follow that core's
+    default_core: bool = False
 
     def tensor(self, index: int) -> TfliteTensor:
         return self.subgraph.tensors[index]

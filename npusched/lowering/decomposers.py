@@ -7,6 +7,7 @@ from npusched.lowering.lstm import lower_lstm
 from npusched.lowering.mean import lower_mean
 from npusched.lowering.softmax import lower_softmax
 from npusched.lowering.squared_difference import lower_squared_difference
+from npusched.lowering.transpose import lower_transpose
 
 DECOMPOSERS = {"Softmax": lower_softmax, "Mean": lower_mean, "UnidirectionalSequenceLstm": lower_lstm,
-               "SquaredDifference": lower_squared_difference}
+               "SquaredDifference": lower_squared_difference, "Transpose": lower_transpose}

@@ -105,14 +105,14 @@ class Network:
 # ---------------------------------------------------------------------------------------------------------
 # support and decomposition adapters
 
-def _support_reason(top: TfliteOperator | None, tsg: TfliteSubgraph) -> str | None:
+def _support_reason(top: TfliteOperator | None, tsg: TfliteSubgraph, default_core: bool) -> str | None:
     if top is None:
         return None
-    return npu_support(top, tsg)
+    return npu_support(top, tsg, default_core)
 
 
 def _decompose(op: WorkingOp, top: TfliteOperator | None, model: TfliteModel, tsg: TfliteSubgraph,
-               arch: ArchitectureFeatures) -> list[NpuOp] | None:
+               arch: ArchitectureFeatures, default_core: bool) -> list[NpuOp] | None:
     """Ask the decomposition module for ``op``'s NPU ops; None (op stays on the CPU) if it has none."""
     fn = DECOMPOSERS.get(op.type)
     if top is None or fn is None:
@@ -124,7 +124,7 @@ def _decompose(op: WorkingOp, top: TfliteOperator | None, model: TfliteModel, ts
     for pos, index in enumerate(top.outputs):
         if index >= 0 and pos < len(op.outputs):
             aliases[index] = op.outputs[pos].feature_map()
-    ctx = LoweringContext(model=model, subgraph=tsg, arch=arch, aliases=aliases)
+    ctx = LoweringContext(model=model, subgraph=tsg, arch=arch, aliases=aliases, default_core=default_core)
     try:
         ops = fn(top, op.ifm.feature_map(), op.ofm.feature_map(), ctx)
     except NotImplementedError:
@@ -173,9 +173,10 @@ def _access(tens: WorkingTensor, shape, offset=None, access_shape=None) -> Opera
     return OperandAccess(tensor=tens.feature_map(), shape=shape, offset=offset, access_shape=access_shape)
 
 
-def _npu_op(ps: Pass, consumer_count: int) -> NpuOp:
+def _npu_op(ps: Pass, consumer_count: int, default_core: bool) -> NpuOp:
     prim = ps.primary_op
     rev, uses_scalar = _swap_and_scalar(prim)
+    rev = rev and not default_core  # the default core keeps a constant first operand first
     ifm = _access(ps.ifm_tensor, ps.ifm_shapes[0], prim.read_offsets[0], prim.read_shapes[0])
     ifm2 = None
     if ps.ifm2_tensor is not None:
@@ -255,20 +256,25 @@ def _cpu_ops(ps: Pass) -> list[CpuOp]:
 RECURSION_LIMIT = 200_000
 
 
-def lower_model(model: TfliteModel, arch: ArchitectureFeatures | None = None, *, in_place: bool = False) -> Network:
+def lower_model(model: TfliteModel, arch: ArchitectureFeatures | None = None, *, in_place: bool = False,
+                default_core: bool = False) -> Network:
     """Lower every subgraph of ``model``; NPU subgraphs are listed in Vela's order (per TFLite subgraph, in
     execution order). Time and memory grow linearly with the size of the model (scripts/bench_lower.py).
 
     ``in_place``: the passes making a concatenation's inputs write their slices themselves where that is exact
     and memory allows (``npusched.lowering.in_place``; the budget is ``arch``'s arena cache where feature maps
-    live in fast storage); without it the graph is Vela legacy's, copies and all."""
+    live in fast storage); without it the graph is Vela legacy's, copies and all.
+
+    ``default_core``: the graph Vela's default core schedules, which ``--solver vela-default`` reads its schedule
+    onto: its int8 -> int16 SOFTMAX and NCHW <-> NHWC TRANSPOSE on the NPU too, its own softmax and LSTM passes
+    (``LoweringContext.default_core``), binary operands in TFLite order. Vela legacy's backend cannot compile it."""
     limit, collecting = sys.getrecursionlimit(), gc.isenabled()
     sys.setrecursionlimit(max(limit, RECURSION_LIMIT))
     # The working graph is cyclic (ops and tensors link both ways) and grows to thousands of objects; Python's
     # cyclic collector re-scanning it while it grows makes lowering quadratic, and nothing in it is garbage yet.
     gc.disable()
     try:
-        return _lower_model(model, arch, in_place)
+        return _lower_model(model, arch, in_place, default_core)
     except RecursionError:
         raise ModelError(f"{model.path}: the graph is too deep to lower ({RECURSION_LIMIT} nested steps)") from None
     finally:
@@ -277,18 +283,18 @@ def lower_model(model: TfliteModel, arch: ArchitectureFeatures | None = None, *,
             gc.enable()
 
 
-def _lower_model(model: TfliteModel, arch: ArchitectureFeatures, in_place: bool) -> Network:
+def _lower_model(model: TfliteModel, arch: ArchitectureFeatures, in_place: bool, default_core: bool) -> Network:
     all_ops: list[NpuOp | CpuOp] = []
     subgraphs: list[NpuSubgraph] = []
     for tsg in model.subgraphs:
         vsg, by_index = import_subgraph(tsg)
 
         def support(op: WorkingOp, _tsg: TfliteSubgraph = tsg, _idx: dict = by_index) -> str | None:
-            return _support_reason(_idx.get(op.op_index) if op.op_index is not None else None, _tsg)
+            return _support_reason(_idx.get(op.op_index) if op.op_index is not None else None, _tsg, default_core)
 
         def decompose(op: WorkingOp, _tsg: TfliteSubgraph = tsg, _idx: dict = by_index) -> list[NpuOp] | None:
             top = _idx.get(op.op_index) if op.op_index is not None else None
-            return _decompose(op, top, model, _tsg, arch)
+            return _decompose(op, top, model, _tsg, arch, default_core)
 
         GraphRewriter(arch=arch, support=support, decompose=decompose).optimise(vsg)
         allowed = brick_allowed(vsg, arch)
@@ -312,7 +318,7 @@ def _lower_model(model: TfliteModel, arch: ArchitectureFeatures, in_place: bool)
                 ofm, run_index = ps.ofm_tensor, run_of[id(ps)]
                 inside = readers.get((id(ofm), run_index), 0)
                 outside = id(ofm) in outputs or bool(read_in.get(id(ofm), set()) - {run_index})
-                op = replace(_npu_op(ps, inside + (1 if outside else 0)), index=len(all_ops))
+                op = replace(_npu_op(ps, inside + (1 if outside else 0), default_core), index=len(all_ops))
                 built[id(ps)] = op
                 all_ops.append(op)
             else:

@@ -11,6 +11,10 @@ Every time step (and, when the sequence is batch-major, every batch row separate
   written, in the LSTM's input type, into the output-state variable tensor;
 * a 1x1 AvgPool copying the output state into its slot of the LSTM output.
 
+Vela's default core (its graph: ``LoweringContext.default_core``) makes 6 passes more per LSTM: a 1x1 AvgPool copy
+of each state variable that the step reads instead, and a clamp (1x1 AvgPool) after each sigmoid gate and after
+the cell-state Add, which then writes the state itself.
+
 Vela first slices the input sequence and the states with SplitSliceRead ops and removes them before scheduling
 by moving the read offset into the consuming passes; the passes returned here read the sequence / state tensors
 directly with that offset (or, where Vela cannot move it, through the 1x1 AvgPool copy it inserts instead).
@@ -185,7 +189,23 @@ class _LstmBuilder:
             quantization=Quantization(scale=(Q0_15,), zero_point=(0,)), activation="Sigmoid" if sigmoid else "Tanh",
             activation_min=SIGMOID_MIN if sigmoid else None, activation_max=SIGMOID_MAX if sigmoid else None)
         self.ops.append(add)
+        if sigmoid and self.ctx.default_core:
+            return self.copy(f"{prefix}_clamp", add.ofm.tensor, activation="Clip", clip=(SIGMOID_MIN, SIGMOID_MAX))
         return add.ofm.tensor
+
+    def copy(self, name: str, src: FeatureMap, activation: str | None = None,
+             clip: tuple[float, float] | None = None) -> FeatureMap:
+        """A 1x1 AvgPool copy of ``src`` (clamped with ``activation``): how the default core runs a MemoryCopy or
+        a Clamp (regor-5.2.0 ArchEthosU55::UseAvgPoolNop)."""
+        self.ops.append(self.copy_op(name, src, activation, clip))
+        return self.ops[-1].ofm.tensor
+
+    def copy_op(self, name: str, src: FeatureMap, activation: str | None = None,
+                clip: tuple[float, float] | None = None) -> NpuOp:
+        out = self.ctx.new_feature_map(f"{name}_tens0", src.orig_shape or src.shape, src.dtype, src.quantization)
+        return pool_op("AvgPool", name, src, out, tflite_op=TFLITE_OP, kernel=Kernel(valid_padding=True),
+                       activation=activation, activation_min=None if clip is None else clip[0],
+                       activation_max=None if clip is None else clip[1])
 
     def write_state(self, npu_op: NpuOp, state: FeatureMap, batch: int) -> NpuOp:
         """Point the pass's OFM at a variable state: a 2-D [rows, n] tensor sharing the state's buffer (only
@@ -220,6 +240,15 @@ class _LstmBuilder:
         update = elementwise_op("Mul", f"{prefix}_ci_mul", cell_gate, input_gate, tflite_op=TFLITE_OP,
                                 quantization=cell_q, attrs=(("explicit_scaling", (False, (shift,), (mult,))),))
         clip = self.cell_clip
+        if self.ctx.default_core:
+            # the default core adds, then clamps into the state in a pass of its own
+            add = elementwise_op("Add", f"{prefix}_add", forget.ofm.tensor, update.ofm.tensor, tflite_op=TFLITE_OP,
+                                 quantization=cell_q, attrs=(("explicit_scaling", (False, (0,), (1,))),))
+            clamp = self.copy_op(f"{prefix}_clamp", add.ofm.tensor, "Clip" if clip else None,
+                                 (-clip, clip) if clip else None)
+            clamp = self.write_state(clamp, self.cell_state, batch)
+            self.ops.extend((forget, update, add, clamp))
+            return clamp.ofm.tensor
         add = elementwise_op(
             "Add", f"{prefix}_add", forget.ofm.tensor, update.ofm.tensor, tflite_op=TFLITE_OP, quantization=cell_q,
             activation="Clip" if clip else None, activation_min=-clip if clip else None,
@@ -268,10 +297,15 @@ class _LstmBuilder:
             cell_state: FeatureMap = self.cell_state
             for time in range(self.n_time):
                 first = time == 0
+                copied = first and self.ctx.default_core and batch == 0
+                if copied:  # the default core reads each state variable through a copy of it
+                    output_state = self.copy(f"{self.output_state_name}_copy", output_state)
                 feature = self.feature(time, batch)
                 state = self.state_operand(output_state, output_name, batch, first)
-                cell = self.state_operand(cell_state, cell_state.name, batch, first)
                 gates = {g: self.gate(g, time, batch, feature, state) for g in ("input", "forget", "cell")}
+                if copied:
+                    cell_state = self.copy(f"{cell_state.name}_copy", cell_state)
+                cell = self.state_operand(cell_state, cell_state.name, batch, first)
                 cell_state = self.cell_update(time, batch, cell, gates["input"], gates["forget"], gates["cell"])
                 output_gate = self.gate("output", time, batch, feature, state)
                 new_cell = self.state_operand(cell_state, cell_state.name, batch, False)

@@ -97,7 +97,7 @@ def block_kind(op_type: str) -> str:
         return "ConvolutionDepthWise"
     if op_type in ("FullyConnected", "QuantizedMatMul"):
         return "VectorProduct"
-    if op_type in POOL_TYPES:
+    if op_type in POOL_TYPES or op_type == "Transpose":  # a Transpose left to the NPU: lowering.transpose's
         return "Pooling"
     if op_type == "ReduceSum":
         return "ReduceSum"

@@ -31,7 +31,7 @@ EMPTY, MAIN, POST, MAC, ELEMENTWISE, NPU, CPU, STARTUP, MEMORY_ONLY, POST_LIMITE
 _MAC_MAIN = frozenset({"Conv2DBias", "Conv2D", "QuantizedConv2D", "Conv2DBackpropInputSwitchedBias",
                        "DepthwiseConv2DBias", "QuantizedMatMul", "MatMul", "FullyConnected", "QuantizedMaxPool",
                        "QuantizedAvgPool", "AvgPool", "MaxPool", "ReduceSum", "ResizeBilinear",
-                       "ResizeNearestNeighbor"})
+                       "ResizeNearestNeighbor", "Transpose"})  # Transpose: only the default core's on the NPU
 _ELEMWISE_MAIN = BINARY_ELEMENTWISE | UNARY_ELEMENTWISE
 _POST = RELU_TYPES
 _POST_LIMITED = frozenset({"Sigmoid", "Tanh", "Quantize"})

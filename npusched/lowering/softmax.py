@@ -7,6 +7,10 @@ CLZ/shift/multiply/add passes on 1-element tensors, and a final multiply and rou
 ``<ofm>`` is the TFLite output tensor name (Vela's op name) and ``n`` counts passes from 0, exactly as Vela
 prints them; intermediates are int32 (which matters for the cost model: 32-bit elementwise passes are slower).
 
+In Vela's default core's graph (``LoweringContext.default_core``, what ``--solver vela-default`` reads that core's
+schedule onto) the 8-bit chain is 28 passes, and it also runs an int8 -> int16 softmax (29): the passes its debug
+databases list, priced and never compiled.
+
 The fixed-point helpers at the bottom (gemmlowp-style arithmetic and the scale quantiser) are shared with the
 MEAN and LSTM decompositions.
 """
@@ -41,7 +45,8 @@ def lower_softmax(op, ifm: FeatureMap, ofm: FeatureMap, ctx: LoweringContext) ->
         # Vela folds the batch into the height so each row is still one softmax.
         shape = Shape4D(1, shape.batch * shape.height, shape.width, shape.depth)
     builder = _SoftmaxBuilder(name, ifm, ofm, shape, ctx)
-    if ifm.dtype in (DataType.int8, DataType.uint8) and ofm.dtype == ifm.dtype:
+    if ifm.dtype in (DataType.int8, DataType.uint8) and ofm.dtype == ifm.dtype or \
+            (ifm.dtype, ofm.dtype) == (DataType.int8, DataType.int16):
         return builder.eight_bit(beta)
     if ifm.dtype == DataType.int16 and ofm.dtype == DataType.int16:
         return builder.sixteen_bit(beta)
@@ -148,16 +153,22 @@ class _SoftmaxBuilder:
                                rounding_mode="HalfUp")
         total = self.reduce_sum(rescaled, clip)
         headroom_plus_one = self.clz(total, clip)
-        right_shift = self.binary("sub", "Sub", self.const("headroom_offset_const", 12 + 31 - 8), headroom_plus_one,
-                                  self.q_none, clip)
+        # 8 (int8 OFM) or 16 (int16 OFM) fraction bits are left after the final shift
+        fraction_bits = self.ofm.dtype.size_in_bits
+        right_shift = self.binary("sub", "Sub", self.const("headroom_offset_const", 12 + 31 - fraction_bits),
+                                  headroom_plus_one, self.q_none, clip)
         one = self.const("one_const", 1)
         headroom = self.binary("sub", "Sub", headroom_plus_one, one, self.q_none, clip)
         shifted_sum = self.binary("shl", "SHL", total, headroom, self.q_none, clip)
-        shifted_sum_minus_one = self.binary("sub", "Sub", shifted_sum, self.const("shifted_one_const", 1 << 30),
-                                            self.q_none, clip)
-        shifted_sum_minus_one = self.binary("shl", "SHL", shifted_sum_minus_one, one, self.q_none, clip)
-        half_denominator = self.binary("add", "Add", shifted_sum_minus_one, self.const("F0_one_const", INT32_MAX),
-                                       self.q_one, clip, attrs=(("explicit_scaling", (False, (1,), (1,))),))
+        if self.ctx.default_core:
+            half_denominator = shifted_sum  # the default core has no passes for the halving below
+        else:
+            shifted_sum_minus_one = self.binary("sub", "Sub", shifted_sum, self.const("shifted_one_const", 1 << 30),
+                                                self.q_none, clip)
+            shifted_sum_minus_one = self.binary("shl", "SHL", shifted_sum_minus_one, one, self.q_none, clip)
+            half_denominator = self.binary("add", "Add", shifted_sum_minus_one,
+                                           self.const("F0_one_const", INT32_MAX), self.q_one, clip,
+                                           attrs=(("explicit_scaling", (False, (1,), (1,))),))
         # Newton-Raphson reciprocal: start from 48/17 - 32/17 * d, then three refinement steps.
         rescaled = self.binary("mul", "Mul", half_denominator,
                                self.const("neg_32_over_17_const", -1010580540, self.q_one), self.q_two, clip2)
@@ -170,10 +181,31 @@ class _SoftmaxBuilder:
             correction = self.binary("mul", "Mul", estimate, residual, self.q_two, clip2)
             correction = self.binary("mul", "Mul", correction, four, self.q_none, clip)
             estimate = self.binary("add", "Add", estimate, correction, self.q_one, clip)
+        if self.ctx.default_core:
+            self.default_core_tail(self.binary("mul", "Mul", exps, estimate, self.q_two, clip2), right_shift)
+            return self.ops
         scale_factor = self.binary("mul", "Mul", estimate, self.const("two_const", 2), self.q_one, clip)
         scaled = self.binary("mul", "Mul", exps, scale_factor, self.q_two, clip2)
         self.final_shift(scaled, right_shift, "HalfUp")
         return self.ops
+
+    def default_core_tail(self, scaled: FeatureMap, right_shift: FeatureMap) -> None:
+        """How Vela's default core ends an 8-bit SOFTMAX: an Add of a constant row next to the final shift, before
+        it for an 8-bit OFM, after it for the int16 OFM only that core supports (then one more Add writes the
+        OFM). Its debug databases list these passes. npusched prices the default core's graph but never compiles
+        it (Vela legacy's backend has neither the int16 softmax nor these passes), so where this graph leaves the
+        legacy arithmetic (here and the halving before the reciprocal) the constants only hold the shapes and types
+        the passes are priced with."""
+        name = self.tag("add")
+        row = self.ctx.const_operand(f"{name}_const", np.zeros(scaled.shape.elements(), dtype=np.int32),
+                                     DataType.int32, self.q_none, shape=scaled.shape.as_list())
+        if self.ofm.dtype != DataType.int16:
+            self.final_shift(self.binary("add", "Add", row, scaled, self.q_none), right_shift, "HalfUp")
+            return
+        shifted = self.binary("shr", "SHR", scaled, right_shift, self.q_none, rounding_mode="HalfUp")
+        biased = self.binary("add", "Add", row, shifted, self.q_none)
+        self.add(elementwise_op("Add", self.tag("add"), biased, self.const("zero_const", 0), tflite_op=TFLITE_OP,
+                                ofm=self.ofm, ifm_shape=biased.shape, ifm2_shape=Shape4D(1, 1, 1, 1)))
 
     def sixteen_bit(self, beta: float) -> list[NpuOp]:
         ifm = self.ifm

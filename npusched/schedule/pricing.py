@@ -68,14 +68,16 @@ def schedule_price_inputs(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSch
 
 
 def scheduler_op_cycles(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule, schedule: Schedule,
-                        ofm_depth: int | None = None, first: bool = True) -> float:
-    """The compute estimate Vela's scheduler uses while buffering weights: constants assumed in fast storage and,
-    by default, the op's full OFM depth (even when the op writes only a depth slice of its OFM). ``first=False``
-    prices a later weight slice (the default core then charges no first IFM block fetch)."""
+                        ofm_depth: int | None = None, first: bool = True,
+                        const_area: MemArea | None = None) -> float:
+    """The compute estimate Vela's scheduler uses while buffering weights: constants assumed in fast storage
+    (unless ``const_area`` says where) and, by default, the op's full OFM depth (even when the op writes only a
+    depth slice of its OFM). ``first=False`` prices a later weight slice (the default core then charges no first
+    IFM block fetch)."""
     if ofm_depth is None:
         ofm_depth = op.ofm.shape.depth
     query = schedule_price_inputs(arch, op, op_sched, schedule, ofm_depth=ofm_depth,
-                                  const_area=arch.fast_storage_mem_area, scheduling_areas=True).query
+                                  const_area=const_area or arch.fast_storage_mem_area, scheduling_areas=True).query
     if arch.estimator is Estimator.VELA_DEFAULT:
         return perf_default.measure_cycle_cost(arch, op.op_type, op.activation, query, first=first).op_cycles
     return perf.measure_cycle_cost(arch, op.op_type, op.activation, query).op_cycles
@@ -111,7 +113,12 @@ def slack_buffering_cycles(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSc
         return op_sched.tail_slack_cycles
     slices = op_sched.depth_slices
     depth = slices[-1] - slices[-2] if len(slices) > 2 else None
-    return scheduler_op_cycles(arch, op, op_sched, schedule, depth, first=depth is None)
+    const_area = None
+    if arch.estimator is Estimator.VELA_DEFAULT and not op_sched.weight_buffering.is_buffered:
+        # the default core's slack of an op that reads its weights in place is that op's cost as its reference
+        # schedule has it: weights where they are kept (their latency slows the op)
+        const_area = arch.permanent_storage_mem_area
+    return scheduler_op_cycles(arch, op, op_sched, schedule, depth, first=depth is None, const_area=const_area)
 
 
 def price_op(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule, schedule: Schedule, prev_slack_cycles: float

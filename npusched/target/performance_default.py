@@ -38,6 +38,7 @@ from npusched.target.performance import (
     PerformanceQuery,
     Purpose,
     WeightStream,
+    _rounding,
     elementwise_element_access,
     uses_acc40,
 )
@@ -274,6 +275,8 @@ def elementwise_cycles(arch: ArchitectureFeatures, op_type: str, activation: str
 def measure_cycle_cost(arch: ArchitectureFeatures, op_type: str, activation: str | None, query: PerformanceQuery,
                        *, first: bool = True, last: bool = True) -> CycleCost:
     """MACs and NPU cycles of a pass (the default core's ``MeasureCycleCost``)."""
+    if op_type == "Transpose":
+        return CycleCost(0, _transpose_cycles(arch, query))
     block_type = query.npu_block_type
     if block_type in _MAC_BLOCK_TYPES:
         macs = query.kernel.elements_wh() * query.ofm_shape.elements()
@@ -285,6 +288,28 @@ def measure_cycle_cost(arch: ArchitectureFeatures, op_type: str, activation: str
     if block_type == NpuBlockType.Dma:
         return CycleCost(0, 0)
     raise ValueError(f"no cycle model for NPU block type {block_type}")
+
+
+def _transpose_cycles(arch: ArchitectureFeatures, query: PerformanceQuery) -> int:
+    """A transpose is priced by its memory traffic alone: the slower of reading the IFM and writing the OFM, each
+    with its memory's latency (the default core has no measured model for it yet)."""
+    access = _transpose_access(arch, query)
+    read = memory_transfer_bytes(arch, True, query.ifm_memory_area, query.ifm_format, query.ifm_bits,
+                                 query.config.ifm_block, query.ifm_shape, access.ifm_read[0])
+    write = memory_transfer_bytes(arch, False, query.ofm_memory_area, query.ofm_format, query.ofm_bits,
+                                  query.config.ofm_block, query.ofm_shape, access.ofm_write)
+
+    def cycles(size_bytes: int, mem: MemArea, direction: Direction) -> int:
+        return int(size_bytes / _bandwidth(arch, mem)) + _latency(arch, mem, direction)
+
+    return max(cycles(read, query.ifm_memory_area, Direction.Read),
+               cycles(write, query.ofm_memory_area, Direction.Write))
+
+
+def _transpose_access(arch: ArchitectureFeatures, query: PerformanceQuery) -> ElementAccess:
+    """A transpose reads every IFM element once and writes the OFM (rounded to its format's storage)."""
+    ofm_write = query.ofm_shape.round_up(_rounding(arch, query.ofm_format)).elements()
+    return ElementAccess((query.ifm_shape.elements(), 0), ofm_write)
 
 
 def measure_element_access(arch: ArchitectureFeatures, query: PerformanceQuery) -> ElementAccess:
@@ -375,7 +400,7 @@ def partial_full_op_performance(
 ) -> PartialOpPerformance:
     """``estimate_full_op_performance`` up to the slack cycles (same arguments less the slacks)."""
     cost = measure_cycle_cost(arch, op_type, activation, query)
-    access = measure_element_access(arch, query)
+    access = _transpose_access(arch, query) if op_type == "Transpose" else measure_element_access(arch, query)
     cfg = query.config
     bw: dict[tuple[MemArea, Purpose, Direction], float] = {}
     transfer: dict[MemArea, int] = {}

@@ -174,8 +174,12 @@ def _fallback(arch: ArchitectureFeatures, op: NpuOp) -> OpSchedule:
 
 
 # npusched's (legacy Vela's) op type names where the default core names the same operator differently
-_CORE_TYPE = {"Conv2DBias": "Conv2D", "DepthwiseConv2DBias": "DepthwiseConv2D", "Memcpy": "MemoryCopy",
-              "QuantizedAvgPool": "AvgPool", "QuantizedMaxPool": "MaxPool", "Quantize": "AvgPool"}
+_CORE_TYPE = {"Conv2DBias": "Conv2D", "DepthwiseConv2DBias": "DepthwiseConv2D", "Memcpy": "AvgPool",
+              "QuantizedAvgPool": "AvgPool", "QuantizedMaxPool": "MaxPool", "Quantize": "AvgPool", "SHR": "Asr"}
+
+
+# default-core operators it runs as a 1x1 AvgPool (regor-5.2.0 ArchEthosU55::UseAvgPoolNop), as npusched's Memcpy
+_AVGPOOL_NOPS = frozenset({"MemoryCopy", "Clamp", "Tanh", "Sigmoid"})
 
 
 def _core_name(op: NpuOp) -> str:
@@ -208,8 +212,10 @@ def match_ops(network: Network, core_ops: list[DefaultCoreOp]) -> dict[int, Defa
         return _CORE_TYPE.get(op.op_type, op.op_type), tuple(op.ofm.shape.as_list())
 
     def key_core(core_op: DefaultCoreOp) -> tuple[str, tuple[int, ...]]:
-        # npusched lowers a Quantize to the AvgPool rescale Vela legacy runs
-        return _CORE_TYPE.get(core_op.operator, core_op.operator), tuple(core_op.ofm_shape.as_list())
+        # npusched lowers a Quantize to the AvgPool rescale Vela legacy runs; the default core runs its copies,
+        # clamps and standalone activations as 1x1 AvgPools too
+        operator = "AvgPool" if core_op.operator in _AVGPOOL_NOPS else core_op.operator
+        return _CORE_TYPE.get(operator, operator), tuple(core_op.ofm_shape.as_list())
 
     aligner = difflib.SequenceMatcher(None, [key_ours(op) for op in rest_ours], [key_core(c) for c in rest_core],
                                       autojunk=False)
