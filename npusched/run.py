@@ -73,7 +73,7 @@ def architecture(options: RunOptions) -> ArchitectureFeatures:
 
 def rewrites_vela_graph(options: RunOptions) -> bool:
     """Whether the run schedules npusched's own graph, where passes write their slice of a concatenation
-    (``lower_model``'s ``in_place``) and channel-poor inputs are staged (``normalise``'s ``stage_inputs``): not for
+    (``lower_model``'s ``in_place``) and channel-poor maps are staged (``normalise``'s ``stage``): not for
     the two Vela cores' own schedules, which are of Vela's graphs (the heuristic reproduces the legacy core's; the
     default core's is read back by op name)."""
     return options.solver not in (None, "heuristic", "vela-default")
@@ -92,7 +92,7 @@ def scheduled_model(data: bytes, options: RunOptions, arch: ArchitectureFeatures
     if not options.normalise:
         return data, Normalisation()
     stage = rewrites_vela_graph(options) and arch.feature_map_storage_mem_area != arch.fast_storage_mem_area
-    return normalise(data, str(options.model_path), stage_inputs=stage)
+    return normalise(data, str(options.model_path), stage=stage)
 
 
 @dataclass(frozen=True)

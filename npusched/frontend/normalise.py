@@ -62,7 +62,8 @@ class Normalisation:
     widened_convolutions: int = 0  # 1x1 convolutions making a channel-poor output, computed 16 deep
     gates_first: int = 0  # MULs of two feature maps whose operands were swapped, the gate first (``_gates_first``)
     split_grouped_convolutions: int = 0  # grouped CONV_2Ds split into convolutions of whole groups
-    staged_inputs: int = 0  # maps the NPU reads from DRAM, copied first in full bursts (``stage_inputs``)
+    staged_inputs: int = 0  # maps the NPU reads from DRAM, copied first in full bursts (``stage``)
+    staged_outputs: int = 0  # maps the NPU writes for the CPU, written to fast storage and copied out (``stage``)
     split_softmaxes: int = 0  # SOFTMAX operators on large maps computed in row bands (``_band_softmax``)
     softmax_bands: int = 0  # the bands they became, all together
 
@@ -74,7 +75,7 @@ class Normalisation:
     def changed(self) -> bool:
         return bool(self.folded or self.fixed_batch_inputs or self.split_softmaxes or self.relaid_passes
                     or self.widened_convolutions or self.gates_first or self.split_grouped_convolutions
-                    or self.staged_inputs)
+                    or self.staged_inputs or self.staged_outputs)
 
     def describe(self) -> str:
         """One line: what was folded and which dynamic dimension was fixed (empty when nothing changed)."""
@@ -97,6 +98,9 @@ class Normalisation:
         if self.staged_inputs:
             parts.append(f"{self.staged_inputs} input{'s' * (self.staged_inputs != 1)} copied in "
                          "full bursts before the NPU reads it")
+        if self.staged_outputs:
+            parts.append(f"{self.staged_outputs} output{'s' * (self.staged_outputs != 1)} copied out in full "
+                         "bursts after the NPU writes it")
         if self.split_softmaxes:
             parts.append(self.describe_softmax_bands())
         if self.fixed_batch_inputs:
@@ -115,13 +119,13 @@ class Normalisation:
                 "fixed_batch_inputs": list(self.fixed_batch_inputs), "removed_tensors": self.removed_tensors,
                 "relaid_passes": self.relaid_passes, "widened_convolutions": self.widened_convolutions,
                 "gates_first": self.gates_first, "split_grouped_convolutions": self.split_grouped_convolutions,
-                "staged_inputs": self.staged_inputs,
+                "staged_inputs": self.staged_inputs, "staged_outputs": self.staged_outputs,
                 "split_softmaxes": self.split_softmaxes,
                 "softmax_bands": self.softmax_bands}
 
 
 def normalise(data: bytes, source: str = "<bytes>", relayout: bool = True, band_softmax: bool = True,
-              stage_inputs: bool = False) -> tuple[bytes, Normalisation]:
+              stage: bool = False) -> tuple[bytes, Normalisation]:
     """The normalised model's bytes and what changed; ``data`` itself when nothing can be folded or split.
 
     A dynamic batch dimension is fixed at 1 (and the record says so) only in a model that has something to fold,
@@ -131,8 +135,9 @@ def normalise(data: bytes, source: str = "<bytes>", relayout: bool = True, band_
     (``_gates_first``).
     ``band_softmax`` computes a SOFTMAX on a large map in row bands (see ``_band_softmax``), in any model, and a
     grouped convolution always becomes convolutions of whole groups (``_split_grouped_convolutions``).
-    ``stage_inputs`` copies inputs the NPU would read from DRAM in short bursts, in full bursts first
-    (``_stage_channel_poor_inputs``; for schedules that keep feature maps off fast storage). A model with none of
+    ``stage`` copies channel-poor maps the NPU would read from DRAM in short bursts, in full bursts first
+    (``_stage_channel_poor_inputs``), and those it would write there, after (``_stage_channel_poor_outputs``); for
+    schedules that keep feature maps off fast storage. A model with none of
     these is left byte for byte as it is.
     """
     try:
@@ -141,7 +146,7 @@ def normalise(data: bytes, source: str = "<bytes>", relayout: bool = True, band_
         raise ModelError(f"{source}: corrupt or truncated TFLite flatbuffer ({type(exc).__name__}: {exc})") from None
     folded: Counter[str] = Counter()
     fixed: list[str] = []
-    removed = relaid = widened = gates = grouped = staged = split = bands = 0
+    removed = relaid = widened = gates = grouped = staged = staged_out = split = bands = 0
     for subgraph in model.subgraphs or []:
         fixed += _fix_batch(subgraph)
         done = _fold(model, subgraph)
@@ -152,16 +157,18 @@ def normalise(data: bytes, source: str = "<bytes>", relayout: bool = True, band_
         widened = sum(_widen_pointwise_outputs(model, subgraph) for subgraph in model.subgraphs[:1])
         gates = sum(_gates_first(model, subgraph) for subgraph in model.subgraphs[:1])
         relaid = sum(_relayout_channel_poor(model, subgraph) for subgraph in model.subgraphs[:1])
-    if stage_inputs and model.subgraphs:
+    if stage and model.subgraphs:
         staged = _stage_channel_poor_inputs(model, model.subgraphs[0])
+        staged_out = _stage_channel_poor_outputs(model, model.subgraphs[0])
     if band_softmax and model.subgraphs:
         split, bands = _band_softmax(model, model.subgraphs[0])
-    if not folded and not split and not relaid and not widened and not gates and not grouped and not staged:
+    if not folded and not split and not relaid and not widened and not gates and not grouped and not staged \
+            and not staged_out:
         # Fixing the batch alone changes nothing the NPU runs (readers take the 1 in the shape): the file stays
         # the user's, so Vela's backend compiles the very file `vela` would.
         return data, Normalisation()
     record = Normalisation(tuple(sorted(folded.items(), key=lambda kv: (-kv[1], kv[0]))), tuple(fixed), removed,
-                           relaid, widened, gates, grouped, staged, split, bands)
+                           relaid, widened, gates, grouped, staged, staged_out, split, bands)
     _release_dead_buffers(model)
     return _pack_model(model), record
 
@@ -657,31 +664,80 @@ def _stage_channel_poor_inputs(model: Any, subgraph: Any) -> int:
         staged.append((index, shape, following))
     if not staged:
         return 0
-    reshape_code = _operator_code_index(model, schema.BuiltinOperator.RESHAPE)
-    pool_code = _operator_code_index(model, schema.BuiltinOperator.MAX_POOL_2D)
     first_reader: dict[int, list[Any]] = {}
     for index, shape, following in staged:
-        deep = _deep_view(shape)
-        view = _add_tensor(subgraph, tensors[index], "/c16", deep)
-        copied = _add_tensor(subgraph, tensors[index], "/staged/c16", deep)
-        staged_map = _add_tensor(subgraph, tensors[index], "/staged", shape)
-        pool = schema.OperatorT()
-        pool.opcodeIndex = pool_code
-        pool.inputs = np.asarray([view], dtype=np.int32)
-        pool.outputs = np.asarray([copied], dtype=np.int32)
-        pool.builtinOptionsType = schema.BuiltinOptions.Pool2DOptions
-        pool.builtinOptions = schema.Pool2DOptionsT()
-        pool.builtinOptions.padding = schema.Padding.VALID
-        pool.builtinOptions.strideW = pool.builtinOptions.strideH = 1
-        pool.builtinOptions.filterWidth = pool.builtinOptions.filterHeight = 1
-        first_reader[min(following)] = [_reshape(model, subgraph, reshape_code, index, view, deep), pool,
-                                        _reshape(model, subgraph, reshape_code, copied, staged_map, shape)]
+        first_reader[min(following)], staged_map = _deep_copy(model, subgraph, index, None, shape, tensors[index])
         for position in following:
             op = operators[position]
             op.inputs = np.asarray([staged_map if i == index else i for i in _ints(op.inputs)], dtype=np.int32)
     subgraph.operators = [new for position, op in enumerate(operators)
                           for new in [*first_reader.get(position, []), op]]
     return len(staged)
+
+
+def _stage_channel_poor_outputs(model: Any, subgraph: Any) -> int:
+    """The mirror of ``_stage_channel_poor_inputs``: a map [1, H, W, C] (C < 16, 4 KiB or more) that the NPU makes
+    and only CPU operators read is written to a map of its own, then copied to the original by one NPU pass over a
+    16-deep view, so the copy is what writes to DRAM, in full bursts.
+
+    Where feature maps live off fast storage (Dedicated_Sram) the map must end in DRAM, where the CPU reads it,
+    and the pass making it would write it in bursts of its depth (a PyTorch-style U-Net's 4-channel 64 x 64
+    output, read by the CPU's TRANSPOSE to NCHW: 70,178 cycles on u65-512). The map the pass writes may stay in
+    fast storage; the copy writes the DRAM map in 4,369. Vela's default core gets there by running the TRANSPOSE
+    on the NPU. The original tensor keeps its index and name. Where the rule stops was measured (CP-SAT, 15 s, both
+    U65s, both estimators): a network output (a Keras U-Net's, already written 16 deep by its widened
+    convolution) cost 0.5-3% more staged, and so did 24- and 40-channel maps the CPU reads in the `mixed`
+    network; neither is staged. Returns the maps staged."""
+    tensors = subgraph.tensors
+    operators = list(subgraph.operators or [])
+    readers = _readers(operators)
+    parsed = None
+    staged: dict[int, list[Any]] = {}
+    for position, op in enumerate(operators):
+        out = _ints(op.outputs)
+        if len(out) != 1:
+            continue
+        index = out[0]
+        shape = _static_shape(tensors[index])
+        size = int(np.prod(shape)) if shape is not None else 0
+        following = readers.get(index, [])
+        if shape is None or len(shape) != 4 or shape[0] != 1 or shape[3] >= _DEEP_CHANNELS \
+                or size % _DEEP_CHANNELS or size < _STAGE_MIN_BYTES or not following:
+            continue
+        if parsed is None:
+            parsed = _parsed(model, subgraph)
+        if npu_support(parsed.operators[position], parsed) is not None \
+                or any(npu_support(parsed.operators[p], parsed) is None for p in following):
+            continue  # made by the CPU, or read by the NPU too
+        made = _add_tensor(subgraph, tensors[index], "/unstaged", shape)
+        op.outputs = np.asarray([made], dtype=np.int32)
+        staged[position] = _deep_copy(model, subgraph, made, index, shape, tensors[index])[0]
+    subgraph.operators = [new for position, op in enumerate(operators) for new in [op, *staged.get(position, [])]]
+    return len(staged)
+
+
+def _deep_copy(model: Any, subgraph: Any, source: int, target: int | None, shape: tuple[int, ...],
+               like: Any) -> tuple[list[Any], int]:
+    """RESHAPE -> 1x1 MAX_POOL -> RESHAPE: ``source`` copied into ``target`` (both ``shape``; None: a new map named
+    after ``like``, the map staged, as the views are) by one NPU pass over a 16-deep view of its bytes (each byte
+    as it is). The operators, and the target."""
+    deep = _deep_view(shape)
+    view = _add_tensor(subgraph, like, "/c16", deep)
+    copied = _add_tensor(subgraph, like, "/staged/c16", deep)
+    if target is None:
+        target = _add_tensor(subgraph, like, "/staged", shape)
+    pool = schema.OperatorT()
+    pool.opcodeIndex = _operator_code_index(model, schema.BuiltinOperator.MAX_POOL_2D)
+    pool.inputs = np.asarray([view], dtype=np.int32)
+    pool.outputs = np.asarray([copied], dtype=np.int32)
+    pool.builtinOptionsType = schema.BuiltinOptions.Pool2DOptions
+    pool.builtinOptions = schema.Pool2DOptionsT()
+    pool.builtinOptions.padding = schema.Padding.VALID
+    pool.builtinOptions.strideW = pool.builtinOptions.strideH = 1
+    pool.builtinOptions.filterWidth = pool.builtinOptions.filterHeight = 1
+    reshape_code = _operator_code_index(model, schema.BuiltinOperator.RESHAPE)
+    return [_reshape(model, subgraph, reshape_code, source, view, deep), pool,
+            _reshape(model, subgraph, reshape_code, copied, target, shape)], target
 
 
 def _gates_first(model: Any, subgraph: Any) -> int:
