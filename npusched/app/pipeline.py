@@ -41,10 +41,10 @@ def load_network(options: RunOptions) -> tuple[ArchitectureFeatures, Network, di
     return arch, network, timings
 
 
-def scheduled_model_bytes(options: RunOptions, arch: ArchitectureFeatures | None = None) -> bytes:
+def scheduled_model_bytes(options: RunOptions) -> bytes:
     """The model a run with ``options`` schedules: the normalised one, or the file as it is (--no-normalise, or
-    nothing to fold); ``arch``, the options' architecture where the caller has it already."""
-    return scheduled_model(read_model_bytes(options.model_path), options, arch or architecture(options))[0]
+    nothing to fold)."""
+    return scheduled_model(read_model_bytes(options.model_path), options, architecture(options))[0]
 
 
 def write_model(options: RunOptions, path: Path) -> None:
@@ -108,7 +108,9 @@ def run(options: RunOptions, log: Callable[[str], None] | None = None, started: 
         return RunResult(options=options, arch=arch, network=network, status="lowered", timings_seconds=timings,
                          normalisation=normalisation)
     start = time.monotonic()
-    schedule, report, known = _solve(network, arch, options, started, log, timings)
+    # The file Vela's default core is run on (--solver vela-default, its hint): the normalised one, or the options'.
+    model_bytes = normalisation.model_bytes if normalisation is not None else None
+    schedule, report, known = _solve(network, arch, options, started, log, timings, model_bytes)
     timings["solve"] = time.monotonic() - start
     if scheduled is not None:
         scheduled(network, arch, schedule)
@@ -160,8 +162,8 @@ def totals_by_estimator(network: Network, arch: ArchitectureFeatures, schedule: 
 
 
 def _solve(network: Network, arch: ArchitectureFeatures, options: RunOptions, started: float,
-           log: Callable[[str], None] | None,
-           timings: dict[str, float]) -> tuple[Schedule, SolverReport | None, Evaluation | None]:
+           log: Callable[[str], None] | None, timings: dict[str, float],
+           model_bytes: bytes | None) -> tuple[Schedule, SolverReport | None, Evaluation | None]:
     """The solver's schedule, its report, and its evaluation where the solve made one already (the hint's, when
     CP-SAT returns the hint's decisions: on a large network a second evaluation is half a second)."""
     if options.solver == "heuristic":
@@ -173,7 +175,6 @@ def _solve(network: Network, arch: ArchitectureFeatures, options: RunOptions, st
     if options.solver == "dp":
         return dp_schedule(network, arch, options.optimise), None, None
     if options.solver == "vela-default":
-        model_bytes = scheduled_model_bytes(options, arch)
         return solve_with_default_core(network, arch, options, model_bytes=model_bytes).schedule, None, None
     if options.solver != "cpsat":
         raise ScheduleError(f"unknown solver '{options.solver}' (known: cpsat, heuristic, dp, vela-default)")
@@ -193,7 +194,7 @@ def _solve(network: Network, arch: ArchitectureFeatures, options: RunOptions, st
         # better of the two cores' schedules by the objective (cycles, or peak then cycles), so it is never worse.
         # A deterministic run waits for it (its start must not depend on the machine's load): up to the limit.
         share = 1.0 if options.deterministic else 1 / 3
-        own = default_core_hint(network, arch, options, scheduled_model_bytes(options, arch),
+        own = default_core_hint(network, arch, options, model_bytes,
                                 timeout_seconds=max(options.time_limit_seconds * share, 1.0))
         if own is not None and (hint_eval is None or objective_rank(own[1], arch) < objective_rank(hint_eval, arch)):
             hint, hint_eval = own
