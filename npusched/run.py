@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from npusched.errors import ConfigError, ScheduleError
-from npusched.frontend.normalise import Normalisation, normalise
+from npusched.frontend.normalise import Normalisation, counted, normalise
 from npusched.lowering.graph import Network
 from npusched.schedule.evaluator import Evaluation
 from npusched.schedule.schedule import Schedule
@@ -114,17 +114,16 @@ class NormalisationReport:
         """E.g. "folded 48 shape operators; 26 NPU subgraphs → 1; 48 CPU operators → 0" (a large SOFTMAX split into
         row bands is said after the folding)."""
         n = self.normalisation
-        parts = [f"folded {n.folded_operators} shape operator{'s' * (n.folded_operators != 1)}"] if n.folded else []
+        parts = [f"folded {counted(n.folded_operators, 'shape operator')}"] if n.folded else []
         if n.split_softmaxes:
             parts.append(n.describe_softmax_bands())
         if self.subgraphs_before < 0:  # -1: the original model does not lower, so there is nothing to count
             parts.append(f"the original does not lower; normalised: {self.subgraphs_after} NPU subgraph(s)")
         else:
-            parts += [f"{self.subgraphs_before} NPU subgraph{'s' * (self.subgraphs_before != 1)} → "
-                      f"{self.subgraphs_after}",
-                      f"{self.cpu_ops_before} CPU operator{'s' * (self.cpu_ops_before != 1)} → {self.cpu_ops_after}"]
+            parts += [f"{counted(self.subgraphs_before, 'NPU subgraph')} → {self.subgraphs_after}",
+                      f"{counted(self.cpu_ops_before, 'CPU operator')} → {self.cpu_ops_after}"]
         if n.relaid_passes:
-            parts.append(f"{n.relaid_passes} element-wise pass{'es' * (n.relaid_passes != 1)} re-laid out")
+            parts.append(f"{counted(n.relaid_passes, 'element-wise pass', 'es')} re-laid out")
         if n.fixed_batch_inputs:
             parts.append("dynamic batch fixed to 1")
         return "; ".join(parts)

@@ -50,6 +50,11 @@ _INTEGER_TYPES = frozenset({schema.TensorType.INT32, schema.TensorType.INT64})
 _OPCODE_NAMES = {value: name for name, value in vars(schema.BuiltinOperator).items() if not name.startswith("_")}
 
 
+def counted(count: int, noun: str, plural_suffix: str = "s") -> str:
+    """E.g. "1 input", "3 inputs", "2 element-wise passes" (``plural_suffix`` "es")."""
+    return f"{count} {noun}{plural_suffix * (count != 1)}"
+
+
 @dataclass(frozen=True)
 class Normalisation:
     """What normalisation changed: operators folded (by type), inputs whose dynamic batch was fixed at 1, large
@@ -82,25 +87,22 @@ class Normalisation:
         parts = []
         if self.folded:
             kinds = ", ".join(f"{count} {name}" for name, count in self.folded)
-            parts.append(f"folded {self.folded_operators} shape operator{'s' * (self.folded_operators != 1)} "
-                         f"({kinds})")
+            parts.append(f"folded {counted(self.folded_operators, 'shape operator')} ({kinds})")
         if self.relaid_passes:
-            parts.append(f"{self.relaid_passes} element-wise pass{'es' * (self.relaid_passes != 1)} re-laid out "
-                         "16 or more deep")
+            parts.append(f"{counted(self.relaid_passes, 'element-wise pass', 'es')} re-laid out 16 or more deep")
         if self.widened_convolutions:
-            parts.append(f"{self.widened_convolutions} 1x1 convolution{'s' * (self.widened_convolutions != 1)} "
-                         "making a channel-poor output computed 16 deep")
+            parts.append(f"{counted(self.widened_convolutions, '1x1 convolution')} making a channel-poor output "
+                         "computed 16 deep")
         if self.gates_first:
-            parts.append(f"{self.gates_first} MUL{'s' * (self.gates_first != 1)} with the gate first")
+            parts.append(f"{counted(self.gates_first, 'MUL')} with the gate first")
         if self.split_grouped_convolutions:
-            count = self.split_grouped_convolutions
-            parts.append(f"{count} grouped convolution{'s' * (count != 1)} split into convolutions of whole groups")
+            parts.append(f"{counted(self.split_grouped_convolutions, 'grouped convolution')} split into "
+                         "convolutions of whole groups")
         if self.staged_inputs:
-            parts.append(f"{self.staged_inputs} input{'s' * (self.staged_inputs != 1)} copied in "
-                         "full bursts before the NPU reads it")
+            parts.append(f"{counted(self.staged_inputs, 'input')} copied in full bursts before the NPU reads it")
         if self.staged_outputs:
-            parts.append(f"{self.staged_outputs} output{'s' * (self.staged_outputs != 1)} copied out in full "
-                         "bursts after the NPU writes it")
+            parts.append(f"{counted(self.staged_outputs, 'output')} copied out in full bursts after the NPU "
+                         "writes it")
         if self.split_softmaxes:
             parts.append(self.describe_softmax_bands())
         if self.fixed_batch_inputs:
@@ -111,8 +113,7 @@ class Normalisation:
 
     def describe_softmax_bands(self) -> str:
         """E.g. "1 SOFTMAX split into 8 row bands"."""
-        return (f"{self.split_softmaxes} SOFTMAX split into {self.softmax_bands} row band"
-                f"{'s' * (self.softmax_bands != 1)}")
+        return f"{self.split_softmaxes} SOFTMAX split into {counted(self.softmax_bands, 'row band')}"
 
     def as_json(self) -> dict[str, Any]:
         return {"folded_operators": self.folded_operators, "folded_by_type": dict(self.folded),
