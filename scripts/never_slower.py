@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""Issue 31's grid: npusched's default run against both Vela cores' own schedules, each priced by its own model.
+
+Usage: python scripts/never_slower.py [--archs a,b] [--styles plain,keras,torch] [--configs c1,c2] [--passes 60]
+           [--seed 0] [--time-limit 30] [--workers N] [--deterministic] [--csv PATH] [--resume]
+
+For every netgen architecture x export style (plain, Keras-style, PyTorch-style) x golden configuration (the grid
+of scripts/normalise_figures.py) it runs, on the same generated file:
+- ``vela --debug-force-legacy-core`` and ``vela`` (the default core): each core's own summary total, SRAM used and
+  CPU operators;
+- ``solve-schedule`` as a user runs it (CP-SAT, ``--time-limit``; ``--deterministic --workers 1`` makes the grid
+  reproducible on a loaded machine), and prices its schedule under both cost models (the run's
+  ``cycles_by_estimator``).
+
+A cell's ``ratio_legacy`` is npusched under the legacy model / the legacy core's own total, ``ratio_default``
+npusched under the default core's model / the default core's own total, ``ratio_max`` the worse of the two. For
+Size configurations ``peak_vs_min`` is npusched's fast storage (its allocation, or the network's peak where CPU
+operators keep more live) against the smaller of the two cores' SRAM. A cell where the default core leaves fewer
+operators on the CPU than npusched's graph is marked ``excluded`` (it runs work npusched cannot yet express; the
+coverage issue's cases): its ratios are printed but not counted. Failures are rows with their reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from npusched.app.pipeline import run  # noqa: E402
+from npusched.errors import NpuschedError  # noqa: E402
+from npusched.netgen import ARCHITECTURES, generate  # noqa: E402
+from npusched.vela.command import last_line, run_options_from_vela_args, run_vela  # noqa: E402
+from npusched.vela.report import read_summary  # noqa: E402
+
+CONFIGS = Path(__file__).resolve().parents[1] / "tests" / "data" / "golden" / "configs.json"
+STYLES = ("plain", "keras", "torch")
+TOLERANCE = 1.001
+VELA_TIMEOUT_SECONDS = 900.0
+COLUMNS = ["arch", "style", "config", "legacy_cycles", "legacy_sram", "legacy_cpu", "default_cycles",
+           "default_sram", "default_cpu", "status", "note", "ns_legacy_cycles", "ns_default_cycles", "ns_sram",
+           "ns_cpu", "ns_subgraphs", "ratio_legacy", "ratio_default", "ratio_max", "peak_vs_min", "excluded",
+           "seconds"]
+
+
+def core_run(model: Path, config: dict[str, Any], core: str) -> dict[str, Any]:
+    """The core's own total cycles, SRAM used (bytes) and CPU operators on ``model``, or why it failed."""
+    with tempfile.TemporaryDirectory() as tmp:
+        done = run_vela(run_options_from_vela_args(model, config), Path(tmp), core=core,  # type: ignore[arg-type]
+                        timeout_seconds=VELA_TIMEOUT_SECONDS)
+        summaries = list(Path(tmp).glob("*_summary_*.csv"))
+        if done.returncode != 0 or not summaries:
+            return {"error": f"vela {core} failed: {last_line(done)}"}
+        summary = read_summary(summaries[0])
+        cpu = re.search(r"^CPU operators = (\d+)", done.stdout, re.MULTILINE)
+        return {"cycles": float(summary["cycles_total"]), "sram": round(float(summary["sram_memory_used"]) * 1024),
+                "cpu": int(cpu.group(1)) if cpu else ""}
+
+
+def npusched_run(model: Path, config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    options = run_options_from_vela_args(model, config, solver="cpsat", time_limit_seconds=args.time_limit,
+                                         workers=args.workers, deterministic=args.deterministic)
+    try:
+        result = run(options)
+    except NpuschedError as exc:
+        return {"status": "error", "note": str(exc)[:200]}
+    _, evaluation = result.solved()
+    note = result.solver_report.reason if result.solver_report is not None else ""
+    return {"status": result.status, "note": note[:200],
+            "ns_legacy_cycles": result.cycles_by_estimator["vela-legacy"],
+            "ns_default_cycles": result.cycles_by_estimator["vela-default"],
+            "ns_sram": max(evaluation.allocation.size_bytes, evaluation.network_peak_fast_storage),
+            "ns_cpu": len(result.network.cpu_ops), "ns_subgraphs": len(result.network.subgraphs)}
+
+
+def cell(arch: str, style: str, name: str, config: dict[str, Any], model: Path,
+         args: argparse.Namespace) -> dict[str, Any]:
+    start = time.monotonic()
+    row: dict[str, Any] = {"arch": arch, "style": style, "config": name}
+    for core in ("legacy", "default"):
+        done = core_run(model, config, core)
+        if "error" in done:
+            row[f"{core}_cycles"] = done["error"][:120]
+            continue
+        row.update({f"{core}_{key}": value for key, value in done.items()})
+    row.update(npusched_run(model, config, args))
+    for ratio, ours, theirs in (("ratio_legacy", "ns_legacy_cycles", "legacy_cycles"),
+                                ("ratio_default", "ns_default_cycles", "default_cycles")):
+        if isinstance(row.get(ours), float) and isinstance(row.get(theirs), float):
+            row[ratio] = round(row[ours] / row[theirs], 4)
+    known = [row[r] for r in ("ratio_legacy", "ratio_default") if r in row]
+    row["ratio_max"] = max(known) if len(known) == 2 else ""
+    cores_sram = [row[k] for k in ("legacy_sram", "default_sram") if isinstance(row.get(k), int)]
+    if "--optimise" in config.get("extra_args", ()) and cores_sram and isinstance(row.get("ns_sram"), int):
+        row["peak_vs_min"] = round(row["ns_sram"] / min(cores_sram), 4)
+    if isinstance(row.get("default_cpu"), int) and isinstance(row.get("ns_cpu"), int) \
+            and row["default_cpu"] < row["ns_cpu"]:
+        row["excluded"] = f"default core runs {row['ns_cpu'] - row['default_cpu']} more operators on the NPU"
+    row["seconds"] = round(time.monotonic() - start, 1)
+    return row
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
+
+
+def summarise(rows: list[dict[str, Any]]) -> list[str]:
+    counted = [r for r in rows if not r.get("excluded")]
+    lines = []
+    for key in ("ratio_legacy", "ratio_default", "ratio_max", "peak_vs_min"):
+        values = [float(r[key]) for r in counted if r.get(key) not in (None, "")]
+        over = [f"{r['arch']}/{r['style']}/{r['config']} {float(r[key]):.3f}" for r in counted
+                if r.get(key) not in (None, "") and float(r[key]) > TOLERANCE]
+        lines.append(f"{key}: {len(values)} cells, geomean {geomean(values):.3f}, max "
+                     f"{max(values, default=math.nan):.3f}; over {TOLERANCE}: {len(over)}"
+                     + (f" ({'; '.join(over)})" if over else ""))
+    excluded = [f"{r['arch']}/{r['style']}/{r['config']} ({r['excluded']})" for r in rows if r.get("excluded")]
+    failed = [f"{r['arch']}/{r['style']}/{r['config']}" for r in counted if r.get("ratio_max") in (None, "")]
+    lines.append(f"excluded: {len(excluded)}" + (f" ({'; '.join(excluded)})" if excluded else ""))
+    lines.append(f"without both ratios: {len(failed)}" + (f" ({'; '.join(failed)})" if failed else ""))
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--archs", default=",".join(ARCHITECTURES))
+    parser.add_argument("--styles", default=",".join(STYLES))
+    parser.add_argument("--configs", help="comma-separated golden configuration names (default: all five)")
+    parser.add_argument("--passes", type=int, default=60)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--time-limit", type=float, default=30.0)
+    parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument("--deterministic", action="store_true")
+    parser.add_argument("--csv", type=Path, help="write the rows here (and read them back with --resume)")
+    parser.add_argument("--resume", action="store_true", help="keep the cells --csv already holds")
+    parser.add_argument("--summary-only", action="store_true", help="summarise --csv without running anything")
+    args = parser.parse_args()
+    configs = json.loads(CONFIGS.read_text())
+    names = args.configs.split(",") if args.configs else list(configs)
+    styles = args.styles.split(",")
+    archs = args.archs.split(",")
+    unknown = [a for a in archs if a not in ARCHITECTURES] + [n for n in names if n not in configs] \
+        + [s for s in styles if s not in STYLES]
+    if unknown:
+        print(f"error: unknown architecture, configuration or style '{unknown[0]}'", file=sys.stderr)
+        return 2
+    done: list[dict[str, Any]] = []
+    if (args.resume or args.summary_only) and args.csv is not None and args.csv.exists():
+        done = list(csv.DictReader(args.csv.open()))
+    if args.summary_only:
+        print("\n".join(summarise(done)))
+        return 0
+    keys = {(r["arch"], r["style"], r["config"]) for r in done}
+    rows = list(done)
+    handle = args.csv.open("w", newline="") if args.csv is not None else None
+    writer = csv.DictWriter(handle, COLUMNS, extrasaction="ignore") if handle is not None else None
+    if writer is not None:
+        writer.writeheader()
+        writer.writerows(done)
+    with tempfile.TemporaryDirectory() as tmp:
+        for arch in archs:
+            for style in styles:
+                model = Path(tmp) / f"{arch}-{args.passes}-s{args.seed}-{style}.tflite"
+                model.write_bytes(generate(arch, args.passes, args.seed, keras_style=style == "keras",
+                                           torch_style=style == "torch"))
+                for name in names:
+                    if (arch, style, name) in keys:
+                        continue
+                    row = cell(arch, style, name, configs[name], model, args)
+                    rows.append(row)
+                    print("  ".join(f"{k}={row[k]}" for k in COLUMNS if k in row), flush=True)
+                    if writer is not None and handle is not None:
+                        writer.writerow(row)
+                        handle.flush()
+    if handle is not None:
+        handle.close()
+    print("\n".join(summarise(rows)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
