@@ -1,5 +1,4 @@
-"""What a run is asked (``RunOptions``), what that names (its ``architecture``, the ``scheduled_model``) and what
-it produces (``RunResult``).
+"""What a run is asked (``RunOptions``) and what it produces (``RunResult``).
 
 These records sit between the solvers and everything that reports or deploys a run (``io``, ``vela``, ``app``,
 ``sweep``), so each of those can take a typed result without importing the pipeline that makes one.
@@ -7,16 +6,16 @@ These records sit between the solvers and everything that reports or deploys a r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from npusched.errors import ConfigError, ScheduleError
-from npusched.frontend.normalise import Normalisation, counted, normalise
+from npusched.errors import ScheduleError
+from npusched.frontend.normalise import Normalisation, Site, counted
 from npusched.lowering.graph import Network
 from npusched.schedule.evaluator import Evaluation
 from npusched.schedule.schedule import Schedule
-from npusched.target.arch import ArchitectureFeatures, Estimator, load_architecture
+from npusched.target.arch import ArchitectureFeatures
 
 # A fast-storage limit no schedule reaches: verifying against it checks everything but the limit.
 UNLIMITED = 1 << 62
@@ -39,6 +38,9 @@ class RunOptions:
     seed: int = 0
     deterministic: bool = False
     estimator: str = "vela"
+    # What CP-SAT minimises: "both" Vela cores' models, each relative to its own core's schedule (docs/estimator.md),
+    # or "estimator", --estimator's model alone. Every figure a run prints is --estimator's.
+    objective: str = "both"
     # Fold the model's static shape arithmetic first (npusched.frontend.normalise); False schedules it as it is.
     normalise: bool = True
     # Vela's backend compiles the schedule after the run (--output-dir): the time limit covers that compile too, so
@@ -52,47 +54,66 @@ class RunOptions:
     # comparisons with CP-SAT do (scripts/estimator_matrix.py), so both price the same passes.
     default_core_graph: bool | None = None
 
+    @property
+    def hardware(self) -> dict[str, Any]:
+        """The arguments of ``npusched.target.arch.load_architecture`` for these options' hardware and estimator."""
+        return {"accelerator_config": self.accelerator_config, "config_files": list(self.config_files) or None,
+                "system_config": self.system_config, "memory_mode": self.memory_mode,
+                "arena_cache_size": self.arena_cache_size, "optimise": self.optimise, "estimator": self.estimator}
 
-def architecture(options: RunOptions) -> ArchitectureFeatures:
-    """The hardware description the options name, pricing passes with the options' estimator."""
-    arch = load_architecture(
-        accelerator_config=options.accelerator_config,
-        config_files=list(options.config_files) or None,
-        system_config=options.system_config,
-        memory_mode=options.memory_mode,
-        arena_cache_size=options.arena_cache_size,
-        optimise=options.optimise,
-    )
-    try:
-        estimator = Estimator(options.estimator)
-    except ValueError:
-        raise ConfigError(f"unknown estimator '{options.estimator}' (known: "
-                          f"{', '.join(Estimator.names())})") from None
-    return arch if estimator is arch.estimator else replace(arch, estimator=estimator)
+    @property
+    def schedules_own_graph(self) -> bool:
+        """Whether the run schedules npusched's own graph, where passes may write their slice of a concatenation
+        (``lower_model``'s ``in_place``) and the priced rewrites may apply (``npusched.app.graph_choice``): not for
+        the two Vela cores' own schedules, which are of Vela's graphs (the heuristic reproduces the legacy core's;
+        the default core's is read back by op name)."""
+        return self.solver not in (None, "heuristic", "vela-default")
 
+    def stages_maps(self, arch: ArchitectureFeatures) -> bool:
+        """Whether the run's own graph may stage channel-poor maps (``normalise``'s ``stage``): where feature maps
+        live off fast storage, for the solvers that schedule npusched's own graph."""
+        return self.schedules_own_graph and arch.feature_map_storage_mem_area != arch.fast_storage_mem_area
 
-def rewrites_vela_graph(options: RunOptions) -> bool:
-    """Whether the run schedules npusched's own graph, where passes write their slice of a concatenation
-    (``lower_model``'s ``in_place``) and channel-poor maps are staged (``normalise``'s ``stage``): not for
-    the two Vela cores' own schedules, which are of Vela's graphs (the heuristic reproduces the legacy core's; the
-    default core's is read back by op name)."""
-    return options.solver not in (None, "heuristic", "vela-default")
-
-
-def lowers_default_core_graph(options: RunOptions) -> bool:
-    """Whether the run lowers Vela's default core's graph (see ``RunOptions.default_core_graph``)."""
-    if options.default_core_graph is None:
-        return options.solver == "vela-default"
-    return options.default_core_graph
+    @property
+    def lowers_default_core_graph(self) -> bool:
+        """Whether the run lowers Vela's default core's graph (see ``default_core_graph``)."""
+        return self.solver == "vela-default" if self.default_core_graph is None else self.default_core_graph
 
 
-def scheduled_model(data: bytes, options: RunOptions, arch: ArchitectureFeatures) -> tuple[bytes, Normalisation]:
-    """The model the run schedules, and what normalisation changed: ``data`` normalised, its channel-poor inputs
-    staged where npusched's own graph keeps feature maps off fast storage; as it is with --no-normalise."""
-    if not options.normalise:
-        return data, Normalisation()
-    stage = rewrites_vela_graph(options) and arch.feature_map_storage_mem_area != arch.fast_storage_mem_area
-    return normalise(data, str(options.model_path), stage=stage)
+OBJECTIVES = ("both", "estimator")
+
+
+@dataclass(frozen=True)
+class SiteDecision:
+    """A priced rewrite's site (``Site.key``; "in_place_writes:*" for the lowering's in-place writes) and whether
+    the run's graph has it, with why (``npusched.app.graph_choice``)."""
+
+    site: Site
+    applied: bool
+    reason: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"site": self.site.key, "applied": self.applied, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class FloorReport:
+    """One Vela core's own schedule of the model as Vela reads it, priced by npusched's evaluator under every
+    estimator (``npusched.app.floors``): what the run's answer is never slower than."""
+
+    core: str  # "vela-legacy" or "vela-default"
+    cycles_by_estimator: dict[str, float]
+    peak_fast_storage_bytes: int
+    fast_storage_bytes: int  # what it needs at addresses (or the whole network's peak, where larger)
+    fits: bool  # within the limit and accepted by npusched's rules
+    note: str = ""
+    returned: bool = False  # the run's answer is this schedule (the search ended no better)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"core": self.core, "cycles_by_estimator": dict(self.cycles_by_estimator),
+                "peak_fast_storage_bytes": self.peak_fast_storage_bytes,
+                "fast_storage_bytes": self.fast_storage_bytes, "fits": self.fits, "note": self.note,
+                "returned": self.returned}
 
 
 @dataclass(frozen=True)
@@ -109,6 +130,8 @@ class NormalisationReport:
     cpu_ops_before: int
     cpu_ops_after: int
     model_bytes: bytes = field(repr=False, default=b"")
+    # The priced rewrites' sites, each applied or priced out (empty where the run priced none).
+    decisions: tuple[SiteDecision, ...] = ()
 
     def describe(self) -> str:
         """E.g. "folded 48 shape operators; 26 NPU subgraphs → 1; 48 CPU operators → 0" (a large SOFTMAX split into
@@ -126,12 +149,15 @@ class NormalisationReport:
             parts.append(f"{counted(n.relaid_passes, 'element-wise pass', 'es')} re-laid out")
         if n.fixed_batch_inputs:
             parts.append("dynamic batch fixed to 1")
+        priced_out = sum(not decision.applied for decision in self.decisions)
+        if priced_out:
+            parts.append(f"{counted(priced_out, 'rewrite site')} priced out")
         return "; ".join(parts)
 
     def as_json(self) -> dict[str, Any]:
         return {**self.normalisation.as_json(), "npu_subgraphs_before": self.subgraphs_before,
                 "npu_subgraphs_after": self.subgraphs_after, "cpu_ops_before": self.cpu_ops_before,
-                "cpu_ops_after": self.cpu_ops_after}
+                "cpu_ops_after": self.cpu_ops_after, "sites": [d.as_json() for d in self.decisions]}
 
 
 @dataclass(frozen=True)
@@ -153,6 +179,9 @@ class SolverReport:
     strategy: str = "Performance"
     peak_bound_bytes: int | None = None
     peak_proven_minimal: bool = False
+    # What the search minimised (``bound_cycles`` and ``gap`` are in its units): the estimator's model, or both
+    # models weighted ("both: legacy x 1 + default x 0.97").
+    objective: str = ""
 
 
 @dataclass(frozen=True)
@@ -173,6 +202,16 @@ class RunResult:
     cycles_by_estimator: dict[str, float] = field(default_factory=dict)
     # What normalisation changed (None: nothing to fold, or --no-normalise): the network is the normalised model's.
     normalisation: NormalisationReport | None = None
+    # The model that was scheduled (what --output-dir compiles and --write-model writes); empty: the options' file.
+    model_bytes: bytes = field(repr=False, default=b"")
+    # Both Vela cores' own schedules, priced (CP-SAT runs only).
+    floors: tuple[FloorReport, ...] = ()
+
+    @property
+    def skipped_sites(self) -> frozenset[str]:
+        """The priced rewrite sites the run left out of its graph (``Site.key``)."""
+        decisions = self.normalisation.decisions if self.normalisation is not None else ()
+        return frozenset(d.site.key for d in decisions if not d.applied)
 
     def solved(self) -> tuple[Schedule, Evaluation]:
         """The schedule and its evaluation, for reports that need both (a run without a solver has neither)."""

@@ -43,7 +43,7 @@ def compile_one(model: Path, config: str, ahead: bool) -> dict:
 
     options = run_options_from_vela_args(model, CONFIGS[config], solver="heuristic")
     with tempfile.TemporaryDirectory() as out, Compilation(options, Path(out) / "vela", ahead=ahead) as compilation:
-        result = run(options)
+        result = run(options, compilation=compilation)
         ops = result.network.npu_ops
         row = {"passes": len(ops),
                "weight_megabytes": sum(op.weights.size_in_bytes for op in ops if op.weights is not None) / 1e6,

@@ -17,6 +17,7 @@ from conftest import CONFIGS
 
 from npusched.app import pipeline
 from npusched.app.cli import main
+from npusched.app.graph_choice import IN_PLACE_WRITES, Graphs
 from npusched.app.pipeline import load_network, run
 from npusched.lowering.in_place import IN_PLACE_OF
 from npusched.netgen import generate
@@ -25,6 +26,7 @@ from npusched.netgen.graph import GraphBuilder
 from npusched.run import RunResult
 from npusched.schedule.evaluator import evaluate, verify
 from npusched.schedule.schedule import BufferKind, EncodedWeightsRef, WeightBuffering
+from npusched.solvers.cpsat import solve_cpsat
 from npusched.solvers.heuristic import heuristic_schedule
 from npusched.target.weights import encode_op_weights
 from npusched.vela.backend import compile_schedule
@@ -120,15 +122,23 @@ def test_an_input_copied_first_is_written_in_place_while_memory_allows(unet: Pat
         assert op.op_type == "Conv2DBias" and op.ofm.offset.depth == 0
 
 
-def test_writing_in_place_saves_the_copies(densenet: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """CP-SAT on the graph with the copies and without, deterministic: the copies' cycles are saved."""
+def test_writing_in_place_saves_the_copies(densenet: Path) -> None:
+    """CP-SAT on the graph with the copies (Vela's) and without (npusched's), deterministic: the copies' cycles are
+    saved, and the run, which searches both, keeps the writes and says why."""
     options = _options(densenet, "u55-128_hee_shared", solver="cpsat", estimator="vela-default",
-                       time_limit_seconds=60, workers=1, deterministic=True)
-    in_place = run(options)
-    monkeypatch.setattr(pipeline, "rewrites_vela_graph", lambda _options: False)
-    copies = run(options)
+                       objective="estimator", time_limit_seconds=60, workers=1, deterministic=True)
+    arch = pipeline.architecture(options)
+    graphs = Graphs(densenet.read_bytes(), str(densenet), arch, normalise_model=True, stage=False)
+    assert IN_PLACE_WRITES in graphs.sites
+    with_copies = graphs.variant(frozenset({IN_PLACE_WRITES.key}), True)
+    in_place, copies = (solve_cpsat(variant.network, arch, time_limit_seconds=30, workers=1, deterministic=True)
+                        for variant in (graphs.own, with_copies))
     assert in_place.status == copies.status == "optimal"
-    assert in_place.evaluation.total_cycles < 0.98 * copies.evaluation.total_cycles
+    assert in_place.objective_cycles < 0.98 * copies.objective_cycles
+    result = run(options)
+    assert result.evaluation.total_cycles == pytest.approx(in_place.objective_cycles)
+    decision = next(d for d in result.normalisation.decisions if d.site == IN_PLACE_WRITES)
+    assert decision.applied and decision.reason.startswith("kept: CP-SAT")
 
 
 def _npu_ofm_addresses(monkeypatch: pytest.MonkeyPatch, result: RunResult, output_dir: Path) -> tuple[Any, dict]:

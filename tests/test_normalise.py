@@ -644,15 +644,15 @@ def test_inputs_are_staged_only_for_npuscheds_own_graph_off_fast_storage():
     (Vela legacy's graph) and the default core's read-back never do, nor does any solver on Shared_Sram."""
     from conftest import CONFIGS
 
-    from npusched.run import architecture, scheduled_model
+    from npusched.app.pipeline import load_normalised_network
     from npusched.vela.command import run_options_from_vela_args
 
     path = CORPUS / "vww_96_int8.tflite"
     staged = {}
     for config in ("u65-512_high_dedicated384k", "u55-128_hee_shared"):
         for solver in ("cpsat", "dp", "heuristic", "vela-default"):
-            options = run_options_from_vela_args(path, CONFIGS[config], solver=solver)
-            staged[config, solver] = scheduled_model(path.read_bytes(), options, architecture(options))[1].staged_inputs
+            report = load_normalised_network(run_options_from_vela_args(path, CONFIGS[config], solver=solver))[3]
+            staged[config, solver] = report.normalisation.staged_inputs if report is not None else 0
     assert staged == {("u65-512_high_dedicated384k", "cpsat"): 1, ("u65-512_high_dedicated384k", "dp"): 1,
                       **{key: 0 for key in staged if key[0] == "u55-128_hee_shared" or key[1] in
                          ("heuristic", "vela-default")}}
@@ -682,7 +682,7 @@ def _heuristic_on_u65(data: bytes, estimator: str, part: Callable[[Any], list[in
     network's total, both as Vela's own rules (the heuristic's) schedule it on u65-512 (feature maps in DRAM)."""
     from conftest import CONFIGS
 
-    from npusched.run import architecture
+    from npusched.app.pipeline import architecture
     from npusched.solvers.heuristic import heuristic_schedule
     from npusched.vela.command import run_options_from_vela_args
 

@@ -19,6 +19,7 @@ from npusched.app.api import solve_options
 from npusched.app.cli import main
 from npusched.app.pipeline import run
 from npusched.app.replay import as_compiled, read_schedule
+from npusched.frontend.normalise import repack
 from npusched.io.report_json import document
 from npusched.schedule.evaluator import evaluate
 from npusched.vela import backend
@@ -177,8 +178,9 @@ def test_a_compile_started_ahead_is_the_compile_in_this_process(tmp_path: Path,
         def no_compile_here(*args: object) -> None:
             raise AssertionError("compiled again in the run's own process")
 
+        compilation.begin(result.model_bytes)  # as the run does once it has read the model
         monkeypatch.setattr(backend, "_vela_compile", no_compile_here)
-        compilation.submit(result.network, result.arch, result.schedule)  # as the run hands it over
+        compilation.submit(result.network, result.arch, result.schedule, result.model_bytes)  # and hands it over
         ahead = compilation.finish(result)
     assert ahead.agreed and ahead.ops == here.ops
     assert ahead.vela_allocation_bytes == here.vela_allocation_bytes
@@ -193,7 +195,8 @@ def test_a_compile_finished_with_another_schedule_than_submitted_compiles_the_fi
     wrong = replace(buffered, weight_buffering=replace(
         buffered.weight_buffering, buffer_sizes=tuple(size + 16 for size in buffered.weight_buffering.buffer_sizes)))
     with Compilation(result.options, tmp_path, ahead=True) as compilation:
-        compilation.submit(result.network, result.arch, result.schedule.with_ops([wrong]))
+        compilation.begin(result.model_bytes)
+        compilation.submit(result.network, result.arch, result.schedule.with_ops([wrong]), result.model_bytes)
         compiled = compilation.finish(result)
     assert compiled.agreed and compiled.tflite_path.is_file()
 
@@ -204,17 +207,22 @@ def test_a_compile_whose_process_dies_is_made_in_this_process(tmp_path: Path,
     result = run(run_options("u65-256_mid_dedicated256k", "kws_dscnn_int8", solver="heuristic"))
     monkeypatch.setattr(backend, "_compile_ahead", lambda *args: os._exit(3))
     with Compilation(result.options, tmp_path, ahead=True) as compilation:
+        compilation.begin(result.model_bytes)
         compiled = compilation.finish(result)
     assert compiled.agreed and compiled.tflite_path.is_file()
 
 
 def test_a_run_that_ends_without_a_schedule_stops_the_compile_and_leaves_no_trace(tmp_path: Path) -> None:
+    """The processes begun for the graphs a run may schedule (two here) stop when it ends without a schedule."""
     output_dir = tmp_path / "new"
     compilation = Compilation(run_options("u55-128_hee_shared", "kws_dscnn_int8"), output_dir, ahead=True)
-    process = compilation._process
-    assert process is not None and process.is_alive() and output_dir.is_dir()
+    data = model_path("kws_dscnn_int8").read_bytes()
+    compilation.begin(data)
+    compilation.begin(repack(data))
+    processes = [ahead._process for ahead in compilation._processes.values()]
+    assert len(processes) == 2 and all(p is not None and p.is_alive() for p in processes) and output_dir.is_dir()
     compilation.close()
-    assert not process.is_alive() and not output_dir.exists()
+    assert not any(p.is_alive() for p in processes if p is not None) and not output_dir.exists()
 
 
 @pytest.mark.slow
@@ -247,7 +255,7 @@ class _Stop(Exception):
 
 def _cpsat_time_limit(monkeypatch: pytest.MonkeyPatch, **overrides: object) -> float:
     """The time limit the pipeline gives CP-SAT for kws_dscnn_int8 under a 1000 s run (no solve is made)."""
-    from npusched.app import pipeline
+    from npusched.app import cpsat_run
 
     given: list[float] = []
 
@@ -255,7 +263,7 @@ def _cpsat_time_limit(monkeypatch: pytest.MonkeyPatch, **overrides: object) -> f
         given.append(time_limit_seconds)
         raise _Stop
 
-    monkeypatch.setattr(pipeline, "solve_cpsat", stand_in)
+    monkeypatch.setattr(cpsat_run, "solve_cpsat", stand_in)
     with pytest.raises(_Stop):
         run(run_options("u55-128_hee_shared", "kws_dscnn_int8", solver="cpsat", time_limit_seconds=1000.0,
                         **overrides))
@@ -265,9 +273,9 @@ def _cpsat_time_limit(monkeypatch: pytest.MonkeyPatch, **overrides: object) -> f
 def test_a_compile_that_follows_is_kept_back_from_the_solve(monkeypatch: pytest.MonkeyPatch) -> None:
     """--output-dir's compile counts in --time-limit: with compile_follows the solve is given the limit less the
     compile's estimate (here made 500 s, so the margins below are hangs, not machine speed)."""
-    from npusched.app import pipeline
+    from npusched.app import cpsat_run
 
-    monkeypatch.setattr(pipeline, "estimated_compile_seconds", lambda network, **kwargs: 500.0)
+    monkeypatch.setattr(cpsat_run, "estimated_compile_seconds", lambda network, **kwargs: 500.0)
     assert _cpsat_time_limit(monkeypatch, compile_follows=True) <= 1000.0 - 500.0
     assert _cpsat_time_limit(monkeypatch) > 1000.0 - 500.0
 
@@ -275,16 +283,16 @@ def test_a_compile_that_follows_is_kept_back_from_the_solve(monkeypatch: pytest.
 def test_the_public_api_keeps_the_compile_back_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     """npusched.solve(..., compile_follows=True) then Result.compile(): the same keep-back as --output-dir."""
     import npusched
-    from npusched.app import pipeline
+    from npusched.app import cpsat_run
 
-    monkeypatch.setattr(pipeline, "estimated_compile_seconds", lambda network, **kwargs: 500.0)
+    monkeypatch.setattr(cpsat_run, "estimated_compile_seconds", lambda network, **kwargs: 500.0)
     given: list[float] = []
 
     def stand_in(*args: object, time_limit_seconds: float, **kwargs: object) -> None:
         given.append(time_limit_seconds)
         raise _Stop
 
-    monkeypatch.setattr(pipeline, "solve_cpsat", stand_in)
+    monkeypatch.setattr(cpsat_run, "solve_cpsat", stand_in)
     for follows in (True, False):
         with pytest.raises(_Stop):
             npusched.solve(model_path("kws_dscnn_int8"), time_limit_seconds=1000.0, compile_follows=follows)

@@ -106,11 +106,12 @@ class Result:
 
 def solve(model: str | Path, hardware: Hardware | None = None, *, solver: str = "cpsat",
           optimise: str = "Performance", time_limit_seconds: float = 30.0, workers: int | None = None,
-          seed: int = 0, deterministic: bool = False, estimator: str = "vela", compile_follows: bool = False,
-          log: Callable[[str], None] | None = None) -> Result:
+          seed: int = 0, deterministic: bool = False, estimator: str = "vela", objective: str = "both",
+          compile_follows: bool = False, log: Callable[[str], None] | None = None) -> Result:
     """Schedule ``model`` on ``hardware`` (default: an ethos-u55-256 with Vela's internal defaults).
 
-    ``solver`` is 'cpsat', 'heuristic' (Vela legacy's choices) or 'dp'; bad input raises a subclass of
+    ``solver`` is 'cpsat', 'heuristic' (Vela legacy's choices) or 'dp'; ``objective`` what CP-SAT minimises
+    ('both' Vela cores' models, or 'estimator', ``estimator``'s alone); bad input raises a subclass of
     ``npusched.errors.NpuschedError`` with a one-line message. With ``compile_follows`` the time limit also covers
     a ``Result.compile`` made right after: the search keeps back Vela's estimated compile time, as --output-dir.
     """
@@ -120,7 +121,7 @@ def solve(model: str | Path, hardware: Hardware | None = None, *, solver: str = 
         config_files=hardware.config_files_or_default(), system_config=hardware.system_config,
         memory_mode=hardware.memory_mode, arena_cache_size=hardware.arena_cache_size, optimise=optimise,
         solver=solver, time_limit_seconds=time_limit_seconds, workers=workers, seed=seed,
-        deterministic=deterministic, estimator=estimator, compile_follows=compile_follows)
+        deterministic=deterministic, estimator=estimator, objective=objective, compile_follows=compile_follows)
     return solve_options(options, log)
 
 

@@ -28,7 +28,7 @@ from npusched.io.pareto_report import format_pareto, write_pareto_csv
 from npusched.io.plots import plot_memory, plot_pareto
 from npusched.io.report_json import check_output_path, write_json
 from npusched.io.report_text import format_summary
-from npusched.run import RunOptions, RunResult
+from npusched.run import OBJECTIVES, RunOptions, RunResult
 from npusched.schedule.memory_breakdown import memory_breakdown
 from npusched.solvers.pareto import DEFAULT_INNER_POINTS
 from npusched.target.arch import Estimator
@@ -87,6 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "(its figures, its backend's), 'vela-default' as Vela's default (C++) core does, "
                             "'contention' the legacy estimate with prefetched weights sharing the memory bandwidth "
                             "of the pass they hide under; the summary shows all (default: vela-legacy)")
+    sched.add_argument("--objective", choices=OBJECTIVES, default=RunOptions.objective,
+                       help="what CP-SAT minimises: 'both' Vela cores' models, each relative to that core's own "
+                            "schedule, so the answer is faster than either core by both (docs/estimator.md), or "
+                            "'estimator', --estimator's model alone; the figures printed are --estimator's "
+                            "(default: %(default)s)")
     sched.add_argument("--no-normalise", action="store_true",
                        help="schedule the model as it is: do not fold its static shape arithmetic (SHAPE -> "
                             "STRIDED_SLICE -> PACK -> RESHAPE of Keras-style exports) first")
@@ -203,6 +208,7 @@ def _run(args: argparse.Namespace, started: float) -> int:
         seed=args.seed,
         deterministic=args.deterministic,
         estimator=args.estimator,
+        objective=args.objective,
         normalise=not args.no_normalise,
         compile_follows=args.output_dir is not None,  # the time limit covers Vela's compile too
         compile_started_ahead=args.output_dir is not None,
@@ -221,8 +227,7 @@ def _report(args: argparse.Namespace, options: RunOptions, started: float, compi
     if args.schedule is not None:
         result = replay(options, args.schedule)
     else:
-        result = run(options, log=_progress, started=started,
-                     scheduled=compilation.submit if compilation is not None else None)
+        result = run(options, log=_progress, started=started, compilation=compilation)
     for warning in result.warnings:
         sys.stderr.write(f"warning: {warning}\n")
 
@@ -232,7 +237,7 @@ def _report(args: argparse.Namespace, options: RunOptions, started: float, compi
     if args.json is not None:  # written before the summary is printed, so a failed write prints only the error
         write_json(result, args.json, inputs=args.config or ())
     if args.write_model is not None:
-        write_model(options, args.write_model)
+        write_model(result, args.write_model)
     if args.plot_memory is not None:
         schedule, evaluation = result.solved()
         plot_memory(memory_breakdown(result.network, schedule, evaluation), evaluation.staging_limit,

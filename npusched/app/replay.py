@@ -13,11 +13,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from npusched.app.pipeline import load_network, totals_by_estimator
+from npusched.app.pipeline import load_network, load_normalised_network, totals_by_estimator
 from npusched.errors import ScheduleError
+from npusched.frontend.normalise import Site
 from npusched.ir import MemArea, NpuOp, Shape4D, TensorFormat
 from npusched.lowering.graph import Network
-from npusched.run import UNLIMITED, RunOptions, RunResult
+from npusched.run import UNLIMITED, RunOptions, RunResult, SiteDecision
 from npusched.schedule.evaluator import evaluate, verify
 from npusched.schedule.rules import ifm_stripes
 from npusched.schedule.schedule import EncodedWeightsRef, OpSchedule, Schedule, TensorPlacement, WeightBuffering
@@ -97,12 +98,29 @@ def _op_schedule(op: NpuOp, record: dict[str, Any], arch: Any) -> OpSchedule:
         slack_ofm_depth=window["slack_ofm_depth"])
 
 
+def _decisions(document: dict[str, Any]) -> tuple[SiteDecision, ...]:
+    """The priced rewrite sites of the run that wrote ``document``, applied or left out of its graph."""
+    normalisation = document.get("normalisation")
+    sites = normalisation.get("sites", []) if isinstance(normalisation, dict) else []
+    out = []
+    for site in sites if isinstance(sites, list) else []:
+        if isinstance(site, dict) and ":" in str(site.get("site")):
+            rewrite, tensor = str(site["site"]).split(":", 1)
+            out.append(SiteDecision(Site(rewrite, tensor), bool(site.get("applied")), str(site.get("reason", ""))))
+    return tuple(out)
+
+
 def replay(options: RunOptions, path: Path) -> RunResult:
     """A finished run of the schedule saved at ``path`` instead of a solver's: the model and hardware of
     ``options`` (which must be the document's), the schedule evaluated and verified."""
     document = load_document(path)
-    # The solver that made it chose the graph too (only CP-SAT's and the DP's write concatenations in place).
-    arch, network, timings = load_network(replace(options, solver=document["solver"]))
+    # The solver that made it chose the graph too (only CP-SAT's and the DP's write concatenations in place, and
+    # CP-SAT's prices the rewrites' sites: those it left out are listed).
+    decisions = _decisions(document)
+    arch, network, timings, normalisation = load_normalised_network(
+        replace(options, solver=document["solver"]), frozenset(d.site.key for d in decisions if not d.applied))
+    if normalisation is not None:
+        normalisation = replace(normalisation, decisions=decisions)
     ours = {"accelerator_config": arch.accelerator_config, "system_config": arch.system_config,
             "memory_mode": arch.memory_mode, "arena_cache_size": int(arch.arena_cache_size)}
     differing = [f"{key} {document.get(key)} (given: {value})" for key, value in ours.items()
@@ -119,7 +137,8 @@ def replay(options: RunOptions, path: Path) -> RunResult:
     cycles = totals_by_estimator(network, arch, schedule, evaluation)
     return RunResult(options=replace(options, solver=document["solver"]), arch=arch, network=network,
                      status=document.get("status", "feasible"), schedule=schedule, evaluation=evaluation,
-                     timings_seconds=timings, warnings=tuple(document.get("warnings", ())), cycles_by_estimator=cycles)
+                     timings_seconds=timings, warnings=tuple(document.get("warnings", ())), cycles_by_estimator=cycles,
+                     normalisation=normalisation, model_bytes=normalisation.model_bytes if normalisation else b"")
 
 
 def carry_schedule(schedule: Schedule, source: Network, target: Network, arch: ArchitectureFeatures) -> Schedule:
@@ -182,7 +201,7 @@ def as_compiled(result: RunResult) -> tuple[RunResult, str | None]:
     if result.arch.estimator is not Estimator.VELA_DEFAULT:
         return result, None
     schedule, reported = result.solved()
-    _, network, _ = load_network(replace(result.options, estimator=Estimator.VELA_LEGACY.value))
+    _, network, _ = load_network(replace(result.options, estimator=Estimator.VELA_LEGACY.value), result.skipped_sites)
     folded = [op for before, op in zip(result.network.npu_ops, network.npu_ops, strict=False)
               if before.ifm.shape != op.ifm.shape]
     if not folded and len(network.npu_ops) == len(result.network.npu_ops):

@@ -183,23 +183,26 @@ def _allocation_record(result: RunResult) -> dict[str, Any] | None:
 def _solver_fields(result: RunResult) -> dict[str, Any]:
     report = result.solver_report
     if report is None:
-        return {"strategy": result.options.optimise, "bound_cycles": None, "any_schedule_bound_cycles": None,
-                "gap": None, "peak_fast_storage_bound_bytes": None, "peak_proven_minimal": None,
-                "solve_seconds": result.timings_seconds.get("solve"), "heuristic": None}
+        return {"strategy": result.options.optimise, "objective": None, "bound_cycles": None,
+                "any_schedule_bound_cycles": None, "gap": None, "peak_fast_storage_bound_bytes": None,
+                "peak_proven_minimal": None, "solve_seconds": result.timings_seconds.get("solve"), "heuristic": None,
+                "floors": []}
     heuristic = None
     if report.heuristic_cycles is not None:
         heuristic = {"cycles": report.heuristic_cycles,
                      "peak_fast_storage_bytes": report.heuristic_peak_fast_storage_bytes}
     # Size is lexicographic: the peak first (its proven bound over the candidate space), then the cycles at that
     # peak (``bound_cycles`` and ``gap`` hold among schedules no larger).
-    return {"strategy": report.strategy,
+    # ``bound_cycles`` and ``gap`` are in the objective's units (under "both", the weighted sum of both models).
+    return {"strategy": report.strategy, "objective": report.objective or None,
             "bound_cycles": _finite_or_none(report.bound_cycles),
             "any_schedule_bound_cycles": _finite_or_none(report.any_schedule_bound_cycles),
             "gap": _finite_or_none(report.gap),
             "peak_fast_storage_bound_bytes": report.peak_bound_bytes,
             "peak_proven_minimal": report.peak_proven_minimal if report.strategy == "Size" else None,
             "solve_seconds": report.solve_seconds,
-            "status_reason": report.reason or None, "model_stats": report.model_stats, "heuristic": heuristic}
+            "status_reason": report.reason or None, "model_stats": report.model_stats, "heuristic": heuristic,
+            "floors": [floor.as_json() for floor in result.floors]}
 
 
 def _finite_or_none(value: float | None) -> float | None:

@@ -94,6 +94,8 @@ def format_summary(result: RunResult, per_layer: bool = True) -> str:
     if result.normalisation is not None:
         lines += [f"Normalised: {result.normalisation.describe()}",
                   f"  {result.normalisation.normalisation.describe()}"]
+        lines += [f"  priced out {d.site.key}: {d.reason.removeprefix('priced out: ')}"
+                  for d in result.normalisation.decisions if not d.applied]
     if result.schedule is None:
         lines += ["", _kv("Neural network macs", f"{sum(op.macs for op in npu_ops)} MACs/batch")]
         return "\n".join(lines)
@@ -145,6 +147,9 @@ def solver_lines(result: RunResult) -> list[str]:
         if report.heuristic_cycles > 0:  # a network without NPU passes costs 0 cycles either way
             gain = 100.0 * (1.0 - result.solved()[1].total_cycles / report.heuristic_cycles)
             lines.append(_kv("Improvement over heuristic", f"{gain:.2f}%"))
+    lines += floor_lines(result)
+    if report.objective:
+        lines.append(_kv("Objective", report.objective))
     # CP-SAT has no bound or gap when it fell back before searching (NaN): say so rather than print "nan".
     bound = f"{report.bound_cycles:.0f}" if _finite(report.bound_cycles) else "none"
     gap = f"{100.0 * report.gap:.2f}%" if _finite(report.gap) else "none"
@@ -164,6 +169,19 @@ def solver_lines(result: RunResult) -> list[str]:
         lines.append(_kv("Allocation repairs", f"{repairs['rounds']} (cost {repairs['cost_cycles']:.0f} cycles)"))
     if report.reason:
         lines.append(f"Note: {report.reason}")
+    return lines
+
+
+def floor_lines(result: RunResult) -> list[str]:
+    """Both Vela cores' own schedules, each priced by its own model, against the answer priced the same way."""
+    names = {"vela-legacy": "Vela legacy's own schedule", "vela-default": "Vela default core's own schedule"}
+    lines = []
+    for floor in result.floors:
+        own = floor.cycles_by_estimator[floor.core]
+        ours = result.cycles_by_estimator.get(floor.core)
+        ratio = f", answer {ours / own:.3f}x" if ours is not None and own > 0 else ""
+        fits = "" if floor.fits else ", does not fit"
+        lines.append(_kv(names.get(floor.core, floor.core), f"{own:.0f} ({floor.core}{ratio}{fits})"))
     return lines
 
 

@@ -45,7 +45,7 @@ from npusched.schedule.schedule import TensorPlacement
 from npusched.target import performance as perf
 from npusched.target import performance_default as perf_default
 from npusched.target import weights as wts
-from npusched.target.arch import ArchitectureFeatures, Estimator
+from npusched.target.arch import ArchitectureFeatures, Estimator, blend_parts
 from npusched.target.block_config import (
     BlockConfig,
     enumerate_block_configs,
@@ -295,26 +295,40 @@ def _weight_stream(arch: ArchitectureFeatures, ctx: _OpContext,
     return pricing_weight_stream(arch, op, encoded, perf.BufferKind.SINGLE, transfer), encoded.total_bytes
 
 
+def _estimate(arch: ArchitectureFeatures, ctx: _OpContext, query: perf.PerformanceQuery,
+              weights: perf.WeightStream | None) -> perf.OpPerformance:
+    """One option's estimate as the evaluator will price it (under ``Estimator.BOTH``: both models, weighted)."""
+    op = ctx.op
+    if arch.estimator is Estimator.BOTH:
+        legacy_arch, default_arch = blend_parts(arch)
+        a, b = _estimate(legacy_arch, ctx, query, weights), _estimate(default_arch, ctx, query, weights)
+        wa, wb = arch.blend_weights
+        return perf.OpPerformance(
+            npu_cycles=wa * a.npu_cycles + wb * b.npu_cycles, total_cycles=wa * a.total_cycles + wb * b.total_cycles,
+            access_cycles={m: wa * a.access_cycles.get(m, 0.0) + wb * b.access_cycles.get(m, 0.0)
+                           for m in {*a.access_cycles, *b.access_cycles}},
+            macs=a.macs, op_cycles=wa * a.op_cycles + wb * b.op_cycles)
+    if arch.estimator is Estimator.VELA_DEFAULT:
+        # ranked as the evaluator will price it: the default core rewards other blocks (those dividing the OFM)
+        scales = weights.scale_element_bytes * op.ofm.shape.depth if weights is not None else 0
+        return perf_default.estimate_full_op_performance(
+            arch, op.op_type, op.activation, query, weights=weights,
+            weight_bytes=max(weights.encoded_bytes - scales, 0) if weights is not None else 0,
+            lut=ctx.lut, memcpy=ctx.memcpy)
+    return perf.estimate_full_op_performance(arch, op.op_type, op.activation, query, weights=weights,
+                                             lut=ctx.lut, memcpy=ctx.memcpy)
+
+
 def _price(arch: ArchitectureFeatures, ctx: _OpContext, config: BlockConfig,
            streams: dict[int, tuple[perf.WeightStream | None, int]]) -> OptionPrice:
-    op = ctx.op
     depth = config.ofm_block.depth
     stream = streams.get(depth)
     if stream is None:
         stream = streams[depth] = _weight_stream(arch, ctx, depth)
     weights, encoded_bytes = stream
     query = _with_config(ctx.query, config)
-    if arch.estimator is Estimator.VELA_DEFAULT:
-        # ranked as the evaluator will price it: the default core rewards other blocks (those dividing the OFM)
-        scales = weights.scale_element_bytes * op.ofm.shape.depth if weights is not None else 0
-        result = perf_default.estimate_full_op_performance(
-            arch, op.op_type, op.activation, query, weights=weights,
-            weight_bytes=max(weights.encoded_bytes - scales, 0) if weights is not None else 0,
-            lut=ctx.lut, memcpy=ctx.memcpy)
-    else:
-        result = perf.estimate_full_op_performance(arch, op.op_type, op.activation, query, weights=weights,
-                                                   lut=ctx.lut, memcpy=ctx.memcpy)
-    access = tuple(result.access_cycles[m] for m in ACCESS_AREAS)
+    result = _estimate(arch, ctx, query, weights)
+    access = tuple(result.access_cycles.get(m, 0.0) for m in ACCESS_AREAS)
     return OptionPrice(
         op_cycles=int(result.op_cycles), npu_cycles=result.npu_cycles, access_cycles=access,
         total_cycles=result.total_cycles, macs=result.macs, encoded_weight_bytes=encoded_bytes,

@@ -9,7 +9,7 @@ from npusched.ir import MemArea
 from npusched.lowering.graph import Network, NpuSubgraph
 from npusched.schedule.allocation import Allocation, allocate_ranges, fast_storage_ranges
 from npusched.schedule.memory_model import SubgraphMemory, network_memory, scheduling_view, subgraph_memory
-from npusched.schedule.pricing import price_op, staging_limit
+from npusched.schedule.pricing import Slack, price_op, staging_limit
 from npusched.schedule.schedule import Schedule
 from npusched.schedule.tensor_use import subgraphs_of, tensor_use
 from npusched.target import performance as perf
@@ -43,7 +43,7 @@ class OpCost:
     bandwidth: dict[BandwidthKey, float]
     macs: int
     sram_used: int
-    slack_buffering_cycles: float = 0.0
+    slack_buffering_cycles: Slack = 0.0  # per model under Estimator.BOTH
     full_weight_transfer_cycles: float = 0.0
     network_sram_used: int = 0
 
@@ -127,7 +127,7 @@ def evaluate(network_or_subgraph: Network | NpuSubgraph, arch: ArchitectureFeatu
         memory = subgraph_memory(sg, arch, schedule, use)
         memories.append(memory)
         seen = memory if view is schedule else subgraph_memory(sg, arch, view, use)
-        prev_slack = 0.0
+        prev_slack: Slack = 0.0
         for op in sg.ops:
             if not schedule.has_op(op.index):
                 notes.append(f"op {op.index} ({op.name}) has no schedule entry and was not priced")

@@ -12,7 +12,7 @@ from npusched.schedule.tensor_use import placement_of
 from npusched.target import performance as perf
 from npusched.target import performance_default as perf_default
 from npusched.target import weights as wts
-from npusched.target.arch import ArchitectureFeatures, Estimator
+from npusched.target.arch import ArchitectureFeatures, Estimator, blend_parts
 from npusched.target.block_config import BlockConfig
 from npusched.target.contention import contention_slack
 
@@ -121,8 +121,12 @@ def slack_buffering_cycles(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSc
     return scheduler_op_cycles(arch, op, op_sched, schedule, depth, first=depth is None, const_area=const_area)
 
 
-def price_op(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule, schedule: Schedule, prev_slack_cycles: float
-             ) -> tuple[perf.OpPerformance, float, float]:
+# The slack one pass leaves the next for prefetching its weights: cycles, or under ``Estimator.BOTH`` each model's.
+Slack = float | tuple[float, float]
+
+
+def price_op(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule, schedule: Schedule, prev_slack_cycles: Slack
+             ) -> tuple[perf.OpPerformance, Slack, float]:
     """(estimate, own slack-buffering cycles, full weight transfer cycles) of one pass."""
     return partial_price_op(arch, op, op_sched, schedule).finish(arch, prev_slack_cycles)
 
@@ -139,9 +143,10 @@ class PartialPrice:
     # This pass's buffered weight bytes when the contention estimator adjusts the slack it leaves (None: it does not).
     contention_bytes: int | None = None
 
-    def finish(self, arch: ArchitectureFeatures, prev_slack_cycles: float
-               ) -> tuple[perf.OpPerformance, float, float]:
+    def finish(self, arch: ArchitectureFeatures, prev_slack_cycles: Slack
+               ) -> tuple[perf.OpPerformance, Slack, float]:
         """(estimate, own slack-buffering cycles, full weight transfer cycles) after ``prev_slack_cycles``."""
+        assert not isinstance(prev_slack_cycles, tuple), "a single model's price follows a single model's slack"
         result = self.estimate.finish(prev_slack_cycles, self.slack)
         slack = self.slack
         if self.contention_bytes is not None:
@@ -149,8 +154,40 @@ class PartialPrice:
         return result, slack, self.full_transfer
 
 
-def partial_price_op(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule, schedule: Schedule) -> PartialPrice:
+@dataclass(frozen=True)
+class BlendedPrice:
+    """``PartialPrice`` under ``Estimator.BOTH``: each Vela core's model prices the pass after the slack the
+    previous pass leaves under that model, and the estimate is their weighted sum (``blend_weights``)."""
+
+    legacy: PartialPrice
+    default: PartialPrice
+
+    def finish(self, arch: ArchitectureFeatures, prev_slack_cycles: Slack
+               ) -> tuple[perf.OpPerformance, Slack, float]:
+        legacy_arch, default_arch = blend_parts(arch)
+        slacks = prev_slack_cycles if isinstance(prev_slack_cycles, tuple) else (prev_slack_cycles,) * 2
+        a, a_slack, a_transfer = self.legacy.finish(legacy_arch, slacks[0])
+        b, b_slack, b_transfer = self.default.finish(default_arch, slacks[1])
+        wa, wb = arch.blend_weights
+        access = {mem: wa * a.access_cycles.get(mem, 0.0) + wb * b.access_cycles.get(mem, 0.0)
+                  for mem in {*a.access_cycles, *b.access_cycles}}
+        blend = perf.OpPerformance(npu_cycles=wa * a.npu_cycles + wb * b.npu_cycles, access_cycles=access,
+                                   total_cycles=wa * a.total_cycles + wb * b.total_cycles, macs=a.macs,
+                                   bandwidth=a.bandwidth, scaled_bandwidth=a.scaled_bandwidth,
+                                   op_cycles=wa * a.op_cycles + wb * b.op_cycles)
+        assert not isinstance(a_slack, tuple) and not isinstance(b_slack, tuple)
+        return blend, (a_slack, b_slack), wa * a_transfer + wb * b_transfer
+
+
+def partial_price_op(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule,
+                     schedule: Schedule) -> PartialPrice | BlendedPrice:
     """``price_op`` of one pass short of the previous pass's slack (see ``PartialPrice``)."""
+    if arch.estimator is Estimator.BOTH:
+        legacy_arch, default_arch = blend_parts(arch)
+        legacy = partial_price_op(legacy_arch, op, op_sched, schedule)
+        default = partial_price_op(default_arch, op, op_sched, schedule)
+        assert isinstance(legacy, PartialPrice) and isinstance(default, PartialPrice)
+        return BlendedPrice(legacy, default)
     if arch.estimator is Estimator.VELA_DEFAULT:
         return _partial_price_default(arch, op, op_sched, schedule)
     buffering = op_sched.weight_buffering

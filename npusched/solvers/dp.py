@@ -420,6 +420,7 @@ class _SubgraphSearch:
             priced_as = replace(op_sched, cascade=op.index) if as_cascaded else op_sched
             exposed, slack, _ = price_op(self.arch, op, priced_as, schedule, 0.0)
             hidden, _, _ = price_op(self.arch, op, priced_as, schedule, _ALL_HIDDEN)
+            assert not isinstance(slack, tuple), "the DP prices under one model"
             numbers = self._price_cache[key] = (float(exposed.total_cycles), float(hidden.total_cycles), float(slack))
         held = weight_buffer_bytes(buffering)
         return _Priced(op_sched, *numbers, held.at, held.after, held.before)

@@ -19,7 +19,7 @@ import importlib.util
 import math
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from npusched.errors import ConfigError
 from npusched.ir import MemArea, NpuBlockType, Shape4D, TensorFormat
@@ -48,11 +48,16 @@ DEFAULT_CONFIG = "internal-default"
 class Estimator(str, enum.Enum):
     """How passes are priced (``--estimator``): as Vela's legacy core estimates them, as its default (C++) core
     does (``npusched.target.performance_default``), or the legacy estimate with prefetches competing for memory
-    bandwidth (``npusched.target.contention``). ``vela``, the older name of ``vela-legacy``, still parses."""
+    bandwidth (``npusched.target.contention``). ``vela``, the older name of ``vela-legacy``, still parses.
+
+    ``BOTH`` is no ``--estimator``: it is the objective of ``--objective both``, a weighted sum of the two Vela
+    cores' models (``ArchitectureFeatures.blend_weights``), which the solvers minimise; every figure a run prints
+    is still one model's."""
 
     VELA_LEGACY = "vela-legacy"
     VELA_DEFAULT = "vela-default"
     CONTENTION = "contention"
+    BOTH = "both"
     VELA = "vela-legacy"  # alias of VELA_LEGACY (the same member)
 
     def __str__(self) -> str:
@@ -63,9 +68,14 @@ class Estimator(str, enum.Enum):
         return cls.VELA_LEGACY if value == "vela" else None
 
     @classmethod
+    def single(cls) -> tuple[Estimator, ...]:
+        """The estimators that are one cost model (every one but ``BOTH``)."""
+        return tuple(e for e in cls if e is not cls.BOTH)
+
+    @classmethod
     def names(cls) -> list[str]:
         """Every accepted ``--estimator`` value, the alias ``vela`` included."""
-        return [e.value for e in cls] + ["vela"]
+        return [e.value for e in cls.single()] + ["vela"]
 
 
 class OptimisationStrategy(str, enum.Enum):
@@ -436,6 +446,8 @@ class ArchitectureFeatures:
 
     # how passes are priced (not Vela's: npusched's --estimator)
     estimator: Estimator = Estimator.VELA_LEGACY
+    # Under ``Estimator.BOTH``: a pass costs legacy x its legacy-model cycles + default x its default-model cycles.
+    blend_weights: tuple[float, float] = (1.0, 1.0)
 
     _key: tuple = field(init=False, repr=False, compare=False)
     _hash: int = field(init=False, repr=False, compare=False)
@@ -526,8 +538,10 @@ def load_architecture(
     memory_mode: str | None = None,
     arena_cache_size: int | None = None,
     optimise: str = "Performance",
+    estimator: str | Estimator = Estimator.VELA_LEGACY,
 ) -> ArchitectureFeatures:
-    """Build the architecture as Vela 5.2.0 would for the same command-line options.
+    """Build the architecture as Vela 5.2.0 would for the same command-line options, pricing passes with
+    ``estimator`` (npusched's ``--estimator``).
 
     ``system_config``/``memory_mode`` None (or ``"internal-default"``) pick the accelerator's Vela defaults
     (U55: Ethos_U55_High_End_Embedded + Shared_Sram; U65: Ethos_U65_Client_Server + Dedicated_Sram_384KB)
@@ -535,7 +549,14 @@ def load_architecture(
     """
     files = None if config_files is None else tuple(
         [config_files] if isinstance(config_files, str) else [str(p) for p in config_files])
-    return _load_architecture(accelerator_config, files, system_config, memory_mode, arena_cache_size, optimise)
+    try:
+        chosen = Estimator(estimator)
+        if chosen is Estimator.BOTH:
+            raise ValueError
+    except ValueError:
+        raise ConfigError(f"unknown estimator '{estimator}' (known: {', '.join(Estimator.names())})") from None
+    arch = _load_architecture(accelerator_config, files, system_config, memory_mode, arena_cache_size, optimise)
+    return arch if chosen is arch.estimator else replace(arch, estimator=chosen)
 
 
 @functools.lru_cache(maxsize=32)
@@ -751,3 +772,20 @@ def _load_architecture(accelerator_config: str, config_files: tuple[str, ...] | 
         cycles_weight=40,
         max_sram_used_weight=0 if spilling else 1000,
     )
+
+
+def with_estimator(arch: ArchitectureFeatures, estimator: Estimator) -> ArchitectureFeatures:
+    """``arch`` pricing with ``estimator`` (a single model)."""
+    return arch if arch.estimator is estimator else replace(arch, estimator=estimator, blend_weights=(1.0, 1.0))
+
+
+def blended(arch: ArchitectureFeatures, legacy_weight: float, default_weight: float) -> ArchitectureFeatures:
+    """``arch`` pricing a pass as ``legacy_weight`` x its cycles under Vela legacy's model + ``default_weight`` x
+    its cycles under the default core's (``Estimator.BOTH``)."""
+    return replace(arch, estimator=Estimator.BOTH, blend_weights=(float(legacy_weight), float(default_weight)))
+
+
+@functools.lru_cache(maxsize=64)
+def blend_parts(arch: ArchitectureFeatures) -> tuple[ArchitectureFeatures, ArchitectureFeatures]:
+    """The legacy-model and default-model architectures a ``BOTH`` architecture blends."""
+    return with_estimator(arch, Estimator.VELA_LEGACY), with_estimator(arch, Estimator.VELA_DEFAULT)

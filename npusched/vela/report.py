@@ -1,4 +1,5 @@
-"""Readers for what Vela prints and writes: the verbose schedule, the per-layer CSV and the summary CSV.
+"""Readers for what Vela prints and writes: the verbose schedule, the per-layer CSV, the summary CSV and the
+``_vela.tflite``.
 
 Used by the fidelity scripts and the tests to compare npusched with Vela's own figures.
 """
@@ -9,6 +10,7 @@ import csv
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 _SHAPE = re.compile(r"<Shape4D \[([\d, ]+)\]>")
 _OP_HEAD = re.compile(r"^\t(\d+): Operation (.*?)  - OFM <Shape4D \[([\d, ]+)\]>$")
@@ -145,3 +147,50 @@ def read_summary(path: Path) -> dict[str, str]:
     if len(rows) != 1:
         raise ValueError(f"{path}: expected one summary row, found {len(rows)}")
     return rows[0]
+
+
+def tflite_contents(path: Path) -> tuple[Any, ...]:
+    """What a ``_vela.tflite`` holds, independent of the order its tensors are listed in: per subgraph the
+    tensors (name, shape, type, data) and operators (operator code, input and output tensor names, custom
+    options, which carry nothing for Vela's custom operator; its command stream is a tensor), and the metadata.
+    Two files with equal contents run the same command streams on the same data."""
+    import numpy as np
+    import tflite
+
+    model = tflite.Model.GetRootAs(Path(path).read_bytes(), 0)
+
+    def data(index: int) -> bytes:
+        buffer = model.Buffers(index)
+        return buffer.DataAsNumpy().tobytes() if buffer is not None and buffer.DataLength() else b""
+
+    subgraphs, tensor_names = [], []
+    for s in range(model.SubgraphsLength()):
+        graph = model.Subgraphs(s)
+        tensors = [graph.Tensors(t) for t in range(graph.TensorsLength())]
+        names = [t.Name().decode() for t in tensors]
+        tensor_names += [(s, name) for name in names]
+
+        def named(indices: Any, names: list[str] = names) -> tuple[str, ...]:
+            return tuple(names[i] if i >= 0 else "" for i in indices)
+
+        operators = []
+        for o in range(graph.OperatorsLength()):
+            op = graph.Operators(o)
+            code = model.OperatorCodes(op.OpcodeIndex())
+            custom = op.CustomOptionsAsNumpy().tobytes() if op.CustomOptionsLength() else b""
+            operators.append((max(code.BuiltinCode(), code.DeprecatedBuiltinCode()), code.CustomCode(),
+                              named(op.InputsAsNumpy() if op.InputsLength() else ()),
+                              named(op.OutputsAsNumpy() if op.OutputsLength() else ()), custom))
+        tensor_set = sorted((name, tuple(t.ShapeAsNumpy().tolist()) if t.ShapeLength() else (), t.Type(),
+                             data(t.Buffer())) for name, t in zip(names, tensors, strict=True))
+        subgraphs.append((tuple(tensor_set), tuple(operators), named(graph.InputsAsNumpy()),
+                          named(graph.OutputsAsNumpy())))
+    metadata = []
+    for m in range(model.MetadataLength()):
+        name, raw = model.Metadata(m).Name().decode(), data(model.Metadata(m).Buffer())
+        payload: bytes | tuple[Any, ...] = raw
+        if name == "OfflineMemoryAllocation":  # [version, subgraphs, tensors, one arena offset per tensor in order]
+            offsets = np.frombuffer(raw, dtype="<i4")
+            payload = tuple(offsets[:3].tolist()) + tuple(sorted(zip(tensor_names, offsets[3:].tolist(), strict=True)))
+        metadata.append((name, payload))
+    return tuple(subgraphs), tuple(sorted(metadata))

@@ -50,7 +50,7 @@ from npusched.schedule.cascades import SchedOp, rolling_buffer_shape
 from npusched.schedule.evaluator import TensorUse
 from npusched.schedule.memory_layout import weight_buffer_bytes
 from npusched.schedule.options import OpOption, drop_dominated, price_options
-from npusched.schedule.pricing import PartialPrice, partial_price_op
+from npusched.schedule.pricing import BlendedPrice, PartialPrice, Slack, partial_price_op
 from npusched.schedule.rules import (
     cascade_stripes,
     ifm_stripes,
@@ -427,8 +427,8 @@ class Pricer:
     def __init__(self, arch: ArchitectureFeatures, base: Mapping[FeatureMap, TensorPlacement]) -> None:
         self.arch = arch
         self.base = dict(base)
-        self.memo: dict[tuple, tuple[float, float, bool]] = {}
-        self.partials: dict[tuple, PartialPrice] = {}
+        self.memo: dict[tuple, tuple[float, Slack, bool]] = {}
+        self.partials: dict[tuple, PartialPrice | BlendedPrice] = {}
         self.interned: dict[int, int] = {}
         self.keys: dict[tuple, int] = {}
         self.alive: list[OpSchedule] = []
@@ -454,12 +454,12 @@ class Pricer:
         return (ident, where), local
 
     def price_pass(self, op: NpuOp, op_sched: OpSchedule, places: Mapping[FeatureMap, TensorPlacement],
-                   prev_slack: float) -> tuple[float, float, bool]:
+                   prev_slack: Slack) -> tuple[float, Slack, bool]:
         """(total cycles, slack left for the next pass, priced below its own compute time) of one pass."""
         return self.price_pass_after(op, op_sched, places, (prev_slack,))[0]
 
     def price_pass_after(self, op: NpuOp, op_sched: OpSchedule, places: Mapping[FeatureMap, TensorPlacement],
-                         slacks: Sequence[float]) -> list[tuple[float, float, bool]]:
+                         slacks: Sequence[Slack]) -> list[tuple[float, Slack, bool]]:
         """``price_pass`` after each of ``slacks`` (the key is built once for them all)."""
         base_key, local = self._key(op, op_sched, places)
         out = []
@@ -474,14 +474,14 @@ class Pricer:
                 result, slack, _ = partial.finish(self.arch, prev_slack)
                 # Vela's estimate subtracts the weight DMA hidden under the previous pass even from a cascaded pass
                 # whose own transfer it prices at zero, which can price it below its compute time.
-                value = (float(result.total_cycles), float(slack),
+                value = (float(result.total_cycles), slack,
                          bool(result.npu_cycles < result.op_cycles - 1e-6))
                 self.memo[key] = value
             out.append(value)
         return out
 
     def price(self, sg_ops: Sequence[NpuOp], cand: Candidate, places: Mapping[FeatureMap, TensorPlacement],
-              prev_slack: float) -> tuple[list[float], float, bool]:
+              prev_slack: Slack) -> tuple[list[float], Slack, bool]:
         """Per-pass totals of a candidate, the slack its last pass leaves and whether any pass profits from the
         DMA-credit artefact (see ``price_pass``)."""
         totals = []

@@ -65,6 +65,7 @@ from npusched.ir import FeatureMap
 from npusched.lowering.graph import Network, NpuSubgraph
 from npusched.schedule.evaluator import elementwise_reuse_source, staging_limit, storage_size, subgraphs_of, tensor_use
 from npusched.schedule.memory_layout import MemoryLayout, memory_layout
+from npusched.schedule.pricing import Slack
 from npusched.schedule.schedule import OpSchedule, Schedule, TensorPlacement
 from npusched.solvers.cpsat.candidates import (
     Candidate,
@@ -111,7 +112,7 @@ class PriceTable:
     ``artefact`` when some row profits from the DMA-credit artefact of Vela's estimate."""
 
     movable: tuple[FeatureMap, ...]
-    groups: tuple[tuple[float, ...], ...]
+    groups: tuple[tuple[Slack, ...], ...]
     rows: dict[tuple[tuple[int, ...], int], tuple[int, tuple[float, ...]]]
     artefact: bool
 
@@ -256,7 +257,7 @@ def incumbent_runs(net: NetworkFacts, incumbent: Schedule | None, sgi: int) -> l
     return [make_candidate(facts, start, ops, "hint") for start, ops in segments_of(incumbent, facts.sg)]
 
 
-def slack_before(net: NetworkFacts, runs: list[Candidate], sgi: int, pos: int) -> float:
+def slack_before(net: NetworkFacts, runs: list[Candidate], sgi: int, pos: int) -> Slack:
     """The slack the run ending at ``pos - 1`` leaves (0 at the start of a subgraph or without an incumbent)."""
     before = next((run for run in runs if run.end == pos - 1), None)
     return net.pricer.price(net.subgraphs[sgi].ops, before, {}, 0.0)[1] if before is not None else 0.0
@@ -285,8 +286,8 @@ class RegionData:
     kept: dict[FeatureMap, TensorPlacement]
     tables: tuple[PriceTable, ...]
     excluded: frozenset[int]
-    slack_out: tuple[float, ...]
-    slack_classes: dict[int, list[float]]
+    slack_out: tuple[Slack, ...]
+    slack_classes: dict[int, list[Slack]]
     prebuffer_after: int
     starting_at: dict[int, list[int]]  # position -> the candidates starting there
     ending_at: dict[int, list[int]]
@@ -410,14 +411,14 @@ def _add_residency(model: cp_model.CpModel, data: RegionData, use: dict[int, cp_
 
 def _add_price_tables(model: cp_model.CpModel, data: RegionData, use: dict[int, cp_model.IntVar],
                       resident: dict[FeatureMap, cp_model.IntVar]
-                      ) -> tuple[dict[RowKey, cp_model.IntVar], dict[tuple[int, float], cp_model.IntVar]]:
+                      ) -> tuple[dict[RowKey, cp_model.IntVar], dict[tuple[int, Slack], cp_model.IntVar]]:
     """``row[c, placement, slack group]``: the row of c's price table that applies, one exactly when c runs,
     its placement bits agreeing with ``resident``; ``after_slack[c, s]``: c runs after a candidate that leaves
     slack s, one exactly when c runs, agreeing with the row's slack group (only where c's price depends on the
     slack). A single-row table is priced by ``use[c]`` itself."""
     sgi = data.region.sg_index
     row: dict[RowKey, cp_model.IntVar] = {}
-    after_slack: dict[tuple[int, float], cp_model.IntVar] = {}
+    after_slack: dict[tuple[int, Slack], cp_model.IntVar] = {}
     for k, (c, table) in enumerate(zip(data.candidates, data.tables, strict=True)):
         if len(table.rows) == 1:
             ((combo, group),) = table.rows
@@ -442,10 +443,10 @@ def _add_price_tables(model: cp_model.CpModel, data: RegionData, use: dict[int, 
 
 
 def _add_slack_chain(model: cp_model.CpModel, data: RegionData, use: dict[int, cp_model.IntVar],
-                     after_slack: dict[tuple[int, float], cp_model.IntVar]) -> None:
+                     after_slack: dict[tuple[int, Slack], cp_model.IntVar]) -> None:
     """Slack chain: at each boundary, the candidates that start there after slack s are no more than the chosen
     candidates ending just before it that leave s (a transportation problem: tight in the LP relaxation)."""
-    incoming: dict[tuple[int, float], list[Any]] = {}
+    incoming: dict[tuple[int, Slack], list[Any]] = {}
     for (k, s), var in after_slack.items():
         incoming.setdefault((data.candidates[k].start, s), []).append(var)
     for (pos, s), terms in incoming.items():
@@ -551,14 +552,14 @@ def _add_clique_cuts(model: cp_model.CpModel, net: NetworkFacts, data: RegionDat
                 model.add(sum(big) <= parts - 1)
 
 
-def _price_table(net: NetworkFacts, sg: NpuSubgraph, cand: Candidate, movable: list[FeatureMap], slacks: list[float],
+def _price_table(net: NetworkFacts, sg: NpuSubgraph, cand: Candidate, movable: list[FeatureMap], slacks: list[Slack],
                  kept: dict[FeatureMap, TensorPlacement]) -> PriceTable:
     """Every price of ``cand``: per residency of its movable boundary maps and per incoming slack; dimensions
     that never change the price are dropped, slacks with identical prices grouped. ``kept`` are the placements
     of maps the model does not decide that differ from Vela's defaults."""
     fast, base = net.fast, net.base
     internal = {fm: TensorPlacement(fast, base[fm].format) for fm in cand.internal if fm in base}
-    full: dict[tuple[tuple[int, ...], float], tuple[int, tuple[float, ...]]] = {}
+    full: dict[tuple[tuple[int, ...], Slack], tuple[int, tuple[float, ...]]] = {}
     artefact = False
     first_op = sg.ops[cand.start]
     for combo in itertools.product((0, 1), repeat=len(movable)):
@@ -588,7 +589,7 @@ def _price_table(net: NetworkFacts, sg: NpuSubgraph, cand: Candidate, movable: l
             out[bit] = v
         return tuple(out)
 
-    columns: dict[tuple[int, ...], list[float]] = {}
+    columns: dict[tuple[int, ...], list[Slack]] = {}
     for s in slacks:
         column = tuple(full[(full_combo(rc), s)][0] for rc in combos)
         columns.setdefault(column, []).append(s)

@@ -14,6 +14,7 @@ from typing import Any
 from ortools.sat.python import cp_model
 
 from npusched.schedule.evaluator import Evaluation, evaluate, verify
+from npusched.schedule.pricing import Slack
 from npusched.schedule.schedule import Schedule
 from npusched.solvers.cpsat.candidates import segments_of
 from npusched.solvers.cpsat.model import (
@@ -196,7 +197,7 @@ def _incumbent_cost(net: NetworkFacts, incumbent: Schedule, region: Region) -> i
     """The scaled price of the incumbent over ``ext_lo..ext_hi``, as the window model's tables price it."""
     places = {fm: incumbent.placement(fm) or p for fm, p in net.base.items()}
     runs = incumbent_runs(net, incumbent, region.sg_index)
-    slack = slack_before(net, runs, region.sg_index, region.ext_lo)
+    slack: Slack = slack_before(net, runs, region.sg_index, region.ext_lo)
     total = 0
     for run in runs:
         if region.ext_lo <= run.start <= region.ext_hi:

@@ -1,0 +1,233 @@
+"""A CP-SAT run: both graphs searched, both Vela cores' schedules as floors, an objective that honours both models.
+
+1. The graphs (``graph_choice``): npusched's own (every priced rewrite site, in-place writes) and Vela's (the
+   unconditional rewrites only). Vela's default core starts on Vela's graph in the background (``floors``).
+2. The floors: Vela legacy's own schedule (the heuristic) and the default core's, both on Vela's graph, priced
+   under every estimator.
+3. The objective (``--objective``): "estimator", ``--estimator``'s model alone; or "both", each model relative
+   to its own core's schedule, weighted so that a cycle is worth the same share of either core's total
+   (``objective_arch``). Every figure printed stays ``--estimator``'s.
+4. The searches: npusched's graph from the better of the heuristic's and the default core's schedules, then
+   Vela's graph from the better floor, each with its share of the time limit; the better answer by the
+   objective is returned. Since the search on Vela's graph starts from the floors and CP-SAT never returns worse
+   than its start, the answer is never worse than either core's schedule by the objective.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from npusched.app.floors import DefaultCoreRun, Floor, legacy_floor
+from npusched.app.graph_choice import Graphs, Variant, decisions
+from npusched.errors import ScheduleError
+from npusched.run import FloorReport, RunOptions, SiteDecision, SolverReport
+from npusched.schedule.evaluator import Evaluation, evaluate, verify
+from npusched.schedule.schedule import Schedule
+from npusched.solvers.cpsat import NO_TIME_TO_SEARCH, CpSatResult, objective_rank, solve_cpsat
+from npusched.solvers.heuristic import heuristic_schedule
+from npusched.target.arch import ArchitectureFeatures, Estimator, blended
+from npusched.vela.backend import estimated_compile_seconds
+from npusched.vela.command import VelaError, vela_executable
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Searched:
+    """One graph's search: its answer and that answer's evaluation under the objective."""
+
+    variant: Variant
+    result: CpSatResult
+    evaluation: Evaluation
+    objective: ArchitectureFeatures
+
+    @property
+    def rank(self) -> tuple[float, ...]:
+        return objective_rank(self.evaluation, self.objective)
+
+
+@dataclass(frozen=True)
+class CpSatRun:
+    """What the run returns: the graph and schedule chosen, CP-SAT's report, the floors and the site decisions."""
+
+    variant: Variant
+    schedule: Schedule
+    report: SolverReport
+    floors: tuple[FloorReport, ...]
+    decisions: tuple[SiteDecision, ...]
+
+
+def objective_arch(arch: ArchitectureFeatures, options: RunOptions, floors: Sequence[Floor]) -> ArchitectureFeatures:
+    """What the search minimises. "both": half the legacy model's cycles plus half the default core's model's, the
+    latter scaled by the legacy core's total over the default core's (each core's own schedule, priced by its own
+    model), so the sum is the legacy core's total times the mean of the two ratios (answer / that core's own);
+    "estimator", or ``--estimator contention``: ``arch`` as it is."""
+    if options.objective != "both" or arch.estimator not in (Estimator.VELA_LEGACY, Estimator.VELA_DEFAULT):
+        return arch
+    by_core = {floor.report.core: floor for floor in floors}
+    legacy, default = by_core.get("vela-legacy"), by_core.get("vela-default")
+    reference = legacy or default
+    if reference is None:
+        return blended(arch, 0.5, 0.5)
+    legacy_total = (legacy or reference).report.cycles_by_estimator[Estimator.VELA_LEGACY.value]
+    default_total = (default or reference).report.cycles_by_estimator[Estimator.VELA_DEFAULT.value]
+    if legacy_total <= 0 or default_total <= 0:
+        return blended(arch, 0.5, 0.5)
+    return blended(arch, 0.5, 0.5 * legacy_total / default_total)
+
+
+def describe_objective(objective: ArchitectureFeatures) -> str:
+    if objective.estimator is Estimator.BOTH:
+        legacy, default = objective.blend_weights
+        return f"both: vela-legacy x {legacy:.3g} + vela-default x {default:.3g}"
+    return objective.estimator.value
+
+
+def solve(data: bytes, options: RunOptions, arch: ArchitectureFeatures, *, started: float, log: Log | None,
+          timings: dict[str, float], begin: Callable[[bytes], None] | None = None) -> CpSatRun:
+    """The run (module docstring). ``begin`` is told each graph the run may schedule as soon as it is known (a
+    compile started ahead); the time limit counts from ``started``."""
+    start = time.monotonic()
+    graphs = Graphs(data, str(options.model_path), arch, normalise_model=options.normalise,
+                    stage=options.stages_maps(arch))
+    searched_variants = [graphs.own, graphs.vela] if graphs.distinct else [graphs.own]
+    for variant in searched_variants:
+        if begin is not None:
+            begin(variant.model_bytes)
+    default_run = _start_default_core(options, graphs.vela.model_bytes)
+    timings["lower"] = time.monotonic() - start
+    start = time.monotonic()
+    floors: list[Floor] = []
+    legacy = legacy_floor(graphs.vela.network, arch)
+    floors += [legacy] if legacy is not None else []
+    default_why = "the vela CLI is not installed"
+    if default_run is not None:
+        default, default_why = default_run.floor(graphs.vela.network, arch)
+        floors += [default] if default is not None else []
+    objective = objective_arch(arch, options, floors)
+    timings["floors"] = time.monotonic() - start
+    if log is not None:
+        log("floors: " + "; ".join(f"{f.report.core} {f.report.cycles_by_estimator[arch.estimator.value]:,.0f} "
+                                   f"cycles{'' if f.report.fits else ' (does not fit)'}" for f in floors)
+            + ("" if default_run is not None and any(f.report.core == "vela-default" for f in floors)
+               else f"; no default-core floor ({default_why})"))
+    hints = {id(graphs.vela): _fitting([f.schedule for f in floors if f.report.fits], graphs.vela, objective)}
+    own_hints = [heuristic_schedule_or_none(graphs.own, arch)]
+    if default_run is not None:
+        own_hints.append(default_run.schedule_onto(graphs.own.network, arch))
+    if not graphs.distinct:
+        own_hints += [f.schedule for f in floors if f.report.fits]
+    hints[id(graphs.own)] = _fitting([h for h in own_hints if h is not None], graphs.own, objective)
+
+    compile_seconds = estimated_compile_seconds(graphs.own.network, started_ahead=options.compile_started_ahead) \
+        if options.compile_follows else 0.0
+    if compile_seconds and log is not None:
+        log(f"keeping {compile_seconds:.1f} s of the time limit for Vela's backend compile")
+    searches: list[Searched] = []
+    errors: list[ScheduleError] = []
+    for k, variant in enumerate(searched_variants):
+        share = 1 / (len(searched_variants) - k)
+        hint, hint_eval = hints[id(variant)] or (None, None)
+        # Keep back what the final evaluation, verification and report take after the search (the schedule is
+        # also evaluated under every other estimator), and Vela's compile when one follows.
+        after_search = (1.5 + len(Estimator.single()) - 1) * _evaluation_seconds(variant) + 0.2
+        left = options.time_limit_seconds - (time.monotonic() - started) - after_search - compile_seconds
+        search_start = time.monotonic()
+        try:
+            result = solve_cpsat(variant.network, objective, time_limit_seconds=left * share,
+                                 workers=options.workers, seed=options.seed, deterministic=options.deterministic,
+                                 hint=hint, hint_evaluation=hint_eval, log=log,
+                                 work_limit_seconds=(options.time_limit_seconds - compile_seconds)
+                                 / len(searched_variants))
+        except ScheduleError as exc:
+            errors.append(exc)
+            continue
+        finally:
+            timings[f"search_{'own' if variant is graphs.own else 'vela'}"] = time.monotonic() - search_start
+        searches.append(Searched(variant, result, evaluate(variant.network, objective, result.schedule), objective))
+    if not searches:
+        raise min(errors, key=lambda e: e.needed_bytes if e.needed_bytes is not None else math.inf)
+    best = min(searches, key=lambda s: s.rank)  # a tie keeps npusched's graph (searched first)
+    return _outcome(best, searches, graphs, floors, arch, objective, compile_seconds)
+
+
+def heuristic_schedule_or_none(variant: Variant, arch: ArchitectureFeatures) -> Schedule | None:
+    try:
+        return heuristic_schedule(variant.network, arch, arch.optimise)
+    except ScheduleError:
+        return None
+
+
+def _fitting(schedules: Sequence[Schedule], variant: Variant,
+             objective: ArchitectureFeatures) -> tuple[Schedule, Evaluation] | None:
+    """The best of ``schedules`` of ``variant`` by the objective among those that verify; None where none does."""
+    best: tuple[Schedule, Evaluation] | None = None
+    for schedule in schedules:
+        evaluation = evaluate(variant.network, objective, schedule)
+        if verify(variant.network, objective, schedule, evaluation):
+            continue
+        if best is None or objective_rank(evaluation, objective) < objective_rank(best[1], objective):
+            best = schedule, evaluation
+    return best
+
+
+def _start_default_core(options: RunOptions, model_bytes: bytes) -> DefaultCoreRun | None:
+    """The default core started on Vela's graph: a deterministic run waits for it up to the limit (its answer
+    must not depend on the machine's load), another a third of the limit."""
+    try:
+        vela_executable()
+    except VelaError:
+        return None
+    share = 1.0 if options.deterministic else 1 / 3
+    return DefaultCoreRun(options, model_bytes, max(options.time_limit_seconds * share, 1.0))
+
+
+def _evaluation_seconds(variant: Variant) -> float:
+    """About what one evaluation of the variant takes (scripts/bench_pricing.py: about 1 ms per pass)."""
+    return 0.001 * len(variant.network.npu_ops)
+
+
+def _outcome(best: Searched, searches: list[Searched], graphs: Graphs, floors: list[Floor],
+             arch: ArchitectureFeatures, objective: ArchitectureFeatures, compile_seconds: float) -> CpSatRun:
+    result = best.result
+    reason = result.reason
+    if reason == NO_TIME_TO_SEARCH and compile_seconds:
+        reason += f"; {compile_seconds:.1f} s of the limit kept for Vela's compile (--output-dir)"
+    returned = {f.report.core for f in floors if best.variant is graphs.vela
+                and (f.schedule.ops, f.schedule.tensors) == (result.schedule.ops, result.schedule.tensors)}
+    if returned:
+        reason = "; ".join(filter(None, (reason, f"the search found nothing better than {' and '.join(returned)}'s "
+                                                  "own schedule, which is returned")))
+    legacy = next((f for f in floors if f.report.core == "vela-legacy"), None)
+    legacy_eval = legacy.by_estimator[arch.estimator.value] if legacy is not None else None
+    report = SolverReport(
+        status=result.status, bound_cycles=result.bound_cycles, gap=result.gap, solve_seconds=result.solve_seconds,
+        reason=reason, model_stats={**result.model_stats, "graphs_searched": len(searches)},
+        heuristic_cycles=legacy_eval.total_cycles if legacy_eval is not None else None,
+        heuristic_peak_fast_storage_bytes=legacy_eval.peak_fast_storage if legacy_eval is not None else None,
+        any_schedule_bound_cycles=result.any_schedule_bound_cycles, strategy=result.strategy,
+        peak_bound_bytes=result.peak_bound_bytes, peak_proven_minimal=result.peak_proven_minimal,
+        objective=describe_objective(objective))
+    floor_reports = tuple(_returned(f.report, f.report.core in returned) for f in floors)
+    other = next((s for s in searches if s is not best), None)
+    if other is None:
+        kept = "kept: the only graph searched" if not graphs.distinct else "kept"
+        chosen = decisions(graphs.sites, best.variant, kept, "priced out")
+    else:
+        with_sites = f"CP-SAT {_figure(searches[0])} with the priced rewrites, {_figure(searches[1])} without"
+        chosen = decisions(graphs.sites, best.variant, f"kept: {with_sites}", f"priced out: {with_sites}")
+    return CpSatRun(best.variant, result.schedule, report, floor_reports, chosen)
+
+
+def _figure(searched: Searched) -> str:
+    evaluation = searched.evaluation
+    if len(searched.rank) > 1:
+        return f"{evaluation.peak_fast_storage:,} bytes / {evaluation.total_cycles:,.0f}"
+    return f"{evaluation.total_cycles:,.0f}"
+
+
+def _returned(report: FloorReport, returned: bool) -> FloorReport:
+    return replace(report, returned=True) if returned else report

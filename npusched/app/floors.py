@@ -1,0 +1,124 @@
+"""The two Vela cores' own schedules, the floors of every CP-SAT run.
+
+A run's answer counts only if it is no slower than either Vela core, each priced by its own model. So every CP-SAT
+run also makes both cores' schedules of the model as Vela reads it (``graph_choice``'s Vela graph: the unconditional
+rewrites only, no priced site, no in-place write): Vela legacy's by the heuristic, which reproduces it; the default
+core's by running the `vela` CLI in the background while the run prices and lowers, read back by op name
+(``npusched.vela.default_core``). Both are evaluated under every estimator, so the report compares them without a
+Vela run; both hint the search on that graph, so its answer is never worse than either by the run's objective.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from npusched.errors import NpuschedError, ScheduleError
+from npusched.lowering.graph import Network
+from npusched.run import FloorReport, RunOptions
+from npusched.schedule.evaluator import Evaluation, evaluate, verify
+from npusched.schedule.schedule import Schedule
+from npusched.solvers.heuristic import heuristic_schedule
+from npusched.target.arch import ArchitectureFeatures, Estimator, with_estimator
+from npusched.vela.default_core import (
+    DefaultCoreOp,
+    read_default_core_ops,
+    run_default_core,
+    schedule_from_default_core,
+)
+
+LEGACY = "vela-legacy"
+DEFAULT = "vela-default"
+
+
+@dataclass(frozen=True)
+class Floor:
+    """One core's own schedule of the Vela graph, its evaluation under each single model and what the report says
+    of it (``report.fits``: it fits the limit and npusched's rules accept it)."""
+
+    network: Network
+    schedule: Schedule
+    by_estimator: dict[str, Evaluation]
+    report: FloorReport
+
+    def evaluation(self, objective: ArchitectureFeatures) -> Evaluation:
+        """The schedule's evaluation under the run's objective."""
+        known = self.by_estimator.get(objective.estimator.value)
+        return known if known is not None else evaluate(self.network, objective, self.schedule)
+
+
+def legacy_floor(network: Network, arch: ArchitectureFeatures) -> Floor | None:
+    """Vela legacy's own schedule (the heuristic, deciding under the legacy model); None where Vela stops with
+    "Allocation exceeds staging limit"."""
+    legacy = with_estimator(arch, Estimator.VELA_LEGACY)
+    try:
+        schedule = heuristic_schedule(network, legacy, arch.optimise)
+    except ScheduleError:
+        return None
+    return _floor(LEGACY, network, arch, schedule, "")
+
+
+class DefaultCoreRun:
+    """The `vela` CLI's default core on a model, started now in the background (a subprocess: the run goes on),
+    its schedule read back by :meth:`floor`. ``timeout_seconds`` bounds the CLI."""
+
+    def __init__(self, options: RunOptions, model_bytes: bytes, timeout_seconds: float) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="npusched-vela-default-")
+        model_path = Path(self._tmp.name) / Path(options.model_path).name
+        model_path.write_bytes(model_bytes)
+        self.timeout_seconds = timeout_seconds
+        self.started = time.monotonic()
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        self._future = self._executor.submit(self._ops, replace(options, model_path=model_path))
+        self._answer: tuple[list[DefaultCoreOp] | None, str] | None = None
+
+    def _ops(self, options: RunOptions) -> list[DefaultCoreOp]:
+        return read_default_core_ops(run_default_core(options, Path(self._tmp.name) / "output",
+                                                      self.timeout_seconds))
+
+    def ops(self) -> tuple[list[DefaultCoreOp] | None, str]:
+        """The default core's scheduled ops, or None and why there are none (Vela missing, failing, too slow)."""
+        if self._answer is None:
+            try:
+                self._answer = self._future.result(), ""
+            except subprocess.TimeoutExpired:
+                self._answer = None, f"the vela CLI did not finish within {self.timeout_seconds:.0f} s"
+            except (NpuschedError, OSError) as exc:
+                self._answer = None, str(exc)
+            finally:
+                self._executor.shutdown(wait=True)
+                self._tmp.cleanup()
+        return self._answer
+
+    def schedule_onto(self, network: Network, arch: ArchitectureFeatures) -> Schedule | None:
+        """The default core's decisions read onto another graph of the same model (npusched's own, where its
+        passes have the same names), as a start for the search there; None where there are none."""
+        ops, _ = self.ops()
+        if ops is None:
+            return None
+        return schedule_from_default_core(network, with_estimator(arch, Estimator.VELA_DEFAULT), ops).schedule
+
+    def floor(self, network: Network, arch: ArchitectureFeatures) -> tuple[Floor | None, str]:
+        """The default core's schedule read onto ``network`` (Vela legacy's graph), or None and why."""
+        ops, why = self.ops()
+        if ops is None:
+            return None, why
+        imported = schedule_from_default_core(network, with_estimator(arch, Estimator.VELA_DEFAULT), ops)
+        note = f"{len(imported.warnings)} decision(s) npusched cannot express as the default core made them" \
+            if imported.warnings else ""
+        return _floor(DEFAULT, network, arch, imported.schedule, note), ""
+
+
+def _floor(name: str, network: Network, arch: ArchitectureFeatures, schedule: Schedule, note: str) -> Floor:
+    by_estimator = {estimator.value: evaluate(network, with_estimator(arch, estimator), schedule)
+                    for estimator in Estimator.single()}
+    legacy = by_estimator[LEGACY]
+    problems = verify(network, with_estimator(arch, Estimator.VELA_LEGACY), schedule, legacy)
+    report = FloorReport(name, {key: e.total_cycles for key, e in by_estimator.items()}, legacy.peak_fast_storage,
+                         max(legacy.allocation.size_bytes, legacy.network_peak_fast_storage), fits=not problems,
+                         note=problems[0] if problems else note)
+    return Floor(network, schedule, by_estimator, report)

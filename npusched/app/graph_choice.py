@@ -1,0 +1,105 @@
+"""The graphs a CP-SAT run prices against each other: npusched's own and the one Vela legacy reads.
+
+The priced rewrites of ``npusched.frontend.normalise`` (re-laid-out channel-poor chains, staged inputs and
+outputs, widened outputs, gate order, softmax bands) and the lowering's in-place concatenation writes change only
+what a schedule costs or needs in fast storage, and each can lose: a staged 320 x 320 x 3 input costs its copy
+more than the bursts it saves; a re-laid-out rescaling is a map no convolution cascades from, which a Size
+schedule needs. What a rewrite is worth depends on what CP-SAT makes of it (the heuristic, Vela legacy's rules,
+mostly cannot use it: on mobilenet_v2 it prices a staged input 5-9% worse where CP-SAT gains 0.5-23%), so the
+run searches both graphs, each with part of the time limit, and keeps the better schedule
+(``npusched.app.cpsat_run``): npusched's graph, every site applied and in-place writes on, and Vela's graph, the
+unconditional rewrites only (folding, grouped convolutions), which is also the graph of both Vela cores' own
+schedules (``npusched.app.floors``). Where a network has sites of several rewrites and time is left, the better
+graph is priced with each rewrite's sites toggled (``refinements``). The decisions are recorded per site.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from npusched.frontend.normalise import Normalisation, Site, normalise
+from npusched.frontend.tflite_reader import parse_tflite
+from npusched.frontend.validate import validate_model
+from npusched.lowering.graph import Network, lower_model
+from npusched.lowering.in_place import IN_PLACE_OF
+from npusched.run import SiteDecision
+from npusched.target.arch import ArchitectureFeatures
+
+# The pseudo-site that stands for the lowering's in-place concatenation writes.
+IN_PLACE_WRITES = Site("in_place_writes", "*")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One graph a run may schedule: the model's bytes, what normalisation did (None: not normalised), the priced
+    sites it leaves out, whether passes write their slices of a concatenation in place, and the lowered network."""
+
+    model_bytes: bytes
+    normalisation: Normalisation | None
+    skipped: frozenset[str]
+    in_place: bool
+    network: Network
+
+    @property
+    def sites(self) -> tuple[Site, ...]:
+        """The priced sites this graph has (in-place writes included)."""
+        applied = self.normalisation.applied if self.normalisation is not None else ()
+        return applied + ((IN_PLACE_WRITES,) if self.writes_in_place else ())
+
+    @property
+    def writes_in_place(self) -> bool:
+        return any(op.attr(IN_PLACE_OF) for op in self.network.npu_ops)
+
+
+class Graphs:
+    """The variants of one model a run may schedule, built on demand and kept (each is lowered once)."""
+
+    def __init__(self, data: bytes, source: str, arch: ArchitectureFeatures, *, normalise_model: bool, stage: bool,
+                 in_place: bool = True) -> None:
+        self.data, self.source, self.arch = data, source, arch
+        self.normalise_model, self.stage, self.in_place = normalise_model, stage, in_place
+        self._built: dict[tuple[frozenset[str], bool], Variant] = {}
+        self.own = self.variant(frozenset(), in_place)
+        # Every priced site npusched's graph has (with the in-place writes, when it has any).
+        self.sites: tuple[Site, ...] = self.own.sites
+        self.vela = self.variant(frozenset(site.key for site in self.sites), False)
+
+    def variant(self, skipped: frozenset[str], in_place: bool) -> Variant:
+        """The graph without the sites ``skipped`` names (``IN_PLACE_WRITES`` among them: no in-place writes)."""
+        in_place = in_place and IN_PLACE_WRITES.key not in skipped
+        key = (skipped, in_place)
+        if key not in self._built:
+            model_bytes, record = (normalise(self.data, self.source, stage=self.stage, skip=skipped)
+                                   if self.normalise_model else (self.data, None))
+            model = parse_tflite(model_bytes, self.source)
+            validate_model(model)
+            network = lower_model(model, self.arch, in_place=in_place)
+            self._built[key] = Variant(model_bytes, record, skipped, in_place, network)
+        return self._built[key]
+
+    @property
+    def distinct(self) -> bool:
+        """Whether npusched's graph differs from Vela's (else one search covers both)."""
+        return bool(self.sites)
+
+    def refinements(self, best: Variant) -> list[tuple[tuple[Site, ...], Variant]]:
+        """From the better of the two graphs, each rewrite's sites toggled (added to Vela's graph, or left out of
+        npusched's): the variants worth a search of their own where a network has sites of several rewrites."""
+        by_rewrite: dict[str, list[Site]] = {}
+        for site in self.sites:
+            by_rewrite.setdefault(site.rewrite, []).append(site)
+        if len(by_rewrite) < 2:
+            return []
+        out = []
+        for members in by_rewrite.values():
+            keys = frozenset(site.key for site in members)
+            skipped = best.skipped - keys if best.skipped & keys else best.skipped | keys
+            out.append((tuple(members), self.variant(skipped, self.in_place)))
+        return out
+
+
+def decisions(sites: Sequence[Site], chosen: Variant, why_kept: str, why_out: str) -> tuple[SiteDecision, ...]:
+    """Every site, applied or not in ``chosen``, with the reason the run gives for each side."""
+    return tuple(SiteDecision(site, site.key not in chosen.skipped, why_out if site.key in chosen.skipped
+                              else why_kept) for site in sites)
