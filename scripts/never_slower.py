@@ -2,7 +2,8 @@
 """Issue 31's grid: npusched's default run against both Vela cores' own schedules, each priced by its own model.
 
 Usage: python scripts/never_slower.py [--archs a,b] [--styles plain,keras,torch] [--configs c1,c2] [--passes 60]
-           [--seed 0] [--time-limit 30] [--workers N] [--deterministic] [--csv PATH] [--resume]
+           [--seed 0] [--time-limit 30] [--workers N] [--deterministic] [--objective O] [--estimator E]
+           [--csv PATH] [--resume] [--summary-only]
 
 For every netgen architecture x export style (plain, Keras-style, PyTorch-style) x golden configuration (the grid
 of scripts/normalise_figures.py) it runs, on the same generated file:
@@ -67,7 +68,9 @@ def core_run(model: Path, config: dict[str, Any], core: str) -> dict[str, Any]:
 
 def npusched_run(model: Path, config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     options = run_options_from_vela_args(model, config, solver="cpsat", time_limit_seconds=args.time_limit,
-                                         workers=args.workers, deterministic=args.deterministic)
+                                         workers=args.workers, deterministic=args.deterministic,
+                                         **({"objective": args.objective} if args.objective else {}),
+                                         **({"estimator": args.estimator} if args.estimator else {}))
     try:
         result = run(options)
     except NpuschedError as exc:
@@ -117,10 +120,12 @@ def summarise(rows: list[dict[str, Any]]) -> list[str]:
     lines = []
     for key in ("ratio_legacy", "ratio_default", "ratio_max", "peak_vs_min"):
         values = [float(r[key]) for r in counted if r.get(key) not in (None, "")]
+        every = [float(r[key]) for r in rows if r.get(key) not in (None, "")]
         over = [f"{r['arch']}/{r['style']}/{r['config']} {float(r[key]):.3f}" for r in counted
                 if r.get(key) not in (None, "") and float(r[key]) > TOLERANCE]
         lines.append(f"{key}: {len(values)} cells, geomean {geomean(values):.3f}, max "
-                     f"{max(values, default=math.nan):.3f}; over {TOLERANCE}: {len(over)}"
+                     f"{max(values, default=math.nan):.3f} (with the excluded: {len(every)} cells, geomean "
+                     f"{geomean(every):.3f}, max {max(every, default=math.nan):.3f}); over {TOLERANCE}: {len(over)}"
                      + (f" ({'; '.join(over)})" if over else ""))
     excluded = [f"{r['arch']}/{r['style']}/{r['config']} ({r['excluded']})" for r in rows if r.get("excluded")]
     failed = [f"{r['arch']}/{r['style']}/{r['config']}" for r in counted if r.get("ratio_max") in (None, "")]
@@ -139,6 +144,8 @@ def main() -> int:
     parser.add_argument("--time-limit", type=float, default=30.0)
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--deterministic", action="store_true")
+    parser.add_argument("--objective", choices=("both", "estimator"), help="--objective (default: the run's)")
+    parser.add_argument("--estimator", help="--estimator (default: the run's)")
     parser.add_argument("--csv", type=Path, help="write the rows here (and read them back with --resume)")
     parser.add_argument("--resume", action="store_true", help="keep the cells --csv already holds")
     parser.add_argument("--summary-only", action="store_true", help="summarise --csv without running anything")
