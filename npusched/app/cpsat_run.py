@@ -28,7 +28,7 @@ from npusched.schedule.evaluator import Evaluation, evaluate, verify
 from npusched.schedule.schedule import Schedule
 from npusched.solvers.cpsat import NO_TIME_TO_SEARCH, CpSatResult, objective_rank, solve_cpsat
 from npusched.solvers.heuristic import heuristic_schedule
-from npusched.target.arch import ArchitectureFeatures, Estimator, blended
+from npusched.target.arch import OVER_CAP_PENALTY, ArchitectureFeatures, Estimator, blended
 from npusched.vela.backend import estimated_compile_seconds
 from npusched.vela.command import VelaError, vela_executable
 
@@ -63,8 +63,10 @@ class CpSatRun:
 def objective_arch(arch: ArchitectureFeatures, options: RunOptions, floors: Sequence[Floor]) -> ArchitectureFeatures:
     """What the search minimises. "both": half the legacy model's cycles plus half the default core's model's, the
     latter scaled by the legacy core's total over the default core's (each core's own schedule, priced by its own
-    model), so the sum is the legacy core's total times the mean of the two ratios (answer / that core's own);
-    "estimator", or ``--estimator contention``: ``arch`` as it is."""
+    model), so the sum is the legacy core's total times the mean of the two ratios (answer / that core's own),
+    and a ratio over 1 costs ``OVER_CAP_PENALTY`` times as much beyond 1 (so an answer slower than either core
+    by its own model is taken only where none is faster than both); "estimator", or ``--estimator contention``:
+    ``arch`` as it is."""
     if options.objective != "both" or arch.estimator not in (Estimator.VELA_LEGACY, Estimator.VELA_DEFAULT):
         return arch
     by_core = {floor.report.core: floor for floor in floors}
@@ -76,13 +78,14 @@ def objective_arch(arch: ArchitectureFeatures, options: RunOptions, floors: Sequ
     default_total = (default or reference).report.cycles_by_estimator[Estimator.VELA_DEFAULT.value]
     if legacy_total <= 0 or default_total <= 0:
         return blended(arch, 0.5, 0.5)
-    return blended(arch, 0.5, 0.5 * legacy_total / default_total)
+    return blended(arch, 0.5, 0.5 * legacy_total / default_total, cap=0.5 * legacy_total)
 
 
 def describe_objective(objective: ArchitectureFeatures) -> str:
     if objective.estimator is Estimator.BOTH:
         legacy, default = objective.blend_weights
-        return f"both: vela-legacy x {legacy:.3g} + vela-default x {default:.3g}"
+        over = f", each over {objective.blend_cap:,.0f} x {OVER_CAP_PENALTY}" if objective.blend_cap > 0 else ""
+        return f"both: vela-legacy x {legacy:.3g} + vela-default x {default:.3g}{over}"
     return objective.estimator.value
 
 

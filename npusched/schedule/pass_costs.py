@@ -46,6 +46,7 @@ class OpCost:
     slack_buffering_cycles: Slack = 0.0  # per model under Estimator.BOTH
     full_weight_transfer_cycles: float = 0.0
     network_sram_used: int = 0
+    parts: tuple[float, float] = (0.0, 0.0)  # under Estimator.BOTH: the two weighted model totals
 
     def bytes_moved(self, mem: MemArea, purpose: Purpose | None = None,
                     direction: Direction | None = None) -> float:
@@ -71,6 +72,7 @@ class Evaluation:
     original_weight_bytes: int = 0
     notes: tuple[str, ...] = field(default=())
     network_memory: SubgraphMemory | None = None
+    parts: tuple[float, float] = (0.0, 0.0)  # under Estimator.BOTH: the two weighted model totals
 
     @property
     def sram_used_peaks(self) -> tuple[int, ...]:
@@ -146,7 +148,7 @@ def evaluate(network_or_subgraph: Network | NpuSubgraph, arch: ArchitectureFeatu
                 npu_cycles=result.npu_cycles, op_cycles=result.op_cycles, total_cycles=result.total_cycles,
                 access_cycles=dict(result.access_cycles), bandwidth=dict(result.bandwidth), macs=result.macs,
                 sram_used=used, slack_buffering_cycles=slack, full_weight_transfer_cycles=full_transfer,
-                network_sram_used=whole.usage[whole.op_steps[op.index]],
+                network_sram_used=whole.usage[whole.op_steps[op.index]], parts=result.parts,
             ))
             total_cycles += result.total_cycles
             npu_cycles += result.npu_cycles
@@ -172,4 +174,5 @@ def evaluate(network_or_subgraph: Network | NpuSubgraph, arch: ArchitectureFeatu
         access_cycles=access, bandwidth=bandwidth, macs=macs, peak_fast_storage=peak,
         staging_limit=staging_limit(arch), encoded_weight_bytes=encoded_total, original_weight_bytes=original_total,
         notes=tuple(notes), network_memory=whole,
+        parts=(sum(c.parts[0] for c in costs), sum(c.parts[1] for c in costs)),
     )

@@ -174,7 +174,8 @@ class BlendedPrice:
         blend = perf.OpPerformance(npu_cycles=wa * a.npu_cycles + wb * b.npu_cycles, access_cycles=access,
                                    total_cycles=wa * a.total_cycles + wb * b.total_cycles, macs=a.macs,
                                    bandwidth=a.bandwidth, scaled_bandwidth=a.scaled_bandwidth,
-                                   op_cycles=wa * a.op_cycles + wb * b.op_cycles)
+                                   op_cycles=wa * a.op_cycles + wb * b.op_cycles,
+                                   parts=(wa * a.total_cycles, wb * b.total_cycles))
         assert not isinstance(a_slack, tuple) and not isinstance(b_slack, tuple)
         return blend, (a_slack, b_slack), wa * a_transfer + wb * b_transfer
 

@@ -446,8 +446,10 @@ class ArchitectureFeatures:
 
     # how passes are priced (not Vela's: npusched's --estimator)
     estimator: Estimator = Estimator.VELA_LEGACY
-    # Under ``Estimator.BOTH``: a pass costs legacy x its legacy-model cycles + default x its default-model cycles.
+    # Under ``Estimator.BOTH``: a pass costs legacy x its legacy-model cycles + default x its default-model cycles,
+    # and each of the two weighted totals over ``blend_cap`` (0: none) is an excess the objective penalises.
     blend_weights: tuple[float, float] = (1.0, 1.0)
+    blend_cap: float = 0.0
 
     _key: tuple = field(init=False, repr=False, compare=False)
     _hash: int = field(init=False, repr=False, compare=False)
@@ -774,15 +776,30 @@ def _load_architecture(accelerator_config: str, config_files: tuple[str, ...] | 
     )
 
 
+# Under ``Estimator.BOTH``, a cycle of a weighted model total over ``blend_cap`` costs the objective this many.
+OVER_CAP_PENALTY = 10
+
+
 def with_estimator(arch: ArchitectureFeatures, estimator: Estimator) -> ArchitectureFeatures:
     """``arch`` pricing with ``estimator`` (a single model)."""
-    return arch if arch.estimator is estimator else replace(arch, estimator=estimator, blend_weights=(1.0, 1.0))
+    return arch if arch.estimator is estimator else replace(arch, estimator=estimator, blend_weights=(1.0, 1.0),
+                                                            blend_cap=0.0)
 
 
-def blended(arch: ArchitectureFeatures, legacy_weight: float, default_weight: float) -> ArchitectureFeatures:
+def blended(arch: ArchitectureFeatures, legacy_weight: float, default_weight: float,
+            cap: float = 0.0) -> ArchitectureFeatures:
     """``arch`` pricing a pass as ``legacy_weight`` x its cycles under Vela legacy's model + ``default_weight`` x
-    its cycles under the default core's (``Estimator.BOTH``)."""
-    return replace(arch, estimator=Estimator.BOTH, blend_weights=(float(legacy_weight), float(default_weight)))
+    its cycles under the default core's (``Estimator.BOTH``), each weighted total over ``cap`` penalised."""
+    return replace(arch, estimator=Estimator.BOTH, blend_weights=(float(legacy_weight), float(default_weight)),
+                   blend_cap=float(cap))
+
+
+def objective_cycles(arch: ArchitectureFeatures, total_cycles: float, parts: tuple[float, float]) -> float:
+    """What a solver minimises: the total; under ``Estimator.BOTH`` with a cap, plus ``OVER_CAP_PENALTY`` x each
+    weighted model total's excess over it."""
+    if arch.estimator is not Estimator.BOTH or arch.blend_cap <= 0:
+        return total_cycles
+    return total_cycles + OVER_CAP_PENALTY * sum(max(0.0, part - arch.blend_cap) for part in parts)
 
 
 @functools.lru_cache(maxsize=64)

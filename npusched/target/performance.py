@@ -578,6 +578,8 @@ class OpPerformance:
     bandwidth: dict[tuple[MemArea, Purpose, Direction], float] = field(default_factory=dict)
     scaled_bandwidth: dict[tuple[MemArea, Purpose, Direction], float] = field(default_factory=dict)
     op_cycles: float = 0  # compute-only cycles before weight/LUT DMA is added
+    # Under npusched's Estimator.BOTH: the weighted legacy-model and default-model totals (they sum to the total).
+    parts: tuple[float, float] = (0.0, 0.0)
 
     def bytes_moved(
         self, mem: MemArea, purpose: Purpose | None = None, direction: Direction | None = None

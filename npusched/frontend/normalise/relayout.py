@@ -57,6 +57,10 @@ class ChainPlan:
     def operators(self) -> int:
         return len(self.positions)
 
+    @property
+    def position(self) -> int:
+        return self.positions[0]
+
 
 def _operands(model: ModelT, subgraph: SubGraphT, op: OperatorT,
               channels: int) -> tuple[int, dict[int, np.ndarray]] | None:

@@ -36,11 +36,14 @@ class Site:
 
 
 class Plan(Protocol):
-    """What ``find`` returns per site: the site, how many operators it rewrites (the summary counts them), and the
-    data its ``apply`` needs."""
+    """What ``find`` returns per site: the site, the position of the (first) operator it rewrites, how many
+    operators it rewrites (the summary counts them), and the data its ``apply`` needs."""
 
     @property
     def site(self) -> Site: ...
+
+    @property
+    def position(self) -> int: ...
 
     @property
     def operators(self) -> int: ...

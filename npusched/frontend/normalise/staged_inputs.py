@@ -49,6 +49,10 @@ class StagePlan:
     readers: tuple[int, ...]
     operators: int = 1
 
+    @property
+    def position(self) -> int:
+        return min(self.readers)
+
 
 def find_staged_inputs(model: ModelT, subgraph: SubGraphT) -> list[StagePlan]:
     """Maps read only by convolutions, pools or a PAD (as their first input) that are a network input or the

@@ -427,7 +427,7 @@ class Pricer:
     def __init__(self, arch: ArchitectureFeatures, base: Mapping[FeatureMap, TensorPlacement]) -> None:
         self.arch = arch
         self.base = dict(base)
-        self.memo: dict[tuple, tuple[float, Slack, bool]] = {}
+        self.memo: dict[tuple, tuple[float, Slack, bool, float]] = {}
         self.partials: dict[tuple, PartialPrice | BlendedPrice] = {}
         self.interned: dict[int, int] = {}
         self.keys: dict[tuple, int] = {}
@@ -454,12 +454,13 @@ class Pricer:
         return (ident, where), local
 
     def price_pass(self, op: NpuOp, op_sched: OpSchedule, places: Mapping[FeatureMap, TensorPlacement],
-                   prev_slack: Slack) -> tuple[float, Slack, bool]:
-        """(total cycles, slack left for the next pass, priced below its own compute time) of one pass."""
+                   prev_slack: Slack) -> tuple[float, Slack, bool, float]:
+        """(total cycles, slack left for the next pass, priced below its own compute time, and under
+        ``Estimator.BOTH`` the weighted legacy-model part of the total) of one pass."""
         return self.price_pass_after(op, op_sched, places, (prev_slack,))[0]
 
     def price_pass_after(self, op: NpuOp, op_sched: OpSchedule, places: Mapping[FeatureMap, TensorPlacement],
-                         slacks: Sequence[Slack]) -> list[tuple[float, Slack, bool]]:
+                         slacks: Sequence[Slack]) -> list[tuple[float, Slack, bool, float]]:
         """``price_pass`` after each of ``slacks`` (the key is built once for them all)."""
         base_key, local = self._key(op, op_sched, places)
         out = []
@@ -475,21 +476,22 @@ class Pricer:
                 # Vela's estimate subtracts the weight DMA hidden under the previous pass even from a cascaded pass
                 # whose own transfer it prices at zero, which can price it below its compute time.
                 value = (float(result.total_cycles), slack,
-                         bool(result.npu_cycles < result.op_cycles - 1e-6))
+                         bool(result.npu_cycles < result.op_cycles - 1e-6), result.parts[0])
                 self.memo[key] = value
             out.append(value)
         return out
 
     def price(self, sg_ops: Sequence[NpuOp], cand: Candidate, places: Mapping[FeatureMap, TensorPlacement],
-              prev_slack: Slack) -> tuple[list[float], Slack, bool]:
-        """Per-pass totals of a candidate, the slack its last pass leaves and whether any pass profits from the
-        DMA-credit artefact (see ``price_pass``)."""
-        totals = []
+              prev_slack: Slack) -> tuple[list[float], Slack, bool, list[float]]:
+        """Per-pass totals of a candidate, the slack its last pass leaves, whether any pass profits from the
+        DMA-credit artefact and per pass the legacy part of its total (see ``price_pass``)."""
+        totals, parts = [], []
         slack = prev_slack
         artefact = False
         for k, op_sched in enumerate(cand.ops):
             op = sg_ops[cand.start + k]
-            total, slack, credited = self.price_pass(op, op_sched, places, slack)
+            total, slack, credited, part = self.price_pass(op, op_sched, places, slack)
             artefact = artefact or credited
             totals.append(total)
-        return totals, slack, artefact
+            parts.append(part)
+        return totals, slack, artefact, parts

@@ -78,7 +78,7 @@ from npusched.solvers.cpsat.candidates import (
 )
 from npusched.solvers.heuristic import sched_ops_of
 from npusched.solvers.max_schedule import vela_tensor_placements
-from npusched.target.arch import ArchitectureFeatures
+from npusched.target.arch import OVER_CAP_PENALTY, ArchitectureFeatures, Estimator
 
 # Prices are in cycles with fractions; the objective counts 1/SCALE cycles (rounded per pass).
 SCALE = 1000
@@ -113,7 +113,8 @@ class PriceTable:
 
     movable: tuple[FeatureMap, ...]
     groups: tuple[tuple[Slack, ...], ...]
-    rows: dict[tuple[tuple[int, ...], int], tuple[int, tuple[float, ...]]]
+    # (placement combo, slack group) -> (scaled cycles, per-pass cycles, scaled legacy part under Estimator.BOTH)
+    rows: dict[tuple[tuple[int, ...], int], tuple[int, tuple[float, ...], int]]
     artefact: bool
 
 
@@ -133,6 +134,11 @@ class RegionModel:
         """The region's total cycles (scaled by SCALE): each chosen price row's cost."""
         return sum(self.data.tables[k].rows[combo, group][0] * chosen for (k, combo, group), chosen in self.row.items())
 
+    def scaled_legacy_part(self) -> Expr:
+        """Under ``Estimator.BOTH``: the weighted legacy-model part of ``scaled_cycles`` (the rest is the default
+        core's model's)."""
+        return sum(self.data.tables[k].rows[combo, group][2] * chosen for (k, combo, group), chosen in self.row.items())
+
 
 @dataclass
 class CpSatModel:
@@ -147,6 +153,9 @@ class CpSatModel:
     cycles: Expr  # the regions' total cycles, scaled by SCALE
     # With ``minimise_memory``, the variable every memory constraint is held to; else the fixed limit.
     peak: cp_model.IntVar | int
+    # What is minimised after the peak (scaled): the cycles, under Estimator.BOTH with each weighted model total's
+    # excess over the arch's cap penalised (``npusched.target.arch.objective_cycles``); a window's, its cycles.
+    objective: Expr = 0
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -238,7 +247,8 @@ def build_model(net: NetworkFacts, regions: Sequence[Region], references: tuple[
                          hint_first=hint_first, limit=limit, peak=peak, clique_cuts=not minimise_memory,
                          deadline=deadline, vela_configs_only=vela_configs_only) for region in regions]
     cycles = sum(region.scaled_cycles() for region in built)
-    model.minimize(peak if minimise_memory else cycles)
+    objective = cycles if incumbent is not None else _penalised(model, net.arch, cycles, built)
+    model.minimize(peak if minimise_memory else objective)
     proto = model.proto
     stats = {"candidates": sum(len(r.data.candidates) for r in built), "variables": len(proto.variables),
              "constraints": len(proto.constraints), "build_seconds": round(time.monotonic() - start_time, 3),
@@ -246,7 +256,24 @@ def build_model(net: NetworkFacts, regions: Sequence[Region], references: tuple[
     if log is not None and incumbent is None:
         log(f"cp-sat model: {stats['candidates']} candidates, {stats['variables']} variables, "
             f"{stats['constraints']} constraints, built in {stats['build_seconds']:.2f} s")
-    return CpSatModel(model, built, limit, placements, net, stats, cycles, peak)
+    return CpSatModel(model, built, limit, placements, net, stats, cycles, peak, objective)
+
+
+def _penalised(model: cp_model.CpModel, arch: ArchitectureFeatures, cycles: Expr,
+               regions: Sequence[RegionModel]) -> Expr:
+    """``cycles`` plus, under ``Estimator.BOTH`` with a cap, ``OVER_CAP_PENALTY`` x the excess of each weighted
+    model total over the cap (``objective_cycles``, as a linear expression: one non-negative variable per
+    excess)."""
+    if arch.estimator is not Estimator.BOTH or arch.blend_cap <= 0:
+        return cycles
+    legacy = sum(region.scaled_legacy_part() for region in regions)
+    cap = round(arch.blend_cap * SCALE)
+    penalty: Expr = 0
+    for name, part in (("legacy", legacy), ("default", cycles - legacy)):
+        excess = model.new_int_var(0, 1 << 50, f"{name}_model_over_cap")
+        model.add(excess >= part - cap)
+        penalty += excess
+    return cycles + round(OVER_CAP_PENALTY) * penalty
 
 
 def incumbent_runs(net: NetworkFacts, incumbent: Schedule | None, sgi: int) -> list[Candidate]:
@@ -559,7 +586,7 @@ def _price_table(net: NetworkFacts, sg: NpuSubgraph, cand: Candidate, movable: l
     of maps the model does not decide that differ from Vela's defaults."""
     fast, base = net.fast, net.base
     internal = {fm: TensorPlacement(fast, base[fm].format) for fm in cand.internal if fm in base}
-    full: dict[tuple[tuple[int, ...], Slack], tuple[int, tuple[float, ...]]] = {}
+    full: dict[tuple[tuple[int, ...], Slack], tuple[int, tuple[float, ...], int]] = {}
     artefact = False
     first_op = sg.ops[cand.start]
     for combo in itertools.product((0, 1), repeat=len(movable)):
@@ -568,17 +595,22 @@ def _price_table(net: NetworkFacts, sg: NpuSubgraph, cand: Candidate, movable: l
             if bit:
                 places[fm] = TensorPlacement(fast, base[fm].format)
         # The incoming slack changes only the first pass's price (the slack a pass leaves is its own).
-        totals, _, credited = net.pricer.price(sg.ops, cand, places, slacks[0])
+        totals, _, credited, parts = net.pricer.price(sg.ops, cand, places, slacks[0])
         artefact = artefact or credited
         rest = tuple(totals[1:])
         rest_scaled = sum(round(t * SCALE) for t in rest)
-        for s, (first, _, credited) in zip(slacks, net.pricer.price_pass_after(first_op, cand.ops[0], places, slacks),
-                                           strict=True):
+        rest_part = sum(round(p * SCALE) for p in parts[1:])
+        for s, (first, _, credited, part) in zip(
+                slacks, net.pricer.price_pass_after(first_op, cand.ops[0], places, slacks), strict=True):
             artefact = artefact or credited
-            full[(combo, s)] = (round(first * SCALE) + rest_scaled, (first, *rest))
+            full[(combo, s)] = (round(first * SCALE) + rest_scaled, (first, *rest), round(part * SCALE) + rest_part)
+
+    def price(combo: tuple[int, ...], s: Slack) -> tuple[int, int]:
+        return full[(combo, s)][0], full[(combo, s)][2]
+
     relevant = []
     for bit in range(len(movable)):
-        if any(full[(combo, s)][0] != full[(combo[:bit] + (1 - combo[bit],) + combo[bit + 1:], s)][0]
+        if any(price(combo, s) != price(combo[:bit] + (1 - combo[bit],) + combo[bit + 1:], s)
                for combo in itertools.product((0, 1), repeat=len(movable)) for s in slacks):
             relevant.append(bit)
     combos = list(itertools.product((0, 1), repeat=len(relevant)))
@@ -589,9 +621,9 @@ def _price_table(net: NetworkFacts, sg: NpuSubgraph, cand: Candidate, movable: l
             out[bit] = v
         return tuple(out)
 
-    columns: dict[tuple[int, ...], list[Slack]] = {}
+    columns: dict[tuple[tuple[int, int], ...], list[Slack]] = {}
     for s in slacks:
-        column = tuple(full[(full_combo(rc), s)][0] for rc in combos)
+        column = tuple(price(full_combo(rc), s) for rc in combos)
         columns.setdefault(column, []).append(s)
     groups = tuple(tuple(v) for v in columns.values())
     rows = {}

@@ -32,7 +32,7 @@ from npusched.solvers.cpsat.repair import repair_allocation
 from npusched.solvers.cpsat.solver import Progress, SearchBudget, new_solver, stopped_by_clock
 from npusched.solvers.cpsat.windows import search_windows
 from npusched.solvers.max_schedule import max_schedule
-from npusched.target.arch import ArchitectureFeatures, OptimisationStrategy
+from npusched.target.arch import ArchitectureFeatures, OptimisationStrategy, objective_cycles
 
 # Networks with more passes than this are improved window by window instead of in one model.
 FULL_MODEL_MAX_PASSES = 120
@@ -107,10 +107,12 @@ def _size_first(arch: ArchitectureFeatures) -> bool:
 
 
 def objective_rank(evaluation: Evaluation, arch: ArchitectureFeatures) -> tuple[float, ...]:
-    """What the objective compares: cycles, or (peak fast storage, cycles) when optimising for size."""
+    """What the objective compares: cycles (under ``Estimator.BOTH``, with the excess over the cap penalised),
+    or (peak fast storage, cycles) when optimising for size."""
+    cycles = objective_cycles(arch, evaluation.total_cycles, evaluation.parts)
     if _size_first(arch):
-        return evaluation.peak_fast_storage, evaluation.total_cycles
-    return (evaluation.total_cycles,)
+        return evaluation.peak_fast_storage, cycles
+    return (cycles,)
 
 
 def _search(net: NetworkFacts, start: float, time_limit_seconds: float, work_limit_seconds: float | None,
@@ -237,7 +239,7 @@ def _hold_peak_and_minimise_cycles(built: CpSatModel, solver: cp_model.CpSolver,
     every variable hinted with the first stage's solution (a schedule of that peak is known at once)."""
     model = built.model
     model.add(built.peak <= peak_bytes)
-    model.minimize(built.cycles)
+    model.minimize(built.objective)
     model.clear_hints()
     for index in range(len(model.proto.variables)):
         variable = model.get_int_var_from_proto_index(index)
@@ -264,8 +266,8 @@ def _verified_result(net: NetworkFacts, found: tuple[Schedule, int], hint: Sched
     if problems:
         raise ScheduleError(f"the CP-SAT schedule fails verification: {problems[0]}")
     label = "optimal" if status == cp_model.OPTIMAL else "feasible"
-    gap = 0.0 if status == cp_model.OPTIMAL else _gap(evaluation.total_cycles, bound) if not math.isnan(bound) \
-        else math.nan
+    objective = objective_cycles(net.arch, evaluation.total_cycles, evaluation.parts)
+    gap = 0.0 if status == cp_model.OPTIMAL else _gap(objective, bound) if not math.isnan(bound) else math.nan
     within = ""
     if size_first and peak.found_bytes is not None:
         within = (f"peak {evaluation.peak_fast_storage} bytes, "

@@ -201,7 +201,7 @@ def _incumbent_cost(net: NetworkFacts, incumbent: Schedule, region: Region) -> i
     total = 0
     for run in runs:
         if region.ext_lo <= run.start <= region.ext_hi:
-            totals, slack, _ = net.pricer.price(net.subgraphs[region.sg_index].ops, run, places, slack)
+            totals, slack, _, _ = net.pricer.price(net.subgraphs[region.sg_index].ops, run, places, slack)
             total += sum(round(t * SCALE) for t in totals)
     return total
 
