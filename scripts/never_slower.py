@@ -6,7 +6,7 @@ Usage: python scripts/never_slower.py [--archs a,b] [--styles plain,keras,torch]
            [--csv PATH] [--resume] [--summary-only]
 
 For every netgen architecture x export style (plain, Keras-style, PyTorch-style) x golden configuration (the grid
-of scripts/normalise_figures.py) it runs, on the same generated file:
+of scripts/normalise_figures.py), or with --corpus every corpus model x configuration, it runs, on the same file:
 - ``vela --debug-force-legacy-core`` and ``vela`` (the default core): each core's own summary total, SRAM used and
   CPU operators;
 - ``solve-schedule`` as a user runs it (CP-SAT, ``--time-limit``; ``--deterministic --workers 1`` makes the grid
@@ -31,6 +31,7 @@ import re
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ from npusched.vela.command import last_line, run_options_from_vela_args, run_vel
 from npusched.vela.report import read_summary  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "tests" / "data" / "golden" / "configs.json"
+CORPUS = Path(__file__).resolve().parents[1] / "tests" / "data" / "corpus"
 STYLES = ("plain", "keras", "torch")
 TOLERANCE = 1.001
 VELA_TIMEOUT_SECONDS = 900.0
@@ -134,6 +136,21 @@ def summarise(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _models(args: argparse.Namespace, archs: list[str], styles: list[str], tmp: Path
+            ) -> Iterator[tuple[str, str, Path]]:
+    """(name, style, file) of every model of the grid: netgen's, generated into ``tmp``, or the corpus's."""
+    if args.corpus:
+        for path in sorted(CORPUS.glob("*.tflite")):
+            yield path.stem, "corpus", path
+        return
+    for arch in archs:
+        for style in styles:
+            model = tmp / f"{arch}-{args.passes}-s{args.seed}-{style}.tflite"
+            model.write_bytes(generate(arch, args.passes, args.seed, keras_style=style == "keras",
+                                       torch_style=style == "torch"))
+            yield arch, style, model
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--archs", default=",".join(ARCHITECTURES))
@@ -146,6 +163,8 @@ def main() -> int:
     parser.add_argument("--deterministic", action="store_true")
     parser.add_argument("--objective", choices=("both", "estimator"), help="--objective (default: the run's)")
     parser.add_argument("--estimator", help="--estimator (default: the run's)")
+    parser.add_argument("--corpus", action="store_true",
+                        help="the corpus models (tests/data/corpus) instead of netgen's architectures and styles")
     parser.add_argument("--csv", type=Path, help="write the rows here (and read them back with --resume)")
     parser.add_argument("--resume", action="store_true", help="keep the cells --csv already holds")
     parser.add_argument("--summary-only", action="store_true", help="summarise --csv without running anything")
@@ -173,20 +192,16 @@ def main() -> int:
         writer.writeheader()
         writer.writerows(done)
     with tempfile.TemporaryDirectory() as tmp:
-        for arch in archs:
-            for style in styles:
-                model = Path(tmp) / f"{arch}-{args.passes}-s{args.seed}-{style}.tflite"
-                model.write_bytes(generate(arch, args.passes, args.seed, keras_style=style == "keras",
-                                           torch_style=style == "torch"))
-                for name in names:
-                    if (arch, style, name) in keys:
-                        continue
-                    row = cell(arch, style, name, configs[name], model, args)
-                    rows.append(row)
-                    print("  ".join(f"{k}={row[k]}" for k in COLUMNS if k in row), flush=True)
-                    if writer is not None and handle is not None:
-                        writer.writerow(row)
-                        handle.flush()
+        for arch, style, model in _models(args, archs, styles, Path(tmp)):
+            for name in names:
+                if (arch, style, name) in keys:
+                    continue
+                row = cell(arch, style, name, configs[name], model, args)
+                rows.append(row)
+                print("  ".join(f"{k}={row[k]}" for k in COLUMNS if k in row), flush=True)
+                if writer is not None and handle is not None:
+                    writer.writerow(row)
+                    handle.flush()
     if handle is not None:
         handle.close()
     print("\n".join(summarise(rows)))

@@ -1,0 +1,113 @@
+"""Every rewrite of the normaliser reads the operators it matches defensively.
+
+For each rewrite, a model where it finds a site, mutated at that site's operator the ways generated bad input
+is: another operator's options table (a CONV_2D carrying LSTMOptions once ended in an AttributeError), a tensor of
+another type or rank, a constant's buffer out of range, an input index out of range. Normalising it and lowering
+the result must end in the run's one-line error (a ModelError or another NpuschedError, which the CLI prints as
+``error: ...`` with exit status 2) or leave the site alone: never another exception.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from ai_edge_litert import schema_py_generated as schema
+from conftest import CONFIGS
+
+from npusched.app.cli import main
+from npusched.errors import NpuschedError
+from npusched.frontend.normalise import PRICED_REWRITES, normalise
+from npusched.frontend.normalise.flatbuffer import pack_model, unpack_model
+from npusched.frontend.normalise.folding import FOLDING, fix_batch
+from npusched.frontend.normalise.grouped_convolutions import GROUPED_CONVOLUTIONS
+from npusched.frontend.normalise.rewrite import Rewrite
+from npusched.frontend.tflite_reader import parse_tflite
+from npusched.frontend.validate import validate_model
+from npusched.lowering.graph import lower_model
+from npusched.netgen import generate
+from npusched.target.arch import load_architecture
+from npusched.vela.command import vela_hardware_args
+
+_BY_NAME = {rewrite.name: rewrite for rewrite in (FOLDING, GROUPED_CONVOLUTIONS, *PRICED_REWRITES)}
+# rewrite -> (a model where it finds a site, whether the model is normalised with ``stage``)
+MODELS: dict[str, tuple[Callable[[], bytes], bool]] = {
+    "fold": (lambda: generate("mobilenet_v3", 40, 1, keras_style=True), False),
+    "grouped_convolution": (lambda: generate("regnet", 40, 1), False),
+    "relayout": (lambda: generate("mobilenet_v3", 40, 1, keras_style=True), False),
+    "widened_output": (lambda: generate("unet", 40, 1, keras_style=True), False),
+    "gate_first": (lambda: generate("efficientnet", 40, 1), False),
+    "staged_input": (lambda: generate("mobilenet_v2", 40, 1), True),
+    "staged_output": (lambda: generate("unet", 40, 1, torch_style=True), True),
+    "softmax_bands": (lambda: generate("unet", 40, 1, segmentation=True), False),
+}
+
+
+def _other_options(op: schema.OperatorT, tensors: list[schema.TensorT], model: schema.ModelT) -> None:
+    op.builtinOptionsType, op.builtinOptions = schema.BuiltinOptions.LSTMOptions, schema.LSTMOptionsT()
+
+
+def _other_type(op: schema.OperatorT, tensors: list[schema.TensorT], model: schema.ModelT) -> None:
+    tensors[int(op.inputs[0])].type = schema.TensorType.INT32
+
+
+def _other_rank(op: schema.OperatorT, tensors: list[schema.TensorT], model: schema.ModelT) -> None:
+    tensor = tensors[int(op.inputs[0])]
+    tensor.shape = np.asarray(list(tensor.shape)[1:] or [1], dtype=np.int32)
+    tensor.shapeSignature = None
+
+
+def _buffer_out_of_range(op: schema.OperatorT, tensors: list[schema.TensorT], model: schema.ModelT) -> None:
+    constants = [int(i) for i in op.inputs if i >= 0 and tensors[int(i)].buffer > 0]
+    for index in constants or [int(op.outputs[0])]:
+        tensors[index].buffer = len(model.buffers) + 7
+
+
+def _index_out_of_range(op: schema.OperatorT, tensors: list[schema.TensorT], model: schema.ModelT) -> None:
+    op.inputs = np.asarray([len(tensors) + 3, *list(op.inputs)[1:]], dtype=np.int32)
+
+
+MUTATIONS = {"other_options": _other_options, "other_type": _other_type, "other_rank": _other_rank,
+             "buffer_out_of_range": _buffer_out_of_range, "index_out_of_range": _index_out_of_range}
+
+
+def _mutated(rewrite: Rewrite, data: bytes, mutation: Callable[..., None]) -> bytes:
+    """``data`` as the rewrite finds it (the batch fixed; folded and grouped convolutions split before a priced
+    rewrite) with the operator of its first site mutated."""
+    if rewrite.priced:
+        data = normalise(data, relayout=False, band_softmax=False)[0]
+    model = unpack_model(data)
+    subgraph = model.subgraphs[0]
+    fix_batch(subgraph)
+    plans = rewrite.find(model, subgraph)
+    assert plans, f"the {rewrite.name} model has no site"
+    mutation(subgraph.operators[plans[0].position], subgraph.tensors, model)
+    return pack_model(model)
+
+
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_a_mutated_site_is_an_error_line_or_left_alone(name: str, mutation: str) -> None:
+    make, stage = MODELS[name]
+    bad = _mutated(_BY_NAME[name], make(), MUTATIONS[mutation])
+    arch = load_architecture("ethos-u65-256")
+    try:
+        normalised, _ = normalise(bad, "bad.tflite", stage=stage)
+        model = parse_tflite(normalised, "bad.tflite")
+        validate_model(model)
+        lower_model(model, arch, in_place=True)
+    except NpuschedError as exc:  # the CLI's one-line error
+        assert "\n" not in str(exc) and str(exc)
+
+
+def test_the_cli_prints_one_error_line_for_a_convolution_with_lstm_options(tmp_path, capsys) -> None:
+    """The issue's case: a CONV_2D carrying another operator's options table, through the whole run."""
+    bad = _mutated(_BY_NAME["widened_output"], MODELS["widened_output"][0](), _other_options)
+    path = tmp_path / "bad.tflite"
+    path.write_bytes(bad)
+    status = main([str(path), *vela_hardware_args(CONFIGS["u65-256_mid_dedicated256k"]), "--solver", "heuristic",
+                   "--quiet"])
+    err = capsys.readouterr().err
+    assert status in (0, 2) and "internal error" not in err and "Traceback" not in err
+    assert status == 0 or (err.startswith("error: ") and err.count("\n") == 1)
