@@ -130,8 +130,6 @@ class NormalisationReport:
     cpu_ops_before: int
     cpu_ops_after: int
     model_bytes: bytes = field(repr=False, default=b"")
-    # The priced rewrites' sites, each applied or priced out (empty where the run priced none).
-    decisions: tuple[SiteDecision, ...] = ()
 
     def describe(self) -> str:
         """E.g. "folded 48 shape operators; 26 NPU subgraphs → 1; 48 CPU operators → 0" (a large SOFTMAX split into
@@ -149,15 +147,12 @@ class NormalisationReport:
             parts.append(f"{counted(n.relaid_passes, 'element-wise pass', 'es')} re-laid out")
         if n.fixed_batch_inputs:
             parts.append("dynamic batch fixed to 1")
-        priced_out = sum(not decision.applied for decision in self.decisions)
-        if priced_out:
-            parts.append(f"{counted(priced_out, 'rewrite site')} priced out")
         return "; ".join(parts)
 
     def as_json(self) -> dict[str, Any]:
         return {**self.normalisation.as_json(), "npu_subgraphs_before": self.subgraphs_before,
                 "npu_subgraphs_after": self.subgraphs_after, "cpu_ops_before": self.cpu_ops_before,
-                "cpu_ops_after": self.cpu_ops_after, "sites": [d.as_json() for d in self.decisions]}
+                "cpu_ops_after": self.cpu_ops_after}
 
 
 @dataclass(frozen=True)
@@ -202,16 +197,19 @@ class RunResult:
     cycles_by_estimator: dict[str, float] = field(default_factory=dict)
     # What normalisation changed (None: nothing to fold, or --no-normalise): the network is the normalised model's.
     normalisation: NormalisationReport | None = None
-    # The model that was scheduled (what --output-dir compiles and --write-model writes); empty: the options' file.
+    # The model that was scheduled (what --output-dir compiles and --write-model writes); empty (a result made by
+    # hand): the options' file normalised with every priced site (``npusched.vela.backend.scheduled_model_bytes``).
     model_bytes: bytes = field(repr=False, default=b"")
     # Both Vela cores' own schedules, priced (CP-SAT runs only).
     floors: tuple[FloorReport, ...] = ()
+    # The priced rewrites' sites (and the in-place writes), each in the scheduled graph or priced out (CP-SAT runs
+    # whose two graphs differ).
+    sites: tuple[SiteDecision, ...] = ()
 
     @property
     def skipped_sites(self) -> frozenset[str]:
         """The priced rewrite sites the run left out of its graph (``Site.key``)."""
-        decisions = self.normalisation.decisions if self.normalisation is not None else ()
-        return frozenset(d.site.key for d in decisions if not d.applied)
+        return frozenset(d.site.key for d in self.sites if not d.applied)
 
     def solved(self) -> tuple[Schedule, Evaluation]:
         """The schedule and its evaluation, for reports that need both (a run without a solver has neither)."""

@@ -19,7 +19,7 @@ from npusched.app.cli import main
 from npusched.app.pipeline import run
 from npusched.netgen.flatbuffer import serialise
 from npusched.netgen.graph import GraphBuilder
-from npusched.run import RunResult
+from npusched.run import RunResult, SiteDecision
 from npusched.vela.command import run_options_from_vela_args, vela_hardware_args
 
 
@@ -44,9 +44,8 @@ def _run(tmp_path: Path, data: bytes, config: str, **overrides: object) -> RunRe
     return run(options)
 
 
-def _decision(result: RunResult, rewrite: str):  # noqa: ANN202 - a SiteDecision
-    assert result.normalisation is not None
-    return next(d for d in result.normalisation.decisions if d.site.rewrite == rewrite)
+def _decision(result: RunResult, rewrite: str) -> SiteDecision:
+    return next(d for d in result.sites if d.site.rewrite == rewrite)
 
 
 @pytest.mark.parametrize(("size", "applied"), [(320, False), (96, True)])
@@ -62,6 +61,26 @@ def test_a_large_input_is_not_staged_where_the_copy_costs_more_than_it_saves(tmp
     staged = any("/staged" in op.name for op in result.network.npu_ops)
     assert staged is applied
     assert (decision.site.key in result.skipped_sites) is not applied
+
+
+def test_a_schedule_of_vela_graph_replays_and_compiles_on_that_graph(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """The document of a run that priced its staged input out says so; --schedule rebuilds that graph (not
+    npusched's, which has the copy), and --output-dir compiles it with Vela's estimate equal."""
+    path = tmp_path / "stem.tflite"
+    path.write_bytes(_stem_network(320, keras_style=False))
+    hardware = vela_hardware_args(CONFIGS["u65-256_mid_dedicated256k"])
+    doc = tmp_path / "run.json"
+    assert main([str(path), *hardware, "--time-limit", "20", "--workers", "1", "--deterministic", "--quiet",
+                 "--json", str(doc)]) == 0
+    written = json.loads(doc.read_text())
+    assert [site["applied"] for site in written["sites"]] == [False]
+    assert "Rewrite sites priced out: 1 of 1" in capsys.readouterr().out
+    out = tmp_path / "out"
+    assert main([str(path), *hardware, "--schedule", str(doc), "--quiet", "--output-dir", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"{written['totals']['cycles']:.0f} (vela-legacy estimate)" in printed
+    assert "agrees with npusched's" in printed
 
 
 @pytest.mark.parametrize(("size", "applied"), [(224, False), (64, True)])

@@ -137,7 +137,7 @@ def test_writing_in_place_saves_the_copies(densenet: Path) -> None:
     assert in_place.objective_cycles < 0.98 * copies.objective_cycles
     result = run(options)
     assert result.evaluation.total_cycles == pytest.approx(in_place.objective_cycles)
-    decision = next(d for d in result.normalisation.decisions if d.site == IN_PLACE_WRITES)
+    decision = next(d for d in result.sites if d.site == IN_PLACE_WRITES)
     assert decision.applied and decision.reason.startswith("kept: CP-SAT")
 
 

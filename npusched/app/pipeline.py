@@ -91,7 +91,7 @@ def _read(options: RunOptions, timings: dict[str, float]) -> tuple[bytes, Tflite
 
 
 def _normalisation_report(original: TfliteModel, arch: ArchitectureFeatures, normalised: bytes, record: Any,
-                          network: Network | None = None, decisions: tuple[Any, ...] = ()) -> NormalisationReport:
+                          network: Network | None = None) -> NormalisationReport:
     """What normalising changed; the original is lowered only to count the NPU subgraphs and CPU operators it
     saved (a file that lowers only normalised is no error)."""
     try:
@@ -100,7 +100,7 @@ def _normalisation_report(original: TfliteModel, arch: ArchitectureFeatures, nor
     except NpuschedError:
         counts = -1, -1
     after = (len(network.subgraphs), len(network.cpu_ops)) if network is not None else (0, 0)
-    return NormalisationReport(record, counts[0], after[0], counts[1], after[1], normalised, decisions)
+    return NormalisationReport(record, counts[0], after[0], counts[1], after[1], normalised)
 
 
 def run(options: RunOptions, log: Callable[[str], None] | None = None, started: float | None = None,
@@ -182,12 +182,12 @@ def _run_cpsat(options: RunOptions, log: Callable[[str], None] | None, started: 
     timings["evaluate"] = time.monotonic() - start
     record = variant.normalisation
     normalisation = None
-    if record is not None and (record.changed or outcome.decisions):
-        normalisation = _normalisation_report(model, arch, variant.model_bytes, record, variant.network,
-                                              outcome.decisions)
+    if record is not None and record.changed:
+        normalisation = _normalisation_report(model, arch, variant.model_bytes, record, variant.network)
     return RunResult(options=options, arch=arch, network=variant.network, status=outcome.report.status,
                      schedule=schedule, evaluation=evaluation, timings_seconds=timings, solver_report=outcome.report,
                      normalisation=normalisation, model_bytes=variant.model_bytes, floors=outcome.floors,
+                     sites=outcome.decisions,
                      cycles_by_estimator=totals_by_estimator(variant.network, arch, schedule, evaluation))
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from npusched.app.pipeline import load_network, load_normalised_network, totals_by_estimator
 from npusched.errors import ScheduleError
 from npusched.frontend.normalise import Site
+from npusched.frontend.tflite_reader import read_model_bytes
 from npusched.ir import MemArea, NpuOp, Shape4D, TensorFormat
 from npusched.lowering.graph import Network
 from npusched.run import UNLIMITED, RunOptions, RunResult, SiteDecision
@@ -100,8 +101,7 @@ def _op_schedule(op: NpuOp, record: dict[str, Any], arch: Any) -> OpSchedule:
 
 def _decisions(document: dict[str, Any]) -> tuple[SiteDecision, ...]:
     """The priced rewrite sites of the run that wrote ``document``, applied or left out of its graph."""
-    normalisation = document.get("normalisation")
-    sites = normalisation.get("sites", []) if isinstance(normalisation, dict) else []
+    sites = document.get("sites", [])
     out = []
     for site in sites if isinstance(sites, list) else []:
         if isinstance(site, dict) and ":" in str(site.get("site")):
@@ -119,8 +119,6 @@ def replay(options: RunOptions, path: Path) -> RunResult:
     decisions = _decisions(document)
     arch, network, timings, normalisation = load_normalised_network(
         replace(options, solver=document["solver"]), frozenset(d.site.key for d in decisions if not d.applied))
-    if normalisation is not None:
-        normalisation = replace(normalisation, decisions=decisions)
     ours = {"accelerator_config": arch.accelerator_config, "system_config": arch.system_config,
             "memory_mode": arch.memory_mode, "arena_cache_size": int(arch.arena_cache_size)}
     differing = [f"{key} {document.get(key)} (given: {value})" for key, value in ours.items()
@@ -138,7 +136,9 @@ def replay(options: RunOptions, path: Path) -> RunResult:
     return RunResult(options=replace(options, solver=document["solver"]), arch=arch, network=network,
                      status=document.get("status", "feasible"), schedule=schedule, evaluation=evaluation,
                      timings_seconds=timings, warnings=tuple(document.get("warnings", ())), cycles_by_estimator=cycles,
-                     normalisation=normalisation, model_bytes=normalisation.model_bytes if normalisation else b"")
+                     normalisation=normalisation, model_bytes=normalisation.model_bytes if normalisation is not None
+                     else read_model_bytes(options.model_path),
+                     sites=decisions)
 
 
 def carry_schedule(schedule: Schedule, source: Network, target: Network, arch: ArchitectureFeatures) -> Schedule:

@@ -122,6 +122,7 @@ def document(result: RunResult, vela_backend: dict[str, Any] | None = None) -> d
         "fast_storage_allocation": _allocation_record(result),
         "normalised": options.normalise,
         "normalisation": result.normalisation.as_json() if result.normalisation is not None else None,
+        "sites": [site.as_json() for site in result.sites],
         **_solver_fields(result),
         "warnings": list(result.warnings),
         "vela_backend": vela_backend,

@@ -94,8 +94,11 @@ def format_summary(result: RunResult, per_layer: bool = True) -> str:
     if result.normalisation is not None:
         lines += [f"Normalised: {result.normalisation.describe()}",
                   f"  {result.normalisation.normalisation.describe()}"]
-        lines += [f"  priced out {d.site.key}: {d.reason.removeprefix('priced out: ')}"
-                  for d in result.normalisation.decisions if not d.applied]
+    priced_out = [d for d in result.sites if not d.applied]
+    if priced_out:
+        lines.append(f"Rewrite sites priced out: {len(priced_out)} of {len(result.sites)} "
+                     f"({priced_out[0].reason.removeprefix('priced out: ')})")
+        lines += [f"  {d.site.key}" for d in priced_out]
     if result.schedule is None:
         lines += ["", _kv("Neural network macs", f"{sum(op.macs for op in npu_ops)} MACs/batch")]
         return "\n".join(lines)
