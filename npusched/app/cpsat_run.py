@@ -28,7 +28,8 @@ from npusched.schedule.evaluator import Evaluation, evaluate, verify
 from npusched.schedule.schedule import Schedule
 from npusched.solvers.cpsat import NO_TIME_TO_SEARCH, CpSatResult, objective_rank, solve_cpsat
 from npusched.solvers.heuristic import heuristic_schedule
-from npusched.target.arch import OVER_CAP_PENALTY, ArchitectureFeatures, Estimator, blended
+from npusched.target.arch import ArchitectureFeatures
+from npusched.target.estimators import OVER_CAP_PENALTY, Estimator, blended
 from npusched.vela.backend import estimated_compile_seconds
 from npusched.vela.command import VelaError, vela_executable
 

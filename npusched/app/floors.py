@@ -23,7 +23,8 @@ from npusched.run import FloorReport, RunOptions
 from npusched.schedule.evaluator import Evaluation, evaluate, verify
 from npusched.schedule.schedule import Schedule
 from npusched.solvers.heuristic import heuristic_schedule
-from npusched.target.arch import ArchitectureFeatures, Estimator, with_estimator
+from npusched.target.arch import ArchitectureFeatures
+from npusched.target.estimators import Estimator, with_estimator
 from npusched.vela.default_core import (
     DefaultCoreOp,
     read_default_core_ops,

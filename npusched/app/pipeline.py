@@ -23,7 +23,8 @@ from npusched.schedule.evaluator import Evaluation, evaluate, staging_limit, ver
 from npusched.schedule.schedule import Schedule
 from npusched.solvers.dp import dp_schedule
 from npusched.solvers.heuristic import heuristic_schedule
-from npusched.target.arch import ArchitectureFeatures, Estimator, load_architecture, with_estimator
+from npusched.target.arch import ArchitectureFeatures, load_architecture
+from npusched.target.estimators import Estimator, with_estimator
 from npusched.vela import backend
 from npusched.vela.backend import Compilation
 from npusched.vela.default_core import solve_with_default_core

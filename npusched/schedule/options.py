@@ -45,13 +45,14 @@ from npusched.schedule.schedule import TensorPlacement
 from npusched.target import performance as perf
 from npusched.target import performance_default as perf_default
 from npusched.target import weights as wts
-from npusched.target.arch import ArchitectureFeatures, Estimator, blend_parts
+from npusched.target.arch import ArchitectureFeatures
 from npusched.target.block_config import (
     BlockConfig,
     enumerate_block_configs,
     find_block_config,
     op_block_inputs,
 )
+from npusched.target.estimators import Estimator, blend_parts
 
 __all__ = [
     "ACCESS_AREAS",

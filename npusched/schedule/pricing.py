@@ -12,9 +12,10 @@ from npusched.schedule.tensor_use import placement_of
 from npusched.target import performance as perf
 from npusched.target import performance_default as perf_default
 from npusched.target import weights as wts
-from npusched.target.arch import ArchitectureFeatures, Estimator, blend_parts
+from npusched.target.arch import ArchitectureFeatures
 from npusched.target.block_config import BlockConfig
 from npusched.target.contention import contention_slack
+from npusched.target.estimators import Estimator, blend_parts
 
 
 @dataclass(frozen=True)

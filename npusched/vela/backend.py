@@ -34,7 +34,8 @@ from npusched.run import RunOptions, RunResult
 from npusched.schedule.evaluator import evaluate
 from npusched.schedule.schedule import Schedule
 from npusched.target import codec
-from npusched.target.arch import ArchitectureFeatures, Estimator, with_estimator
+from npusched.target.arch import ArchitectureFeatures
+from npusched.target.estimators import Estimator, with_estimator
 from npusched.vela.command import vela_arguments
 from npusched.vela.forced_scheduler import ForcedScheduler, Plan, VelaRefusal, op_in_traceback, patched_vela
 from npusched.vela.live_range_index import indexed_live_ranges

@@ -78,7 +78,8 @@ from npusched.solvers.cpsat.candidates import (
 )
 from npusched.solvers.heuristic import sched_ops_of
 from npusched.solvers.max_schedule import vela_tensor_placements
-from npusched.target.arch import OVER_CAP_PENALTY, ArchitectureFeatures, Estimator
+from npusched.target.arch import ArchitectureFeatures
+from npusched.target.estimators import OVER_CAP_PENALTY, Estimator
 
 # Prices are in cycles with fractions; the objective counts 1/SCALE cycles (rounded per pass).
 SCALE = 1000

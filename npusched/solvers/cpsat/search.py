@@ -32,7 +32,8 @@ from npusched.solvers.cpsat.repair import repair_allocation
 from npusched.solvers.cpsat.solver import Progress, SearchBudget, new_solver, stopped_by_clock
 from npusched.solvers.cpsat.windows import search_windows
 from npusched.solvers.max_schedule import max_schedule
-from npusched.target.arch import ArchitectureFeatures, OptimisationStrategy, objective_cycles
+from npusched.target.arch import ArchitectureFeatures, OptimisationStrategy
+from npusched.target.estimators import objective_cycles
 
 # Networks with more passes than this are improved window by window instead of in one model.
 FULL_MODEL_MAX_PASSES = 120
