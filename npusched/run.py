@@ -108,9 +108,16 @@ class FloorReport:
     fits: bool  # within the limit and accepted by npusched's rules
     note: str = ""
     returned: bool = False  # the run's answer is this schedule (the search ended no better)
+    # The core's own total for its own graph, as it reports it (the default core's summary), where known.
+    own_cycles: float | None = None
+
+    @property
+    def total_cycles(self) -> float:
+        """The core's total by its own model: its own figure where known, else npusched's pricing of it."""
+        return self.own_cycles if self.own_cycles is not None else self.cycles_by_estimator[self.core]
 
     def as_json(self) -> dict[str, Any]:
-        return {"core": self.core, "cycles_by_estimator": dict(self.cycles_by_estimator),
+        return {"core": self.core, "own_cycles": self.own_cycles, "cycles_by_estimator": dict(self.cycles_by_estimator),
                 "peak_fast_storage_bytes": self.peak_fast_storage_bytes,
                 "fast_storage_bytes": self.fast_storage_bytes, "fits": self.fits, "note": self.note,
                 "returned": self.returned}

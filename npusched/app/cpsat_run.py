@@ -63,8 +63,9 @@ class CpSatRun:
 
 def objective_arch(arch: ArchitectureFeatures, options: RunOptions, floors: Sequence[Floor]) -> ArchitectureFeatures:
     """What the search minimises. "both": half the legacy model's cycles plus half the default core's model's, the
-    latter scaled by the legacy core's total over the default core's (each core's own schedule, priced by its own
-    model), so the sum is the legacy core's total times the mean of the two ratios (answer / that core's own),
+    latter scaled by the legacy core's total over the default core's (each core's own total by its own model: the
+    default core's as it reports it), so the sum is the legacy core's total times the mean of the two ratios
+    (answer / that core's own),
     and a ratio over 1 costs ``OVER_CAP_PENALTY`` times as much beyond 1 (so an answer slower than either core
     by its own model is taken only where none is faster than both); "estimator", or ``--estimator contention``:
     ``arch`` as it is."""
@@ -75,8 +76,10 @@ def objective_arch(arch: ArchitectureFeatures, options: RunOptions, floors: Sequ
     reference = legacy or default
     if reference is None:
         return blended(arch, 0.5, 0.5)
-    legacy_total = (legacy or reference).report.cycles_by_estimator[Estimator.VELA_LEGACY.value]
-    default_total = (default or reference).report.cycles_by_estimator[Estimator.VELA_DEFAULT.value]
+    legacy_total = legacy.report.total_cycles if legacy is not None \
+        else reference.report.cycles_by_estimator[Estimator.VELA_LEGACY.value]
+    default_total = default.report.total_cycles if default is not None \
+        else reference.report.cycles_by_estimator[Estimator.VELA_DEFAULT.value]
     if legacy_total <= 0 or default_total <= 0:
         return blended(arch, 0.5, 0.5)
     return blended(arch, 0.5, 0.5 * legacy_total / default_total, cap=0.5 * legacy_total)

@@ -31,6 +31,7 @@ from npusched.vela.default_core import (
     run_default_core,
     schedule_from_default_core,
 )
+from npusched.vela.report import read_summary
 
 LEGACY = "vela-legacy"
 DEFAULT = "vela-default"
@@ -76,16 +77,20 @@ class DefaultCoreRun:
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)
         self._future = self._executor.submit(self._ops, replace(options, model_path=model_path))
         self._answer: tuple[list[DefaultCoreOp] | None, str] | None = None
+        self.own_cycles: float | None = None  # the default core's own total (its summary), once it has run
 
-    def _ops(self, options: RunOptions) -> list[DefaultCoreOp]:
-        return read_default_core_ops(run_default_core(options, Path(self._tmp.name) / "output",
-                                                      self.timeout_seconds))
+    def _ops(self, options: RunOptions) -> tuple[list[DefaultCoreOp], float | None]:
+        output = Path(self._tmp.name) / "output"
+        ops = read_default_core_ops(run_default_core(options, output, self.timeout_seconds))
+        summaries = sorted(output.glob("*_summary_*.csv"))
+        return ops, float(read_summary(summaries[0])["cycles_total"]) if summaries else None
 
     def ops(self) -> tuple[list[DefaultCoreOp] | None, str]:
         """The default core's scheduled ops, or None and why there are none (Vela missing, failing, too slow)."""
         if self._answer is None:
             try:
-                self._answer = self._future.result(), ""
+                ops, self.own_cycles = self._future.result()
+                self._answer = ops, ""
             except subprocess.TimeoutExpired:
                 self._answer = None, f"the vela CLI did not finish within {self.timeout_seconds:.0f} s"
             except (NpuschedError, OSError) as exc:
@@ -111,7 +116,9 @@ class DefaultCoreRun:
         imported = schedule_from_default_core(network, with_estimator(arch, Estimator.VELA_DEFAULT), ops)
         note = f"{len(imported.warnings)} decision(s) npusched cannot express as the default core made them" \
             if imported.warnings else ""
-        return _floor(DEFAULT, network, arch, imported.schedule, note), ""
+        floor = _floor(DEFAULT, network, arch, imported.schedule, note)
+        return Floor(floor.network, floor.schedule, floor.by_estimator,
+                     replace(floor.report, own_cycles=self.own_cycles)), ""
 
 
 def _floor(name: str, network: Network, arch: ArchitectureFeatures, schedule: Schedule, note: str) -> Floor:

@@ -180,7 +180,7 @@ def floor_lines(result: RunResult) -> list[str]:
     names = {"vela-legacy": "Vela legacy's own schedule", "vela-default": "Vela default core's own schedule"}
     lines = []
     for floor in result.floors:
-        own = floor.cycles_by_estimator[floor.core]
+        own = floor.total_cycles
         ours = result.cycles_by_estimator.get(floor.core)
         ratio = f", answer {ours / own:.3f}x" if ours is not None and own > 0 else ""
         fits = "" if floor.fits else ", does not fit"

@@ -52,7 +52,7 @@ class Estimator(str, enum.Enum):
 
 
 # Under ``Estimator.BOTH``, a cycle of a weighted model total over ``blend_cap`` costs the objective this many.
-OVER_CAP_PENALTY = 10
+OVER_CAP_PENALTY = 100
 
 
 def with_estimator(arch: ArchitectureFeatures, estimator: Estimator) -> ArchitectureFeatures:
