@@ -65,10 +65,9 @@ def objective_arch(arch: ArchitectureFeatures, options: RunOptions, floors: Sequ
     """What the search minimises. "both": half the legacy model's cycles plus half the default core's model's, the
     latter scaled by the legacy core's total over the default core's (each core's own total by its own model: the
     default core's as it reports it), so the sum is the legacy core's total times the mean of the two ratios
-    (answer / that core's own),
-    and a ratio over 1 costs ``OVER_CAP_PENALTY`` times as much beyond 1 (so an answer slower than either core
-    by its own model is taken only where none is faster than both); "estimator", or ``--estimator contention``:
-    ``arch`` as it is."""
+    (answer / that core's own), and a ratio over 1 costs ``OVER_CAP_PENALTY`` times as much beyond 1 (so an answer
+    slower than either core by its own model is taken only where none is faster than both); "estimator", or
+    ``--estimator contention``: ``arch`` as it is."""
     if options.objective != "both" or arch.estimator not in (Estimator.VELA_LEGACY, Estimator.VELA_DEFAULT):
         return arch
     by_core = {floor.report.core: floor for floor in floors}
@@ -109,7 +108,7 @@ def solve(data: bytes, options: RunOptions, arch: ArchitectureFeatures, *, start
     start = time.monotonic()
     floors: list[Floor] = []
     legacy = legacy_floor(graphs.vela.network, arch)
-    floors += [legacy] if legacy is not None else []
+    floors += [legacy] if isinstance(legacy, Floor) else []
     default_why = "the vela CLI is not installed"
     if default_run is not None:
         default, default_why = default_run.floor(graphs.vela.network, arch)
@@ -156,7 +155,10 @@ def solve(data: bytes, options: RunOptions, arch: ArchitectureFeatures, *, start
             timings[f"search_{'own' if variant is graphs.own else 'vela'}"] = time.monotonic() - search_start
         searches.append(Searched(variant, result, evaluate(variant.network, objective, result.schedule), objective))
     if not searches:
-        raise min(errors, key=lambda e: e.needed_bytes if e.needed_bytes is not None else math.inf)
+        sized = [e for e in errors if e.needed_bytes is not None]
+        if not sized and isinstance(legacy, ScheduleError):
+            raise legacy  # without time to find the smallest fit, Vela legacy's still says what is needed
+        raise min(sized or errors, key=lambda e: e.needed_bytes if e.needed_bytes is not None else math.inf)
     best = min(searches, key=lambda s: s.rank)  # a tie keeps npusched's graph (searched first)
     return _outcome(best, searches, graphs, floors, arch, objective, compile_seconds)
 

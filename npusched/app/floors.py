@@ -53,14 +53,14 @@ class Floor:
         return known if known is not None else evaluate(self.network, objective, self.schedule)
 
 
-def legacy_floor(network: Network, arch: ArchitectureFeatures) -> Floor | None:
-    """Vela legacy's own schedule (the heuristic, deciding under the legacy model); None where Vela stops with
-    "Allocation exceeds staging limit"."""
+def legacy_floor(network: Network, arch: ArchitectureFeatures) -> Floor | ScheduleError:
+    """Vela legacy's own schedule (the heuristic, deciding under the legacy model), or the error where Vela stops
+    with "Allocation exceeds staging limit" (it names the size that would fit)."""
     legacy = with_estimator(arch, Estimator.VELA_LEGACY)
     try:
         schedule = heuristic_schedule(network, legacy, arch.optimise)
-    except ScheduleError:
-        return None
+    except ScheduleError as exc:
+        return exc
     return _floor(LEGACY, network, arch, schedule, "")
 
 
