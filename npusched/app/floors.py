@@ -13,7 +13,6 @@ from __future__ import annotations
 import concurrent.futures
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -47,11 +46,6 @@ class Floor:
     by_estimator: dict[str, Evaluation]
     report: FloorReport
 
-    def evaluation(self, objective: ArchitectureFeatures) -> Evaluation:
-        """The schedule's evaluation under the run's objective."""
-        known = self.by_estimator.get(objective.estimator.value)
-        return known if known is not None else evaluate(self.network, objective, self.schedule)
-
 
 def legacy_floor(network: Network, arch: ArchitectureFeatures) -> Floor | ScheduleError:
     """Vela legacy's own schedule (the heuristic, deciding under the legacy model), or the error where Vela stops
@@ -73,7 +67,6 @@ class DefaultCoreRun:
         model_path = Path(self._tmp.name) / Path(options.model_path).name
         model_path.write_bytes(model_bytes)
         self.timeout_seconds = timeout_seconds
-        self.started = time.monotonic()
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)
         self._future = self._executor.submit(self._ops, replace(options, model_path=model_path))
         self._answer: tuple[list[DefaultCoreOp] | None, str] | None = None
