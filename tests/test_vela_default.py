@@ -253,9 +253,10 @@ class _Stop(Exception):
 @pytest.mark.parametrize("config", ["u65-512_high_dedicated384k", "u55-128_hee_shared_size"])
 def test_the_search_starts_from_the_better_core_by_the_objective(monkeypatch: pytest.MonkeyPatch,
                                                                   config: str) -> None:
-    """Under --estimator vela-default CP-SAT starts from the better of the two cores' schedules by its objective
-    (the second configuration optimises for size: least peak, then cycles), so it is never worse than either."""
-    from npusched.app import pipeline
+    """Under --estimator vela-default (--objective estimator) CP-SAT starts from the better of the two cores'
+    schedules by its objective (the second configuration optimises for size: least peak, then cycles), so it is
+    never worse than either."""
+    from npusched.app import cpsat_run
 
     given: list[Any] = []
 
@@ -263,10 +264,10 @@ def test_the_search_starts_from_the_better_core_by_the_objective(monkeypatch: py
         given.append(hint)
         raise _Stop
 
-    monkeypatch.setattr(pipeline, "solve_cpsat", stand_in)
+    monkeypatch.setattr(cpsat_run, "solve_cpsat", stand_in)
     model = "resnet8_ic_int8"  # the default core's schedule ranks first under both objectives
     with pytest.raises(_Stop):
-        run(run_options(config, model, solver="cpsat", **DEFAULT))
+        run(run_options(config, model, solver="cpsat", objective="estimator", **DEFAULT))
     arch, network = load_corpus(model, config, **DEFAULT)
     heuristic = heuristic_schedule(network, arch, arch.optimise)
     own = schedule_from_default_core(network, arch, read_default_core_ops(_golden(config, model) / "debug_db.xml"))
