@@ -151,6 +151,24 @@ def _models(args: argparse.Namespace, archs: list[str], styles: list[str], tmp: 
             yield arch, style, model
 
 
+def table(grids: dict[str, str]) -> str:
+    """Markdown: per grid, each ratio's geometric mean, worst cell and cells over the tolerance, over the cells
+    every grid has both ratios for (the excluded ones too: a paired comparison)."""
+    rows = {label: {(r["arch"], r["style"], r["config"]): r for r in csv.DictReader(open(path))}
+            for label, path in grids.items()}
+    common = set.intersection(*({k for k, r in cells.items() if r.get("ratio_max")} for cells in rows.values()))
+    lines = [f"{len(common)} cells | priced by vela-legacy, against the legacy core | priced by vela-default, "
+             "against the default core | the worse of the two", "|---|---|---|---|"]
+    for label, cells in rows.items():
+        parts = []
+        for key in ("ratio_legacy", "ratio_default", "ratio_max"):
+            values = [float(cells[k][key]) for k in common]
+            parts.append(f"{geomean(values):.3f} (worst {max(values):.3f}; {sum(v > TOLERANCE for v in values)} "
+                         "over 1)")
+        lines.append(f"| {label} | " + " | ".join(parts) + " |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--archs", default=",".join(ARCHITECTURES))
@@ -168,6 +186,9 @@ def main() -> int:
     parser.add_argument("--csv", type=Path, help="write the rows here (and read them back with --resume)")
     parser.add_argument("--resume", action="store_true", help="keep the cells --csv already holds")
     parser.add_argument("--summary-only", action="store_true", help="summarise --csv without running anything")
+    parser.add_argument("--table", nargs="+", metavar="LABEL=CSV",
+                        help="print a markdown table of the ratios of several grids' CSVs (the cells all of them "
+                             "have both ratios for) and exit")
     args = parser.parse_args()
     configs = json.loads(CONFIGS.read_text())
     names = args.configs.split(",") if args.configs else list(configs)
@@ -183,6 +204,9 @@ def main() -> int:
         done = list(csv.DictReader(args.csv.open()))
     if args.summary_only:
         print("\n".join(summarise(done)))
+        return 0
+    if args.table:
+        print(table(dict(item.split("=", 1) for item in args.table)))
         return 0
     keys = {(r["arch"], r["style"], r["config"]) for r in done}
     rows = list(done)
