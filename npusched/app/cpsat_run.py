@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -23,6 +22,7 @@ from dataclasses import dataclass, replace
 from npusched.app.floors import DefaultCoreRun, Floor, legacy_floor
 from npusched.app.graph_choice import Graphs, Variant, decisions
 from npusched.errors import ScheduleError
+from npusched.lowering.graph import Network
 from npusched.run import FloorReport, RunOptions, SiteDecision, SolverReport
 from npusched.schedule.evaluator import Evaluation, evaluate, verify
 from npusched.schedule.schedule import Schedule
@@ -38,6 +38,9 @@ Log = Callable[[str], None]
 # is searched too; Vela's gets the rest. Vela's starts from the better floor, mostly the better start already where
 # a rewrite does not pay (the staged 320 x 320 input: its floor is 25% faster than npusched's graph's answer).
 OWN_GRAPH_SHARE = 2 / 3
+# What both Vela cores' schedules and the search of Vela's graph add to a run, per pass: on a 700-pass MobileNet-V2
+# (u65-256) the floors took 5.2 s and Vela's graph's lowering 1.2 s beside the heuristic's 1.5 s.
+FLOORS_SECONDS_PER_PASS = 0.008
 
 
 @dataclass(frozen=True)
@@ -103,44 +106,27 @@ def solve(data: bytes, options: RunOptions, arch: ArchitectureFeatures, *, start
     start = time.monotonic()
     graphs = Graphs(data, str(options.model_path), arch, normalise_model=options.normalise,
                     stage=options.stages_maps(arch))
-    searched_variants = [graphs.own, graphs.vela] if graphs.distinct else [graphs.own]
-    for variant in searched_variants:
-        if begin is not None:
-            begin(variant.model_bytes)
-    default_run = _start_default_core(options, graphs.vela.model_bytes)
-    timings["lower"] = time.monotonic() - start
-    start = time.monotonic()
-    floors: list[Floor] = []
-    legacy = legacy_floor(graphs.vela.network, arch)
-    floors += [legacy] if isinstance(legacy, Floor) else []
-    default_why = "the vela CLI is not installed"
-    if default_run is not None:
-        default, default_why = default_run.floor(graphs.vela.network, arch)
-        floors += [default] if default is not None else []
-    objective = objective_arch(arch, options, floors)
-    timings["floors"] = time.monotonic() - start
-    if log is not None:
-        log("floors: " + "; ".join(f"{f.report.core} {f.report.cycles_by_estimator[arch.estimator.value]:,.0f} "
-                                   f"cycles{'' if f.report.fits else ' (does not fit)'}" for f in floors)
-            + ("" if default_run is not None and any(f.report.core == "vela-default" for f in floors)
-               else f"; no default-core floor ({default_why})"))
-    hints = {id(graphs.vela): _fitting([f.schedule for f in floors if f.report.fits], graphs.vela, objective)}
-    own_hints = [heuristic_schedule_or_none(graphs.own, arch)]
-    if default_run is not None:
-        own_hints.append(default_run.schedule_onto(graphs.own.network, arch))
-    if not graphs.distinct:
-        own_hints += [f.schedule for f in floors if f.report.fits]
-    hints[id(graphs.own)] = _fitting([h for h in own_hints if h is not None], graphs.own, objective)
-
     compile_seconds = estimated_compile_seconds(graphs.own.network, started_ahead=options.compile_started_ahead) \
         if options.compile_follows else 0.0
     if compile_seconds and log is not None:
         log(f"keeping {compile_seconds:.1f} s of the time limit for Vela's backend compile")
+    lean = too_short_for_floors(options, graphs.own.network, compile_seconds)
+    variants = [graphs.own] if lean or not graphs.distinct else [graphs.own, graphs.vela]
+    for variant in variants:
+        if begin is not None:
+            begin(variant.model_bytes)
+    timings["lower"] = time.monotonic() - start
+    start = time.monotonic()
+    floors, default_run = ([], None) if lean else _floors(graphs, options, arch, log)
+    objective = arch if lean else objective_arch(arch, options, floors)
+    timings["floors"] = time.monotonic() - start
+    hints = {id(variant): _fitting(_starts(variant, graphs, floors, default_run, arch), variant, objective)
+             for variant in variants}
     searches: list[Searched] = []
     errors: list[ScheduleError] = []
-    shares = (OWN_GRAPH_SHARE, 1.0) if len(searched_variants) == 2 else (1.0,)
-    work_shares = (OWN_GRAPH_SHARE, 1 - OWN_GRAPH_SHARE) if len(searched_variants) == 2 else (1.0,)
-    for variant, share, work_share in zip(searched_variants, shares, work_shares, strict=True):
+    shares = (OWN_GRAPH_SHARE, 1.0) if len(variants) == 2 else (1.0,)
+    work_shares = (OWN_GRAPH_SHARE, 1 - OWN_GRAPH_SHARE) if len(variants) == 2 else (1.0,)
+    for variant, share, work_share in zip(variants, shares, work_shares, strict=True):
         hint, hint_eval = hints[id(variant)] or (None, None)
         # Keep back what the final evaluation, verification and report take after the search (the schedule is
         # also evaluated under every other estimator), and Vela's compile when one follows.
@@ -159,12 +145,58 @@ def solve(data: bytes, options: RunOptions, arch: ArchitectureFeatures, *, start
             timings[f"search_{'own' if variant is graphs.own else 'vela'}"] = time.monotonic() - search_start
         searches.append(Searched(variant, result, evaluate(variant.network, objective, result.schedule), objective))
     if not searches:
-        sized = [e for e in errors if e.needed_bytes is not None]
-        if not sized and isinstance(legacy, ScheduleError):
-            raise legacy  # without time to find the smallest fit, Vela legacy's still says what is needed
-        raise min(sized or errors, key=lambda e: e.needed_bytes if e.needed_bytes is not None else math.inf)
+        legacy = next((e for e in errors if e.needed_bytes is not None), None) or _legacy_error(graphs, arch)
+        raise legacy if legacy is not None else errors[0]
     best = min(searches, key=lambda s: s.rank)  # a tie keeps npusched's graph (searched first)
-    return _outcome(best, searches, graphs, floors, arch, objective, compile_seconds)
+    own_start = hints[id(graphs.own)]
+    start_eval = own_start[1] if own_start is not None else None
+    return _outcome(best, searches, graphs, floors, arch, objective, compile_seconds, lean, start_eval)
+
+
+def too_short_for_floors(options: RunOptions, network: Network, compile_seconds: float) -> bool:
+    """Whether the limit is too short for the network to make both Vela cores' schedules and search Vela's graph
+    too: less Vela's compile, under three times what they add (``FLOORS_SECONDS_PER_PASS``), so that twice that is
+    left to search. Such a run searches npusched's graph alone, by ``--estimator``'s model, as earlier releases
+    did. Decided by the inputs alone (a deterministic run's graphs must not depend on the machine)."""
+    return options.time_limit_seconds - compile_seconds < 3 * FLOORS_SECONDS_PER_PASS * len(network.npu_ops)
+
+
+def _floors(graphs: Graphs, options: RunOptions, arch: ArchitectureFeatures,
+            log: Log | None) -> tuple[list[Floor], DefaultCoreRun | None]:
+    """Both Vela cores' own schedules of Vela's graph (the default core's started first: it runs meanwhile)."""
+    default_run = _start_default_core(options, graphs.vela.model_bytes)
+    legacy = legacy_floor(graphs.vela.network, arch)
+    floors = [legacy] if isinstance(legacy, Floor) else []
+    default_why = "the vela CLI is not installed"
+    if default_run is not None:
+        default, default_why = default_run.floor(graphs.vela.network, arch)
+        floors += [default] if default is not None else []
+    if log is not None:
+        log("floors: " + "; ".join(f"{f.report.core} {f.report.cycles_by_estimator[arch.estimator.value]:,.0f} "
+                                   f"cycles{'' if f.report.fits else ' (does not fit)'}" for f in floors)
+            + ("" if any(f.report.core == "vela-default" for f in floors)
+               else f"; no default-core floor ({default_why})"))
+    return floors, default_run
+
+
+def _starts(variant: Variant, graphs: Graphs, floors: list[Floor], default_run: DefaultCoreRun | None,
+            arch: ArchitectureFeatures) -> list[Schedule]:
+    """What the search of ``variant`` may start from: on Vela's graph, both cores' own schedules; on npusched's, the
+    heuristic's and the default core's read onto it (and the floors, where the two graphs are one)."""
+    if variant is not graphs.own:
+        return [f.start for f in floors]
+    starts = [heuristic_schedule_or_none(variant, arch)]
+    if default_run is not None:
+        starts.append(default_run.schedule_onto(variant.network, arch))
+    if not graphs.distinct:
+        starts += [f.start for f in floors]
+    return [s for s in starts if s is not None]
+
+
+def _legacy_error(graphs: Graphs, arch: ArchitectureFeatures) -> ScheduleError | None:
+    """Where no search found the smallest fit in time, Vela legacy's staging-limit error still names it."""
+    legacy = legacy_floor(graphs.vela.network, arch)
+    return legacy if isinstance(legacy, ScheduleError) else None
 
 
 def heuristic_schedule_or_none(variant: Variant, arch: ArchitectureFeatures) -> Schedule | None:
@@ -204,18 +236,25 @@ def _evaluation_seconds(variant: Variant) -> float:
 
 
 def _outcome(best: Searched, searches: list[Searched], graphs: Graphs, floors: list[Floor],
-             arch: ArchitectureFeatures, objective: ArchitectureFeatures, compile_seconds: float) -> CpSatRun:
+             arch: ArchitectureFeatures, objective: ArchitectureFeatures, compile_seconds: float,
+             lean: bool, start_eval: Evaluation | None) -> CpSatRun:
+    """The answer, its report and the site decisions. The report's "heuristic" is Vela legacy's own schedule (a
+    lean run's: the heuristic's on npusched's graph, ``start_eval``)."""
     result = best.result
     reason = result.reason
     if reason == NO_TIME_TO_SEARCH and compile_seconds:
         reason += f"; {compile_seconds:.1f} s of the limit kept for Vela's compile (--output-dir)"
+    if lean:
+        reason = "; ".join(filter(None, (reason, "the time limit is too short for the network to make both Vela "
+                                                 "cores' schedules too: npusched's graph alone, by --estimator's "
+                                                 "model")))
     returned = {f.report.core for f in floors if best.variant is graphs.vela
-                and (f.schedule.ops, f.schedule.tensors) == (result.schedule.ops, result.schedule.tensors)}
+                and (f.start.ops, f.start.tensors) == (result.schedule.ops, result.schedule.tensors)}
     if returned:
         reason = "; ".join(filter(None, (reason, f"the search found nothing better than {' and '.join(returned)}'s "
                                                   "own schedule, which is returned")))
     legacy = next((f for f in floors if f.report.core == "vela-legacy"), None)
-    legacy_eval = legacy.by_estimator[arch.estimator.value] if legacy is not None else None
+    legacy_eval = legacy.by_estimator[arch.estimator.value] if legacy is not None else start_eval if lean else None
     report = SolverReport(
         status=result.status, bound_cycles=result.bound_cycles, gap=result.gap, solve_seconds=result.solve_seconds,
         reason=reason, model_stats={**result.model_stats, "graphs_searched": len(searches)},
@@ -227,7 +266,8 @@ def _outcome(best: Searched, searches: list[Searched], graphs: Graphs, floors: l
     floor_reports = tuple(_returned(f.report, f.report.core in returned) for f in floors)
     other = next((s for s in searches if s is not best), None)
     if other is None:
-        kept = "kept: the only graph searched" if not graphs.distinct else "kept"
+        kept = ("kept: not priced (the time limit is too short for the network to search Vela's graph too)" if lean
+                else "kept: no schedule of Vela's graph fits")
         chosen = decisions(graphs.sites, best.variant, kept, "priced out")
     else:
         with_sites = f"CP-SAT {_figure(searches[0])} with the priced rewrites, {_figure(searches[1])} without"

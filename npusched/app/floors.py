@@ -20,8 +20,9 @@ from npusched.errors import NpuschedError, ScheduleError
 from npusched.lowering.graph import Network
 from npusched.run import FloorReport, RunOptions
 from npusched.schedule.evaluator import Evaluation, evaluate, verify
-from npusched.schedule.schedule import Schedule
+from npusched.schedule.schedule import Schedule, TensorPlacement
 from npusched.solvers.heuristic import heuristic_schedule
+from npusched.solvers.max_schedule import vela_tensor_placements
 from npusched.target.arch import ArchitectureFeatures
 from npusched.target.estimators import Estimator, with_estimator
 from npusched.vela.default_core import (
@@ -39,12 +40,15 @@ DEFAULT = "vela-default"
 @dataclass(frozen=True)
 class Floor:
     """One core's own schedule of the Vela graph, its evaluation under each single model and what the report says
-    of it (``report.fits``: it fits the limit and npusched's rules accept it)."""
+    of it (``report.fits``: it fits the limit and npusched's rules accept it). ``start`` is the schedule a search
+    may start from and return: the same decisions with each feature map in the layout Vela legacy's backend gives
+    it (the default core lays some maps out otherwise: Vela's backend refuses those)."""
 
     network: Network
     schedule: Schedule
     by_estimator: dict[str, Evaluation]
     report: FloorReport
+    start: Schedule
 
 
 def legacy_floor(network: Network, arch: ArchitectureFeatures) -> Floor | ScheduleError:
@@ -99,7 +103,8 @@ class DefaultCoreRun:
         ops, _ = self.ops()
         if ops is None:
             return None
-        return schedule_from_default_core(network, with_estimator(arch, Estimator.VELA_DEFAULT), ops).schedule
+        imported = schedule_from_default_core(network, with_estimator(arch, Estimator.VELA_DEFAULT), ops)
+        return with_vela_formats(imported.schedule, network, arch)
 
     def floor(self, network: Network, arch: ArchitectureFeatures) -> tuple[Floor | None, str]:
         """The default core's schedule read onto ``network`` (Vela legacy's graph), or None and why."""
@@ -110,8 +115,8 @@ class DefaultCoreRun:
         note = f"{len(imported.warnings)} decision(s) npusched cannot express as the default core made them" \
             if imported.warnings else ""
         floor = _floor(DEFAULT, network, arch, imported.schedule, note)
-        return Floor(floor.network, floor.schedule, floor.by_estimator,
-                     replace(floor.report, own_cycles=self.own_cycles)), ""
+        return replace(floor, report=replace(floor.report, own_cycles=self.own_cycles),
+                       start=with_vela_formats(imported.schedule, network, arch)), ""
 
 
 def _floor(name: str, network: Network, arch: ArchitectureFeatures, schedule: Schedule, note: str) -> Floor:
@@ -122,4 +127,11 @@ def _floor(name: str, network: Network, arch: ArchitectureFeatures, schedule: Sc
     report = FloorReport(name, {key: e.total_cycles for key, e in by_estimator.items()}, legacy.peak_fast_storage,
                          max(legacy.allocation.size_bytes, legacy.network_peak_fast_storage), fits=not problems,
                          note=problems[0] if problems else note)
-    return Floor(network, schedule, by_estimator, report)
+    return Floor(network, schedule, by_estimator, report, schedule)
+
+
+def with_vela_formats(schedule: Schedule, network: Network, arch: ArchitectureFeatures) -> Schedule:
+    """``schedule`` with every feature map laid out as Vela legacy's scheduler lays it out (its memory kept)."""
+    formats = {fm: place.format for fm, place in vela_tensor_placements(network, arch)}
+    return replace(schedule, tensors=tuple((fm, TensorPlacement(place.mem_area, formats.get(fm, place.format)))
+                                           for fm, place in schedule.tensors))

@@ -63,7 +63,11 @@ class Graphs:
         self.own = self.variant(frozenset(), in_place)
         # Every priced site npusched's graph has (with the in-place writes, when it has any).
         self.sites: tuple[Site, ...] = self.own.sites
-        self.vela = self.variant(frozenset(site.key for site in self.sites), False)
+
+    @property
+    def vela(self) -> Variant:
+        """Vela's graph (lowered when first asked for)."""
+        return self.variant(frozenset(site.key for site in self.sites), False)
 
     def variant(self, skipped: frozenset[str], in_place: bool) -> Variant:
         """The graph without the sites ``skipped`` names (``IN_PLACE_WRITES`` among them: no in-place writes)."""
