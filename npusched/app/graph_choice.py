@@ -9,8 +9,9 @@ mostly cannot use it: on mobilenet_v2 it prices a staged input 5-9% worse where 
 run searches both graphs, each with part of the time limit, and keeps the better schedule
 (``npusched.app.cpsat_run``): npusched's graph, every site applied and in-place writes on, and Vela's graph, the
 unconditional rewrites only (folding, grouped convolutions), which is also the graph of both Vela cores' own
-schedules (``npusched.app.floors``). Where a network has sites of several rewrites and time is left, the better
-graph is priced with each rewrite's sites toggled (``refinements``). The decisions are recorded per site.
+schedules (``npusched.app.floors``). The sites of a network are priced together (kept or left out as one); the
+decision is recorded per site. ``Graphs.variant`` builds any graph between the two (``--schedule`` rebuilds the
+one a run chose).
 """
 
 from __future__ import annotations
@@ -86,21 +87,6 @@ class Graphs:
     def distinct(self) -> bool:
         """Whether npusched's graph differs from Vela's (else one search covers both)."""
         return bool(self.sites)
-
-    def refinements(self, best: Variant) -> list[tuple[tuple[Site, ...], Variant]]:
-        """From the better of the two graphs, each rewrite's sites toggled (added to Vela's graph, or left out of
-        npusched's): the variants worth a search of their own where a network has sites of several rewrites."""
-        by_rewrite: dict[str, list[Site]] = {}
-        for site in self.sites:
-            by_rewrite.setdefault(site.rewrite, []).append(site)
-        if len(by_rewrite) < 2:
-            return []
-        out = []
-        for members in by_rewrite.values():
-            keys = frozenset(site.key for site in members)
-            skipped = best.skipped - keys if best.skipped & keys else best.skipped | keys
-            out.append((tuple(members), self.variant(skipped, self.in_place)))
-        return out
 
 
 def decisions(sites: Sequence[Site], chosen: Variant, why_kept: str, why_out: str) -> tuple[SiteDecision, ...]:
