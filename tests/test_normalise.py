@@ -85,11 +85,17 @@ def _keras(arch: str, passes: int = 40, seed: int = 2) -> bytes:
 # ---------------------------------------------------------------------------------------------------------------
 # what the Keras-style export is, and what normalisation makes of it
 
+# Every Keras-style variant reshapes at run time in its head (a Reshape layer), but these: a TCN pools over time by
+# MEAN, a DeepLab encoder ends in per-pixel logits.
+HEADS_WITHOUT_RESHAPE = frozenset({"tcn", "deeplab"})
+
+
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_keras_style_shape_arithmetic_is_folded_away(arch):
     raw = _keras(arch)
     before = _lowered(raw)
-    assert {op.tflite_op for op in before.cpu_ops} >= {"STRIDED_SLICE", "PACK"}  # every variant has a head
+    if arch not in HEADS_WITHOUT_RESHAPE:
+        assert {op.tflite_op for op in before.cpu_ops} >= {"STRIDED_SLICE", "PACK"}
     normalised, record = normalise(raw)
     after = _lowered(normalised)
     # No CPU operator is left from shape arithmetic (the CPU keeps only what it keeps in the plain export,

@@ -18,10 +18,9 @@ from conftest import CONFIGS
 
 from npusched.app.cli import main
 from npusched.errors import NpuschedError
-from npusched.frontend.normalise import PRICED_REWRITES, normalise
+from npusched.frontend.normalise import ALWAYS_REWRITES, PRICED_REWRITES, normalise
 from npusched.frontend.normalise.flatbuffer import pack_model, unpack_model
 from npusched.frontend.normalise.folding import FOLDING, fix_batch
-from npusched.frontend.normalise.grouped_convolutions import GROUPED_CONVOLUTIONS
 from npusched.frontend.normalise.rewrite import Rewrite
 from npusched.frontend.tflite_reader import parse_tflite
 from npusched.frontend.validate import validate_model
@@ -30,11 +29,13 @@ from npusched.netgen import generate
 from npusched.target.arch import load_architecture
 from npusched.vela.command import vela_hardware_args
 
-_BY_NAME = {rewrite.name: rewrite for rewrite in (FOLDING, GROUPED_CONVOLUTIONS, *PRICED_REWRITES)}
+_BY_NAME = {rewrite.name: rewrite for rewrite in (FOLDING, *ALWAYS_REWRITES, *PRICED_REWRITES)}
 # rewrite -> (a model where it finds a site, whether the model is normalised with ``stage``)
 MODELS: dict[str, tuple[Callable[[], bytes], bool]] = {
     "fold": (lambda: generate("mobilenet_v3", 40, 1, keras_style=True), False),
     "grouped_convolution": (lambda: generate("regnet", 40, 1), False),
+    "dilated_convolution": (lambda: generate("tcn", 40, 1, keras_style=True), False),
+    "nearest_upsampling": (lambda: generate("yolo", 40, 1, keras_style=True), False),
     "relayout": (lambda: generate("mobilenet_v3", 40, 1, keras_style=True), False),
     "widened_output": (lambda: generate("unet", 40, 1, keras_style=True), False),
     "gate_first": (lambda: generate("efficientnet", 40, 1), False),
@@ -72,17 +73,21 @@ MUTATIONS = {"other_options": _other_options, "other_type": _other_type, "other_
              "buffer_out_of_range": _buffer_out_of_range, "index_out_of_range": _index_out_of_range}
 
 
-def _mutated(rewrite: Rewrite, data: bytes, mutation: Callable[..., None]) -> bytes:
-    """``data`` as the rewrite finds it (the batch fixed; folded and grouped convolutions split before a priced
+def _mutated(rewrite: Rewrite, data: bytes, mutation: Callable[..., None], where: int = 0) -> bytes:
+    """``data`` as the rewrite finds it (the batch fixed and folded; the other rewrites applied before a priced
     rewrite) with the operator of its first site mutated."""
     if rewrite.priced:
         data = normalise(data, relayout=False, band_softmax=False)[0]
     model = unpack_model(data)
     subgraph = model.subgraphs[0]
     fix_batch(subgraph)
+    if rewrite is not FOLDING:  # the others find their sites in the folded model
+        FOLDING.apply(model, subgraph, FOLDING.find(model, subgraph))
     plans = rewrite.find(model, subgraph)
     assert plans, f"the {rewrite.name} model has no site"
-    mutation(subgraph.operators[plans[0].position], subgraph.tensors, model)
+    # The operator the site starts at, or, for a chain of operators, the one at ``where`` in it.
+    chain = getattr(plans[0], "positions", (plans[0].position,))
+    mutation(subgraph.operators[chain[where * (len(chain) - 1) // 2]], subgraph.tensors, model)
     return pack_model(model)
 
 
@@ -98,6 +103,20 @@ def test_a_mutated_site_is_an_error_line_or_left_alone(name: str, mutation: str)
         validate_model(model)
         lower_model(model, arch, in_place=True)
     except NpuschedError as exc:  # the CLI's one-line error
+        assert "\n" not in str(exc) and str(exc)
+
+
+@pytest.mark.parametrize("where", [1, 2], ids=["middle", "last"])
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+@pytest.mark.parametrize("name", ["dilated_convolution", "nearest_upsampling"])
+def test_a_chain_mutated_inside_is_an_error_line_or_left_alone(name: str, mutation: str, where: int) -> None:
+    """The rewrites of operator chains read every operator of the chain defensively, not only its first."""
+    make, stage = MODELS[name]
+    bad = _mutated(_BY_NAME[name], make(), MUTATIONS[mutation], where)
+    try:
+        lower_model(parse_tflite(normalise(bad, "bad.tflite", stage=stage)[0], "bad.tflite"),
+                    load_architecture("ethos-u65-256"), in_place=True)
+    except NpuschedError as exc:
         assert "\n" not in str(exc) and str(exc)
 
 

@@ -294,10 +294,78 @@ def transformer(g: GraphBuilder, s: Sizing) -> Act:
     return g.softmax(logits) if s.passes >= _SOFTMAX_HEAD_MIN_PASSES else logits
 
 
+def tcn(g: GraphBuilder, s: Sizing) -> Act:
+    """A temporal convolutional network (keyword spotting, anomaly detection): [1, time, features] audio, stages of
+    residual blocks of causal convolutions dilated 1, 2, 4, 8 ..., global average pooling over time and a dense
+    classifier. Plain exports run it 4-D as [1, 1, T, F]; Keras-style ones as TF writes Conv1D (3-D, with
+    SPACE_TO_BATCH_ND around the dilated convolutions)."""
+    steps, features = 4 * s.resolution, 40
+    x = g.input((1, steps, features) if g.keras_style else (1, 1, steps, features))
+    kernel = int(g.rng.choice([2, 3]))
+    dilations = (1, 2, 4, 8) if steps >= 256 else (1, 2, 4)
+    stages = [(32, 0), (48, 0), (64, 0)]
+    block_index = [0]
+
+    def block(y: Act, c: int, _stride: int, _position: int) -> Act:
+        dilation = dilations[block_index[0] % len(dilations)]
+        block_index[0] += 1
+        return blocks.tcn_block(g, y, c, kernel, dilation)
+
+    x = _staged(g, s, x, stages, 2, block, block_passes=3)
+    if g.keras_style:  # GlobalAveragePooling1D
+        pooled = g.mean_axis(x, 1, keep_dims=False, quant=x.quant)
+    else:
+        pooled = g.reshape(g.global_pool(x), (1, x.shape[-1]))
+    return g.fully_connected(pooled, 12)
+
+
+def yolo(g: GraphBuilder, s: Sizing) -> Act:
+    """A YOLOv8-style detector: a backbone of strided convolutions and C2f blocks, SPPF, and a neck that up-samples
+    (nearest, which Keras 3 writes as EXPAND_DIMS -> TILE -> RESHAPE) and concatenates the backbone's maps back
+    to stride 8, where a 1x1 convolution predicts boxes and classes. Small budgets keep the first two stages."""
+    x = blocks.conv_swish(g, g.input((1, s.resolution, s.resolution, 3)), s.channels(16), 3, 2)
+    # A stage is about 16 passes with one bottleneck per C2f, a bottleneck about 8 more in each of the C2fs.
+    widths = [s.channels(c) for c in (32, 64, 128, 256)][:min(4, max(2, (s.passes - 20) // 30))]
+    bottlenecks = max(1, min(16, (s.passes - 60) // 40))
+    features = []
+    for width in widths:
+        x = blocks.c2f(g, blocks.conv_swish(g, x, width, 3, 2), width, bottlenecks)
+        features.append(x)
+    x = blocks.sppf(g, x, widths[-1])
+    neck = slice(min(1, len(widths) - 2), -1)  # back to stride 8 (stride 4 with two stages)
+    for skip, width in zip(reversed(features[neck]), reversed(widths[neck]), strict=True):
+        lateral = g.conv(x, width, activation=None, quant=skip.quant)  # to the skip's quantisation
+        x = blocks.c2f(g, g.concat([g.upsample_nearest(lateral, 2), skip], quant=skip.quant), width, bottlenecks, False)
+    return g.conv(x, 4 + 12, activation=None)
+
+
+def deeplab(g: GraphBuilder, s: Sizing) -> Act:
+    """A DeepLab-v3-style encoder on a MobileNet-V2 backbone at output stride 8: the last stages dilated instead of
+    strided (their depthwise convolutions dilated 2), ASPP with atrous rates 2, 4, 6 and per-pixel logits. Keras-
+    style exports write every dilated convolution in SPACE_TO_BATCH_ND ... BATCH_TO_SPACE_ND."""
+    x = blocks.stem(g, g.input((1, s.resolution, s.resolution, 3)), s.channels(32))
+    stages = [(16, 1, 1), (24, 2, 1), (32, 2, 1), (64, 1, 2), (96, 1, 2)]
+    filler = _Filler(g, s)
+    reserve = 12
+    for position, (base, stride, dilation) in enumerate(stages):
+        until = filler.stage_end(s.passes, len(stages) - position, reserve)
+        channels = s.channels(base)
+
+        def step(y: Act, first: bool, c: int = channels, st: int = stride, d: int = dilation, p: int = position
+                 ) -> Act:
+            return blocks.inverted_residual(g, y, c, st if first else 1, 1 if p == 0 else 6, activation="RELU6",
+                                            dilation=d)
+
+        x = filler.fill(x, until, step)
+    x = blocks.aspp(g, x, s.channels(64), (2, 4, 6))
+    return g.conv(x, 4, activation=None)
+
+
 ARCHITECTURES: dict[str, Callable[[GraphBuilder, Sizing], Act]] = {
     "mobilenet_v2": mobilenet_v2, "mobilenet_v3": mobilenet_v3, "efficientnet": efficientnet, "densenet": densenet,
     "nasnet": nasnet, "unet": unet, "resnet": resnet, "audio1d": audio1d, "mixed": mixed,
-    "transformer": transformer, "inception": inception, "regnet": regnet,
+    "transformer": transformer, "inception": inception, "regnet": regnet, "tcn": tcn, "yolo": yolo,
+    "deeplab": deeplab,
 }
 # Architectures with CPU operators by default (so several NPU subgraphs).
 SPLIT_BY_DEFAULT = frozenset({"mixed"})

@@ -44,13 +44,14 @@ def squeeze_excite(g: GraphBuilder, x: Act, reduced: int, gate: str, pool: str, 
 
 
 def inverted_residual(g: GraphBuilder, x: Act, filters: int, stride: int, expansion: int, kernel: int = 3,
-                      activation: str = "RELU6", se_ratio: float = 0.0) -> Act:
-    """MobileNet-V2/V3 and EfficientNet block: 1x1 expand -> depthwise -> (squeeze-excite) -> 1x1 project,
-    with a residual ADD when the shape is kept."""
+                      activation: str = "RELU6", se_ratio: float = 0.0, dilation: int = 1) -> Act:
+    """MobileNet-V2/V3 and EfficientNet block: 1x1 expand -> depthwise (dilated by ``dilation``) ->
+    (squeeze-excite) -> 1x1 project, with a residual ADD when the shape is kept."""
     y = x
     if expansion > 1:
         y = _activate(g, g.conv(y, x.channels * expansion, activation=_fused(activation)), activation)
-    y = _activate(g, g.depthwise(y, (kernel, kernel), (stride, stride), _fused(activation)), activation)
+    y = _activate(g, g.depthwise(y, (kernel, kernel), (stride, stride), _fused(activation), dilation=dilation),
+                  activation)
     if se_ratio > 0:
         gate = "LOGISTIC" if activation == "SWISH" else str(g.rng.choice(["HARD_SWISH", "LOGISTIC"]))
         y = squeeze_excite(g, y, max(8, int(y.channels * se_ratio)), gate, str(g.rng.choice(["MEAN", "AVERAGE"])),
@@ -277,3 +278,46 @@ def transformer_block(g: GraphBuilder, x: Act, heads: int, expansion: int = 2, g
     hidden = g.dense(layer_norm(g, x, squared_difference), x.channels * expansion)
     hidden = gelu_tanh(g, hidden) if gelu == "TANH" else g.gelu(hidden, approximate=gelu == "GELU_APPROXIMATE")
     return g.binary("ADD", x, g.dense(hidden, x.channels), x.shape)
+
+
+def tcn_block(g: GraphBuilder, x: Act, filters: int, kernel: int, dilation: int) -> Act:
+    """A temporal convolutional network's residual block: two causal convolutions dilated by ``dilation``, a 1x1
+    convolution on the shortcut where the width changes, the sum through a ReLU."""
+    y = g.causal_conv1d(g.causal_conv1d(x, filters, kernel, dilation), filters, kernel, dilation, activation=None)
+    shortcut = x if x.shape[-1] == filters else g.causal_conv1d(x, filters, 1, activation=None)
+    return g.add(y, shortcut, "RELU")
+
+
+def conv_swish(g: GraphBuilder, x: Act, filters: int, kernel: int = 1, stride: int = 1, dilation: int = 1) -> Act:
+    """YOLOv8's Conv: convolution, SiLU (x * logistic(x))."""
+    return _activate(g, g.conv(x, filters, (kernel, kernel), (stride, stride), None, dilation=dilation), "SWISH")
+
+
+def c2f(g: GraphBuilder, x: Act, filters: int, bottlenecks: int, shortcut: bool = True) -> Act:
+    """YOLOv8's C2f, CSP-style: two 1x1 halves, ``bottlenecks`` 3x3 pairs on the second (each output kept), all
+    concatenated and fused by a 1x1 convolution. The parts share one quantisation, as the concatenation needs."""
+    half = max(8, filters // 2)
+    quant = g.output_quant(None)
+    parts = [g.conv(x, half, activation=None, quant=quant), g.conv(x, half, activation=None, quant=quant)]
+    for _ in range(bottlenecks):
+        y = conv_swish(g, conv_swish(g, parts[-1], half, 3), half, 3)
+        parts.append(g.add(y, parts[-1], quant=quant) if shortcut else g.conv(y, half, activation=None, quant=quant))
+    return conv_swish(g, g.concat(parts, quant=quant), filters)
+
+
+def sppf(g: GraphBuilder, x: Act, filters: int) -> Act:
+    """YOLOv8's SPPF: a 1x1 convolution, three chained 5x5 max pools, the four concatenated, a 1x1 convolution."""
+    y = g.conv(x, max(8, filters // 2), activation="RELU")
+    pooled = [y]
+    for _ in range(3):
+        pooled.append(g.pool(pooled[-1], "MAX", (5, 5), (1, 1)))
+    return conv_swish(g, g.concat(pooled), filters)
+
+
+def aspp(g: GraphBuilder, x: Act, filters: int, rates: tuple[int, ...]) -> Act:
+    """DeepLab's atrous spatial pyramid pooling (without the image-pooling branch): a 1x1 convolution and a 3x3
+    one per atrous rate, concatenated (one quantisation) and projected by a 1x1 convolution."""
+    quant = g.output_quant("RELU")
+    branches = [g.conv(x, filters, quant=quant)]
+    branches += [g.conv(x, filters, (3, 3), dilation=rate, quant=quant) for rate in rates]
+    return g.conv(g.concat(branches, quant=quant), filters)

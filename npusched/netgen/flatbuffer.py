@@ -153,8 +153,10 @@ def _tensor(b: flatbuffers.Builder, tensor: TensorDef, buffer_index: int) -> int
 def _operator(b: flatbuffers.Builder, op: OperatorDef, opcode_index: int) -> int:
     options = None
     if op.options is not None:
+        # A tuple is an int32 vector field (SQUEEZE's squeeze_dims): built before its table starts.
+        values = [(field, _int32s(b, value) if isinstance(value, tuple) else value) for field, value in op.fields]
         getattr(tflite, f"{op.options}Start")(b)
-        for field, value in op.fields:
+        for field, value in values:
             getattr(tflite, f"{op.options}Add{field}")(b, value)
         options = getattr(tflite, f"{op.options}End")(b)
     inputs, outputs = _int32s(b, op.inputs), _int32s(b, op.outputs)

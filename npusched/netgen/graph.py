@@ -10,7 +10,7 @@ which the architectures use as their size knob.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,13 +21,15 @@ from npusched.netgen.flatbuffer import NetworkDef, OperatorDef, TensorDef
 # reshapes vanish, MEAN becomes a depthwise convolution and a MUL, int8 SOFTMAX a fixed chain of 31 passes, and a
 # concatenation writes each input in its own pass (counted in ``concat``).
 # A PAD (PyTorch-style exports) folds into the following convolution's hardware padding: no pass of its own.
-_PASS_ESTIMATE = {"RESHAPE": 0, "PAD": 0, "MEAN": 2, "SOFTMAX": 31, "SQUARED_DIFFERENCE": 7}
+_PASS_ESTIMATE = {"RESHAPE": 0, "EXPAND_DIMS": 0, "SQUEEZE": 0, "PAD": 0, "MEAN": 2, "SOFTMAX": 31,
+                  "SQUARED_DIFFERENCE": 7}
 # Lookup-table activations Vela fuses into the op producing their input when nothing else reads that input.
 _LUT_OPERATORS = frozenset({"HARD_SWISH", "LOGISTIC", "RSQRT", "TANH"})
 _LUT_FUSERS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "ADD", "MUL",
                          "AVERAGE_POOL_2D", "MAX_POOL_2D"})
 # Operators Vela 5.2.0 has no NPU implementation for: they run on the CPU and split the NPU work.
-CPU_OPERATORS = frozenset({"L2_NORMALIZATION", "SPACE_TO_DEPTH", "DEPTH_TO_SPACE", "BATCH_MATMUL", "GELU"})
+CPU_OPERATORS = frozenset({"L2_NORMALIZATION", "SPACE_TO_DEPTH", "DEPTH_TO_SPACE", "BATCH_MATMUL", "GELU",
+                           "SPACE_TO_BATCH_ND", "BATCH_TO_SPACE_ND", "TILE"})
 _ACTIVATIONS = {None: 0, "RELU": 1, "RELU6": 3}  # tflite.ActivationFunctionType values
 _PADDING = {"SAME": 0, "VALID": 1}
 
@@ -64,15 +66,20 @@ def _same_out(size: int, stride: int) -> int:
 
 
 def torch_padding(shape: tuple[int, ...], kernel: tuple[int, int], stride: tuple[int, int],
-                  dilation: int) -> tuple[int, int] | None:
+                  dilation: tuple[int, int]) -> tuple[int, int] | None:
     """PyTorch's symmetric ``padding`` per spatial axis (height, width) for a SAME convolution of a [1, H, W, C]
     map: dilation * (k - 1) // 2 on both sides, or None where the padded VALID output would not have the SAME
     output's shape (some even kernels)."""
-    pads = tuple(dilation * (k - 1) // 2 for k in kernel)
-    for size, k, s, pad in zip(shape[1:3], kernel, stride, pads, strict=True):
-        if (size + 2 * pad - dilation * (k - 1) - 1) // s + 1 != _same_out(size, s):
+    pads = tuple(d * (k - 1) // 2 for k, d in zip(kernel, dilation, strict=True))
+    for size, k, s, d, pad in zip(shape[1:3], kernel, stride, dilation, pads, strict=True):
+        if (size + 2 * pad - d * (k - 1) - 1) // s + 1 != _same_out(size, s):
             return None
     return pads[0], pads[1]
+
+
+def _dilations(dilation: int | tuple[int, int]) -> tuple[int, int]:
+    """(height, width) dilation factors from one factor for both or a pair."""
+    return (dilation, dilation) if isinstance(dilation, int) else dilation
 
 
 class GraphBuilder:
@@ -234,38 +241,66 @@ class GraphBuilder:
     # --- layers with weights -----------------------------------------------------------------------------------
 
     def conv(self, x: Act, filters: int, kernel: tuple[int, int] = (1, 1), stride: tuple[int, int] = (1, 1),
-             activation: str | None = "RELU", padding: str = "SAME", dilation: int = 1,
+             activation: str | None = "RELU", padding: str = "SAME", dilation: int | tuple[int, int] = 1,
              quant: Quant | None = None, groups: int = 1) -> Act:
-        """CONV_2D with OHWI weights; ``kernel`` and ``stride`` are (height, width). With ``groups`` > 1 the
-        kernel covers IFM depth / groups, as the converter exports Keras's Conv2D(groups=G); Vela splits it into
-        a convolution per group (counted so, with a copy each into their concatenation)."""
+        """CONV_2D with OHWI weights; ``kernel``, ``stride`` and ``dilation`` are (height, width). With ``groups``
+        > 1 the kernel covers IFM depth / groups, as the converter exports Keras's Conv2D(groups=G); Vela splits it
+        into a convolution per group (counted so, with a copy each into their concatenation). A dilated one is
+        exported Keras-style as TF writes it (``_space_to_batch_form``)."""
         kh, kw = kernel
         weights = self._weights("weights", (filters, kh, kw, x.channels // groups), 0)
         bias = self._bias("bias", x, weights)
-        out_h, out_w = self._spatial(x, kernel, stride, padding, dilation)
-        x, padding = self._torch_pad(x, kernel, stride, padding, dilation)
-        y = self._act("conv", (1, out_h, out_w, filters), quant or self.output_quant(activation))
-        y = self._op("CONV_2D", (x.index, weights, bias), y, "Conv2DOptions", Padding=_PADDING[padding],
-                     StrideW=stride[1], StrideH=stride[0], FusedActivationFunction=_ACTIVATIONS[activation],
-                     DilationWFactor=dilation, DilationHFactor=dilation)
+        quant = quant or self.output_quant(activation)
+
+        def make(x: Act, padding: str, dilation: tuple[int, int]) -> Act:
+            out_h, out_w = self._spatial(x, kernel, stride, padding, dilation)
+            x, padding = self._torch_pad(x, kernel, stride, padding, dilation)
+            y = self._act("conv", (x.shape[0], out_h, out_w, filters), quant)
+            return self._op("CONV_2D", (x.index, weights, bias), y, "Conv2DOptions", Padding=_PADDING[padding],
+                            StrideW=stride[1], StrideH=stride[0], FusedActivationFunction=_ACTIVATIONS[activation],
+                            DilationWFactor=dilation[1], DilationHFactor=dilation[0])
+
+        y = self._space_to_batch_form(x, kernel, padding, _dilations(dilation), make)
         self.npu_passes += 2 * (groups - 1)
         return y
 
     def depthwise(self, x: Act, kernel: tuple[int, int] = (3, 3), stride: tuple[int, int] = (1, 1),
                   activation: str | None = "RELU", padding: str = "SAME", multiplier: int = 1,
-                  dilation: int = 1) -> Act:
+                  dilation: int | tuple[int, int] = 1) -> Act:
         """DEPTHWISE_CONV_2D with 1HWC weights (per-channel scales along the last axis)."""
         kh, kw = kernel
         channels = x.channels * multiplier
         weights = self._weights("dw_weights", (1, kh, kw, channels), 3)
         bias = self._bias("dw_bias", x, weights)
-        out_h, out_w = self._spatial(x, kernel, stride, padding, dilation)
-        x, padding = self._torch_pad(x, kernel, stride, padding, dilation)
-        y = self._act("depthwise", (1, out_h, out_w, channels), self.output_quant(activation))
-        return self._op("DEPTHWISE_CONV_2D", (x.index, weights, bias), y, "DepthwiseConv2DOptions",
-                        Padding=_PADDING[padding], StrideW=stride[1], StrideH=stride[0], DepthMultiplier=multiplier,
-                        FusedActivationFunction=_ACTIVATIONS[activation], DilationWFactor=dilation,
-                        DilationHFactor=dilation)
+        quant = self.output_quant(activation)
+
+        def make(x: Act, padding: str, dilation: tuple[int, int]) -> Act:
+            out_h, out_w = self._spatial(x, kernel, stride, padding, dilation)
+            x, padding = self._torch_pad(x, kernel, stride, padding, dilation)
+            y = self._act("depthwise", (x.shape[0], out_h, out_w, channels), quant)
+            return self._op("DEPTHWISE_CONV_2D", (x.index, weights, bias), y, "DepthwiseConv2DOptions",
+                            Padding=_PADDING[padding], StrideW=stride[1], StrideH=stride[0],
+                            DepthMultiplier=multiplier, FusedActivationFunction=_ACTIVATIONS[activation],
+                            DilationWFactor=dilation[1], DilationHFactor=dilation[0])
+
+        return self._space_to_batch_form(x, kernel, padding, _dilations(dilation), make)
+
+    def _space_to_batch_form(self, x: Act, kernel: tuple[int, int], padding: str, dilation: tuple[int, int],
+                             make: Callable[[Act, str, tuple[int, int]], Act]) -> Act:
+        """``make(x, padding, dilation)``, the convolution; Keras-style and dilated, as TF writes a dilated
+        convolution the converter does not fuse: SPACE_TO_BATCH_ND by the dilation (paddings: the SAME padding
+        of the dilated kernel, or none for VALID, plus what makes each side a multiple of the block), the
+        undilated convolution VALID on the d x d phases, BATCH_TO_SPACE_ND cropping the extra."""
+        if not self.keras_style or dilation == (1, 1):
+            return make(x, padding, dilation)
+        paddings, crops = [], []
+        for size, k, d in zip(x.shape[1:3], kernel, dilation, strict=True):
+            total = d * (k - 1) if padding == "SAME" else 0
+            extra = -(size + total) % d
+            paddings.append((total // 2, total - total // 2 + extra))
+            crops.append((0, extra))
+        phases = make(self.space_to_batch(x, dilation, paddings), "VALID", (1, 1))
+        return self.batch_to_space(phases, dilation, crops)
 
     def transpose_conv(self, x: Act, filters: int, kernel: int = 3, stride: int = 2) -> Act:
         """TRANSPOSE_CONV with SAME padding (output = input x stride), with its optional bias."""
@@ -293,7 +328,7 @@ class GraphBuilder:
                         FusedActivationFunction=_ACTIVATIONS[activation])
 
     def _torch_pad(self, x: Act, kernel: tuple[int, int], stride: tuple[int, int], padding: str,
-                   dilation: int) -> tuple[Act, str]:
+                   dilation: tuple[int, int]) -> tuple[Act, str]:
         """The convolution's input and padding as a PyTorch export writes them: a SAME convolution becomes VALID,
         after a PAD of PyTorch's symmetric padding where there is any (1 x 1 kernels need none). Kept SAME where
         that padding would not give the SAME output's shape; plain and Keras-style exports are unchanged."""
@@ -308,10 +343,10 @@ class GraphBuilder:
 
     @staticmethod
     def _spatial(x: Act, kernel: tuple[int, int], stride: tuple[int, int], padding: str,
-                 dilation: int) -> tuple[int, int]:
+                 dilation: tuple[int, int]) -> tuple[int, int]:
         if padding == "SAME":
             return _same_out(x.height, stride[0]), _same_out(x.width, stride[1])
-        extent_h, extent_w = ((k - 1) * dilation + 1 for k in kernel)
+        extent_h, extent_w = ((k - 1) * d + 1 for k, d in zip(kernel, dilation, strict=True))
         return (x.height - extent_h) // stride[0] + 1, (x.width - extent_w) // stride[1] + 1
 
     # --- layers without weights --------------------------------------------------------------------------------
@@ -319,7 +354,7 @@ class GraphBuilder:
     def pool(self, x: Act, kind: str, kernel: tuple[int, int], stride: tuple[int, int],
              padding: str = "SAME") -> Act:
         """AVERAGE_POOL_2D or MAX_POOL_2D (``kind`` "AVERAGE" / "MAX"); the output keeps the input's quantisation."""
-        out_h, out_w = self._spatial(x, kernel, stride, padding, 1)
+        out_h, out_w = self._spatial(x, kernel, stride, padding, (1, 1))
         y = self._act(f"{kind.lower()}_pool", (1, out_h, out_w, x.channels), x.quant)
         return self._op(f"{kind}_POOL_2D", (x.index,), y, "Pool2DOptions", Padding=_PADDING[padding],
                         StrideW=stride[1], StrideH=stride[0], FilterWidth=kernel[1], FilterHeight=kernel[0])
@@ -348,8 +383,8 @@ class GraphBuilder:
         y = self._act("mean", (1, 1, 1, x.channels), self.output_quant(None))
         return self._op("MEAN", (x.index, axes), y, "ReducerOptions", KeepDims=True)
 
-    def add(self, a: Act, b: Act, activation: str | None = None) -> Act:
-        y = self._act("add", a.shape, self.output_quant(activation))
+    def add(self, a: Act, b: Act, activation: str | None = None, quant: Quant | None = None) -> Act:
+        y = self._act("add", a.shape, quant or self.output_quant(activation))
         return self._op("ADD", (a.index, b.index), y, "AddOptions", FusedActivationFunction=_ACTIVATIONS[activation])
 
     def mul(self, a: Act, b: Act) -> Act:
@@ -417,14 +452,14 @@ class GraphBuilder:
         return self._op("FULLY_CONNECTED", (x.index, weights, bias), y, "FullyConnectedOptions",
                         FusedActivationFunction=_ACTIVATIONS[activation], KeepNumDims=True)
 
-    def mean_axis(self, x: Act, axis: int, keep_dims: bool) -> Act:
+    def mean_axis(self, x: Act, axis: int, keep_dims: bool, quant: Quant | None = None) -> Act:
         """MEAN over one axis (negative counts from the end), as Keras's reductions export."""
         rank = len(x.shape)
         axis %= rank
         shape = tuple(1 if d == axis else s for d, s in enumerate(x.shape)) if keep_dims else \
             tuple(s for d, s in enumerate(x.shape) if d != axis)
         axes = self._const_int32("mean_axes", (axis,))
-        y = self._act("mean", shape, self.output_quant(None))
+        y = self._act("mean", shape, quant or self.output_quant(None))
         return self._op("MEAN", (x.index, axes), y, "ReducerOptions", KeepDims=keep_dims)
 
     def binary(self, opcode: str, a: int | Act, b: int | Act, shape: tuple[int, ...],
@@ -482,3 +517,73 @@ class GraphBuilder:
         y = self._act("depth_to_space", (1, x.height * block, x.width * block, x.channels // (block * block)),
                       x.quant)
         return self._op("DEPTH_TO_SPACE", (x.index,), y, "DepthToSpaceOptions", BlockSize=block)
+
+    def space_to_batch(self, x: Act, block: Sequence[int], paddings: Sequence[tuple[int, int]]) -> Act:
+        """SPACE_TO_BATCH_ND of a 3-D [B, T, C] or 4-D [B, H, W, C] map by ``block`` over its spatial axes, after
+        zero-point ``paddings``; the output keeps the input's quantisation."""
+        spatial = tuple((s + p0 + p1) // b for s, b, (p0, p1) in zip(x.shape[1:], block, paddings, strict=False))
+        shape = (x.shape[0] * int(np.prod(block)), *spatial, *x.shape[1 + len(block):])
+        inputs = (x.index, self._const_int32("block_shape", tuple(block)),
+                  self._const_int32("paddings", tuple(tuple(p) for p in paddings)))
+        return self._op("SPACE_TO_BATCH_ND", inputs, self._act("space_to_batch", shape, x.quant),
+                        "SpaceToBatchNDOptions")
+
+    def batch_to_space(self, x: Act, block: Sequence[int], crops: Sequence[tuple[int, int]]) -> Act:
+        """BATCH_TO_SPACE_ND: the inverse of ``space_to_batch``, then ``crops`` cut from each spatial axis."""
+        spatial = tuple(s * b - c0 - c1 for s, b, (c0, c1) in zip(x.shape[1:], block, crops, strict=False))
+        shape = (x.shape[0] // int(np.prod(block)), *spatial, *x.shape[1 + len(block):])
+        inputs = (x.index, self._const_int32("block_shape", tuple(block)),
+                  self._const_int32("crops", tuple(tuple(c) for c in crops)))
+        return self._op("BATCH_TO_SPACE_ND", inputs, self._act("batch_to_space", shape, x.quant),
+                        "BatchToSpaceNDOptions")
+
+    def tile(self, x: Act, multiples: Sequence[int]) -> Act:
+        shape = tuple(s * m for s, m in zip(x.shape, multiples, strict=True))
+        return self._op("TILE", (x.index, self._const_int32("multiples", tuple(multiples))),
+                        self._act("tile", shape, x.quant), "TileOptions")
+
+    # --- Keras 3 / TF 2.x export forms: reshapes by one axis, Conv1D, UpSampling2D -----------------------------
+
+    def expand_dims(self, x: Act, axis: int) -> Act:
+        shape = (*x.shape[:axis], 1, *x.shape[axis:])
+        return self._op("EXPAND_DIMS", (x.index, self._const_int32("axis", axis)),
+                        self._act("expand_dims", shape, x.quant), "ExpandDimsOptions")
+
+    def squeeze(self, x: Act, axis: int) -> Act:
+        shape = x.shape[:axis] + x.shape[axis + 1:]
+        return self._op("SQUEEZE", (x.index,), self._act("squeeze", shape, x.quant), "SqueezeOptions",
+                        SqueezeDims=(axis,))
+
+    def causal_conv1d(self, x: Act, filters: int, kernel: int, dilation: int = 1,
+                      activation: str | None = "RELU") -> Act:
+        """Keras's Conv1D(padding="causal"): a PAD of (kernel - 1) x dilation steps before the sequence, then a
+        VALID convolution along time. A plain (and PyTorch-style) export is 4-D [1, 1, T, C] with a dilated
+        CONV_2D; a Keras-style one is 3-D [1, T, C], as TF writes Conv1D: EXPAND_DIMS to [B, 1, T, C], CONV_2D,
+        SQUEEZE, and a dilated one inside SPACE_TO_BATCH_ND ... BATCH_TO_SPACE_ND over time (block = the
+        dilation) when TF cannot use the dilation itself. Same weights in every form."""
+        pad = (kernel - 1) * dilation
+        if len(x.shape) == 4:
+            if pad:
+                x = self.pad(x, ((0, 0), (0, 0), (pad, 0), (0, 0)))
+            return self.conv(x, filters, (1, kernel), activation=activation, padding="VALID", dilation=(1, dilation))
+        if pad:
+            x = self.pad(x, ((0, 0), (pad, 0), (0, 0)))
+        extra = -x.shape[1] % dilation
+        inner = self.space_to_batch(x, (dilation,), ((0, extra),)) if dilation > 1 else x
+        y = self.squeeze(self.conv(self.expand_dims(inner, 1), filters, (1, kernel), activation=activation,
+                                   padding="VALID"), 1)
+        return self.batch_to_space(y, (dilation,), ((0, extra),)) if dilation > 1 else y
+
+    def upsample_nearest(self, x: Act, factor: int) -> Act:
+        """Nearest up-sampling by ``factor``: RESIZE_NEAREST_NEIGHBOR; Keras-style, UpSampling2D as Keras 3 writes
+        it (``ops.repeat`` along the height, then the width: EXPAND_DIMS -> TILE -> RESHAPE each)."""
+        if not self.keras_style:
+            return self.resize(x, factor, "NEAREST")
+        for axis in (1, 2):
+            multiples = [1] * (len(x.shape) + 1)
+            multiples[axis + 1] = factor
+            shape = list(x.shape)
+            shape[axis] *= factor
+            x = self.reshape(self.tile(self.expand_dims(x, axis + 1), multiples), shape)
+        self.npu_passes += 1  # one RESIZE in the plain variant, so the stages are sized as there
+        return x

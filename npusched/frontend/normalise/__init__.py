@@ -3,7 +3,9 @@
 Two kinds of rewrite (``rewrite.Rewrite``; one module each):
 
 * what changes what the NPU can run, always applied: ``folding`` (a dynamic batch fixed at 1 and the run-time
-  shape arithmetic Keras and PyTorch exports write, evaluated; what becomes dead dropped) and
+  shape arithmetic Keras and PyTorch exports write, evaluated; what becomes dead dropped),
+  ``dilated_convolutions`` (TF's SPACE_TO_BATCH_ND form of a dilated convolution as one),
+  ``nearest_upsampling`` (Keras 3's EXPAND_DIMS -> TILE -> RESHAPE repeats as RESIZE_NEAREST_NEIGHBOR) and
   ``grouped_convolutions`` (Keras's Conv2D(groups=G) as convolutions of whole groups);
 * what changes only what a schedule costs or needs in fast storage, *priced*: ``widened_outputs``,
   ``gates_first``, ``relayout`` (channel-poor element-wise chains on a deep view), ``staged_inputs`` and
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from npusched.errors import ModelError
+from npusched.frontend.normalise.dilated_convolutions import DILATED_CONVOLUTIONS
 from npusched.frontend.normalise.flatbuffer import (
     SubGraphT,
     drop_dead_tensors,
@@ -36,6 +39,7 @@ from npusched.frontend.normalise.flatbuffer import (
 from npusched.frontend.normalise.folding import FOLDING, fix_batch
 from npusched.frontend.normalise.gates_first import GATES_FIRST
 from npusched.frontend.normalise.grouped_convolutions import GROUPED_CONVOLUTIONS
+from npusched.frontend.normalise.nearest_upsampling import NEAREST_UPSAMPLING
 from npusched.frontend.normalise.relayout import RELAYOUT
 from npusched.frontend.normalise.rewrite import Rewrite, Site, counted
 from npusched.frontend.normalise.softmax_bands import (
@@ -48,16 +52,17 @@ from npusched.frontend.normalise.staged_inputs import STAGED_INPUTS
 from npusched.frontend.normalise.staged_outputs import STAGED_OUTPUTS
 from npusched.frontend.normalise.widened_outputs import WIDENED_OUTPUTS
 
-__all__ = ["PRICED_REWRITES", "SOFTMAX_BAND_BYTES", "SOFTMAX_SPLIT_BYTES", "Normalisation", "Site", "counted",
-           "normalise", "repack", "softmax_bands"]
+__all__ = ["ALWAYS_REWRITES", "PRICED_REWRITES", "SOFTMAX_BAND_BYTES", "SOFTMAX_SPLIT_BYTES", "Normalisation", "Site",
+           "counted", "normalise", "repack", "softmax_bands"]
 
 # The priced rewrites, in the order they are applied (to the first subgraph, the one the NPU runs).
 RELAYOUT_REWRITES = (WIDENED_OUTPUTS, GATES_FIRST, RELAYOUT)
 STAGING_REWRITES = (STAGED_INPUTS, STAGED_OUTPUTS)
 PRICED_REWRITES: tuple[Rewrite, ...] = (*RELAYOUT_REWRITES, *STAGING_REWRITES, SOFTMAX_BANDS)
+# After folding, in every subgraph: what changes what the NPU can run.
+ALWAYS_REWRITES = (DILATED_CONVOLUTIONS, NEAREST_UPSAMPLING, GROUPED_CONVOLUTIONS)
 # The order the summary names what changed in.
-_DESCRIBED = (RELAYOUT, WIDENED_OUTPUTS, GATES_FIRST, GROUPED_CONVOLUTIONS, STAGED_INPUTS, STAGED_OUTPUTS,
-              SOFTMAX_BANDS)
+_DESCRIBED = (RELAYOUT, WIDENED_OUTPUTS, GATES_FIRST, *ALWAYS_REWRITES, STAGED_INPUTS, STAGED_OUTPUTS, SOFTMAX_BANDS)
 
 
 @dataclass(frozen=True)
@@ -188,7 +193,8 @@ def normalise(data: bytes, source: str = "<bytes>", relayout: bool = True, band_
         fixed += fix_batch(subgraph)
         folded.update(plan.opcode for plan in rewrite(subgraph, FOLDING))
         removed += drop_dead_tensors(model, subgraph)
-        rewrite(subgraph, GROUPED_CONVOLUTIONS)
+        for each in ALWAYS_REWRITES:
+            rewrite(subgraph, each)
     enabled = (RELAYOUT_REWRITES if relayout else ()) + (STAGING_REWRITES if stage else ()) \
         + ((SOFTMAX_BANDS,) if band_softmax else ())
     for each in enabled:

@@ -1,0 +1,259 @@
+"""Dilated convolutions TF wrote in SPACE_TO_BATCH_ND form, written back as one dilated convolution.
+
+Where TF cannot use a convolution's dilation itself (Keras 3's Conv1D and DepthwiseConv2D, atrous ASPP branches),
+it writes SPACE_TO_BATCH_ND (block = the dilation, zero-point padding) -> an undilated VALID (DEPTHWISE_)CONV_2D
+on the block x block phases -> BATCH_TO_SPACE_ND (cropping what made the sides multiples of the block); Conv1D
+adds EXPAND_DIMS -> ... -> SQUEEZE around the convolution on a 3-D [B, T, C] sequence. Neither Vela core's
+legacy path runs the two batch operators on the NPU, so each such convolution is three CPU operators and two NPU
+subgraph boundaries. Per spatial axis the chain computes ``out[j] = sum_k w[k] x_pad[j + c0 + d k]`` over the
+input padded by (p0, p1) and cropped by (c0, c1): the convolution dilated by d over the input padded by
+(p0 - c0, p1 - c1). That is what replaces it: SAME or VALID where those pads are SAME's or none, else a PAD
+(zero point, as SPACE_TO_BATCH_ND pads) before a VALID one; a 3-D sequence is viewed as [1, 1, T, C] by RESHAPEs.
+The weights, bias, quantisation and fused activation are the convolution's. Not priced: without it the
+convolution and its batch operators run on the CPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from ai_edge_litert import schema_py_generated as schema
+
+from npusched.frontend.normalise.flatbuffer import (
+    ModelT,
+    OperatorT,
+    SubGraphT,
+    add_tensor,
+    const_int32,
+    constant,
+    ints,
+    name,
+    new_operator,
+    opcode,
+    options,
+    readers,
+    replace_operators,
+    reshape_op,
+    static_shape,
+    tensor_at,
+    well_formed,
+)
+from npusched.frontend.normalise.rewrite import Rewrite, Site, counted
+
+_CONVOLUTIONS = {"CONV_2D": schema.Conv2DOptionsT, "DEPTHWISE_CONV_2D": schema.DepthwiseConv2DOptionsT}
+
+
+@dataclass(frozen=True)
+class DilatedPlan:
+    """The chain SPACE_TO_BATCH_ND at ``position`` .. BATCH_TO_SPACE_ND at ``positions[-1]``: its input ``source``
+    (3-D or 4-D), the convolution, the dilation and the explicit padding (height, width) of the dilated
+    convolution that replaces it; ``sequence_axis`` the axis EXPAND_DIMS added for a 3-D sequence (else None)."""
+
+    site: Site
+    position: int
+    positions: tuple[int, ...]
+    source: int
+    output: int
+    conv_position: int
+    dilation: tuple[int, int]
+    pads: tuple[tuple[int, int], tuple[int, int]]
+    sequence_axis: int | None
+    operators: int = 1
+
+
+def find_dilated_convolutions(model: ModelT, subgraph: SubGraphT) -> list[DilatedPlan]:
+    operators = list(subgraph.operators or [])
+    read = readers(operators)
+    kept = set(ints(subgraph.outputs))
+    plans = []
+    for position, op in enumerate(operators):
+        if opcode(model, op) == "SPACE_TO_BATCH_ND" and well_formed(subgraph, op):
+            plan = _plan(model, subgraph, operators, read, kept, position)
+            if plan is not None:
+                plans.append(plan)
+    return plans
+
+
+def _sole_reader(operators: list[OperatorT], read: dict[int, list[int]], kept: set[int], index: int
+                 ) -> tuple[int, OperatorT] | None:
+    """The one operator reading tensor ``index`` (None where another reads it or the subgraph returns it)."""
+    following = read.get(index, [])
+    if len(following) != 1 or index in kept:
+        return None
+    return following[0], operators[following[0]]
+
+
+def _int_constant(model: ModelT, subgraph: SubGraphT, op: OperatorT, input_number: int) -> np.ndarray | None:
+    inputs = ints(op.inputs)
+    value = constant(model, tensor_at(subgraph, inputs[input_number])) if len(inputs) > input_number else None
+    return value if value is not None and value.dtype.kind == "i" else None
+
+
+def _plan(model: ModelT, subgraph: SubGraphT, operators: list[OperatorT], read: dict[int, list[int]],
+          kept: set[int], position: int) -> DilatedPlan | None:
+    s2b = operators[position]
+    source, s2b_out = ints(s2b.inputs)[0], ints(s2b.outputs)[0]
+    shape = static_shape(tensor_at(subgraph, source))
+    block, paddings = _int_constant(model, subgraph, s2b, 1), _int_constant(model, subgraph, s2b, 2)
+    if shape is None or len(shape) not in (3, 4) or shape[0] != 1 or block is None or paddings is None \
+            or block.shape != (len(shape) - 2,) or paddings.shape != (len(shape) - 2, 2) or (block < 1).any() \
+            or (paddings < 0).any():
+        return None
+    chain = [position]
+    step = _sole_reader(operators, read, kept, s2b_out)
+    sequence_axis = None
+    if step is not None and len(shape) == 3 and opcode(model, step[1]) == "EXPAND_DIMS":
+        axis = _int_constant(model, subgraph, step[1], 1)
+        if axis is None or axis.size != 1 or int(axis.reshape(-1)[0]) not in (1, 2, -2, -3):
+            return None
+        sequence_axis = int(axis.reshape(-1)[0]) % 4
+        chain.append(step[0])
+        step = _sole_reader(operators, read, kept, ints(step[1].outputs)[0])
+    if step is None or opcode(model, step[1]) not in _CONVOLUTIONS or (len(shape) == 3) != (sequence_axis is not None):
+        return None
+    conv_position, conv = step
+    conv_options = options(conv, _CONVOLUTIONS[opcode(model, conv)])
+    if conv_options is None or not well_formed(subgraph, conv) or len(ints(conv.inputs)) < 2 \
+            or ints(conv.inputs)[0] != ints(operators[chain[-1]].outputs)[0] \
+            or (conv_options.strideH, conv_options.strideW, conv_options.dilationHFactor,
+                conv_options.dilationWFactor, conv_options.padding) != (1, 1, 1, 1, schema.Padding.VALID):
+        return None
+    chain.append(conv_position)
+    step = _sole_reader(operators, read, kept, ints(conv.outputs)[0])
+    if step is not None and sequence_axis is not None:
+        squeezed = options(step[1], schema.SqueezeOptionsT)
+        if opcode(model, step[1]) != "SQUEEZE" or squeezed is None \
+                or [d % 4 for d in ints(squeezed.squeezeDims)] != [sequence_axis]:
+            return None
+        chain.append(step[0])
+        step = _sole_reader(operators, read, kept, ints(step[1].outputs)[0])
+    if step is None or opcode(model, step[1]) != "BATCH_TO_SPACE_ND" or not well_formed(subgraph, step[1]):
+        return None
+    b2s_position, b2s = step
+    b2s_block, crops = _int_constant(model, subgraph, b2s, 1), _int_constant(model, subgraph, b2s, 2)
+    if b2s_block is None or crops is None or crops.shape != paddings.shape or (b2s_block != block).any() \
+            or (crops < 0).any() or (crops > paddings).any():
+        return None
+    chain.append(b2s_position)
+    pads = paddings - crops
+    if len(shape) == 3:  # the sequence runs along the spatial axis EXPAND_DIMS did not add
+        unit = (0, 0)
+        dilation, spatial_pads = ((1, int(block[0])), (unit, tuple(pads[0]))) if sequence_axis == 1 \
+            else ((int(block[0]), 1), (tuple(pads[0]), unit))
+    else:
+        dilation, spatial_pads = (int(block[0]), int(block[1])), (tuple(pads[0]), tuple(pads[1]))
+    output = ints(b2s.outputs)[0]
+    if not _same_quantisation(subgraph, source, s2b_out) \
+            or not _same_quantisation(subgraph, ints(conv.outputs)[0], output) \
+            or not _shapes_agree(model, subgraph, conv, shape, output, dilation, spatial_pads, sequence_axis):
+        return None
+    as_ints = tuple((int(a), int(b)) for a, b in spatial_pads)
+    return DilatedPlan(Site("dilated_convolution", name(subgraph.tensors[output])), position, tuple(chain), source,
+                       output, conv_position, dilation, (as_ints[0], as_ints[1]), sequence_axis)
+
+
+def _same_quantisation(subgraph: SubGraphT, a: int, b: int) -> bool:
+    """Whether tensors ``a`` and ``b`` hold their values alike (type, scales, zero points), as the batch operators
+    and reshapes between them must for the chain to be a convolution of ``a``'s values."""
+    ta, tb = tensor_at(subgraph, a), tensor_at(subgraph, b)
+    if ta is None or tb is None or ta.type != tb.type:
+        return False
+
+    def values(tensor: Any) -> tuple[list[float], list[int]]:
+        q = tensor.quantization
+        return ([] if q is None or q.scale is None else [float(v) for v in q.scale],
+                [] if q is None or q.zeroPoint is None else [int(v) for v in q.zeroPoint])
+
+    return values(ta) == values(tb)
+
+
+def _four_d(shape: Sequence[int], sequence_axis: int | None) -> tuple[int, ...]:
+    """A 3-D [1, T, C] shape as the 4-D view the dilated convolution reads ([1, 1, T, C] or [1, T, 1, C])."""
+    if sequence_axis is None:
+        return tuple(shape)
+    return (*shape[:sequence_axis], 1, *shape[sequence_axis:])
+
+
+def _shapes_agree(model: ModelT, subgraph: SubGraphT, conv: OperatorT, shape: tuple[int, ...], output: int,
+                  dilation: tuple[int, int], pads: Any, sequence_axis: int | None) -> bool:
+    """Whether the dilated convolution over the padded input makes exactly the chain's output shape (so the
+    reading of every operator above is the file's)."""
+    weights = constant(model, tensor_at(subgraph, ints(conv.inputs)[1]))
+    out_shape = static_shape(tensor_at(subgraph, output))
+    conv_out = static_shape(tensor_at(subgraph, ints(conv.outputs)[0]))
+    if weights is None or weights.ndim != 4 or out_shape is None or conv_out is None:
+        return False
+    ifm = _four_d(shape, sequence_axis)
+    kernel = weights.shape[1:3]
+    spatial = tuple(size + before + after - d * (k - 1)
+                    for size, (before, after), d, k in zip(ifm[1:3], pads, dilation, kernel, strict=True))
+    return min(spatial) >= 1 and _four_d(out_shape, sequence_axis) == (1, *spatial, conv_out[-1])
+
+
+def rewrite_dilated_convolutions(model: ModelT, subgraph: SubGraphT, plans: Sequence[DilatedPlan]) -> None:
+    replaced: dict[int, list[OperatorT]] = {}
+    for plan in plans:
+        replaced.update((p, []) for p in plan.positions[:-1])
+        replaced[plan.positions[-1]] = _dilated(model, subgraph, plan)
+    replace_operators(subgraph, replaced)
+
+
+def _dilated(model: ModelT, subgraph: SubGraphT, plan: DilatedPlan) -> list[OperatorT]:
+    tensors = subgraph.tensors
+    conv = subgraph.operators[plan.conv_position]
+    shape = tuple(int(v) for v in tensors[plan.source].shape)
+    out_shape = tuple(int(v) for v in tensors[plan.output].shape)
+    ifm, ofm = plan.source, plan.output
+    new_ops: list[OperatorT] = []
+    if plan.sequence_axis is not None:
+        ifm = add_tensor(subgraph, tensors[plan.source], "/4d", _four_d(shape, plan.sequence_axis))
+        ofm = add_tensor(subgraph, tensors[plan.output], "/4d", _four_d(out_shape, plan.sequence_axis))
+        new_ops.append(reshape_op(model, subgraph, plan.source, ifm, _four_d(shape, plan.sequence_axis)))
+    ifm_shape = tuple(int(v) for v in tensors[ifm].shape)
+    kernel = constant(model, tensors[ints(conv.inputs)[1]]).shape[1:3]  # type: ignore[union-attr]
+    same = tuple(_same_pads(k, d) for k, d in zip(kernel, plan.dilation, strict=True))
+    padding = schema.Padding.VALID
+    if plan.pads == same:
+        padding = schema.Padding.SAME
+    elif any(plan.pads[0] + plan.pads[1]):
+        padded_shape = (1, ifm_shape[1] + sum(plan.pads[0]), ifm_shape[2] + sum(plan.pads[1]), ifm_shape[3])
+        padded = add_tensor(subgraph, tensors[plan.source], "/padded", padded_shape)
+        paddings = const_int32(model, subgraph, f"{name(tensors[plan.output])}/paddings",
+                               [0, 0, *plan.pads[0], *plan.pads[1], 0, 0], (4, 2))
+        new_ops.append(new_operator(model, schema.BuiltinOperator.PAD, [ifm, paddings], [padded],
+                                    schema.BuiltinOptions.PadOptions, schema.PadOptionsT()))
+        ifm = padded
+    dilated = schema.OperatorT()
+    dilated.opcodeIndex, dilated.builtinOptionsType = conv.opcodeIndex, conv.builtinOptionsType
+    dilated.builtinOptions = _with(conv.builtinOptions, padding, plan.dilation)
+    dilated.inputs = np.asarray([ifm, *ints(conv.inputs)[1:]], dtype=np.int32)
+    dilated.outputs = np.asarray([ofm], dtype=np.int32)
+    new_ops.append(dilated)
+    if plan.sequence_axis is not None:
+        new_ops.append(reshape_op(model, subgraph, ofm, plan.output, out_shape))
+    return new_ops
+
+
+def _same_pads(kernel: int, dilation: int) -> tuple[int, int]:
+    """TFLite's SAME padding (before, after) of a stride-1 convolution dilated by ``dilation``."""
+    total = dilation * (kernel - 1)
+    return total // 2, total - total // 2
+
+
+def _with(conv_options: Any, padding: int, dilation: tuple[int, int]) -> Any:
+    """A copy of the convolution's options, dilated and padded so."""
+    copied = type(conv_options)()
+    copied.__dict__.update(conv_options.__dict__)
+    copied.padding, copied.dilationHFactor, copied.dilationWFactor = padding, dilation[0], dilation[1]
+    return copied
+
+
+def _describe(sites: int, operators: int) -> str:
+    return f"{counted(sites, 'SPACE_TO_BATCH_ND convolution')} written as dilated convolutions"
+
+
+DILATED_CONVOLUTIONS = Rewrite("dilated_convolution", priced=False, find=find_dilated_convolutions,
+                               apply=rewrite_dilated_convolutions, describe=_describe)

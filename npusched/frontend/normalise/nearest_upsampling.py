@@ -1,0 +1,163 @@
+"""Nearest up-sampling Keras 3 wrote as repeats, written back as RESIZE_NEAREST_NEIGHBOR.
+
+Keras 3's UpSampling2D (interpolation "nearest") is ``ops.repeat`` along the height and then the width, which TF
+writes as EXPAND_DIMS (a unit axis after the repeated one) -> TILE (the factor on that unit axis) -> RESHAPE
+(merging it back) per axis, through 5-D maps. Neither Vela core's legacy path runs TILE or 5-D maps on the NPU:
+each up-sampling is six CPU operators between two NPU subgraphs. A repeat by f along an axis is a nearest resize
+by f along it (without align-corners or half-pixel centres, output row y reads input row floor(y / f)), so two
+such chains in turn over the height and the width become one RESIZE_NEAREST_NEIGHBOR of the 4-D map, and a lone
+chain one resizing that axis only. The map keeps its quantisation, as every operator of the chain does. Not
+priced: without it the up-sampling runs on the CPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ai_edge_litert import schema_py_generated as schema
+
+from npusched.frontend.normalise.flatbuffer import (
+    ModelT,
+    OperatorT,
+    SubGraphT,
+    const_int32,
+    constant,
+    ints,
+    name,
+    new_operator,
+    opcode,
+    readers,
+    replace_operators,
+    static_shape,
+    tensor_at,
+    well_formed,
+)
+from npusched.frontend.normalise.rewrite import Rewrite, Site, counted
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """EXPAND_DIMS -> TILE -> RESHAPE at ``positions``: ``source`` [1, H, W, C] repeated ``factor`` times along
+    ``axis`` (1 height, 2 width) into ``output``."""
+
+    positions: tuple[int, int, int]
+    source: int
+    output: int
+    axis: int
+    factor: int
+
+
+@dataclass(frozen=True)
+class UpsamplingPlan:
+    """One or two repeats in turn (over both axes) and the (height, width) factors of the resize they become."""
+
+    site: Site
+    position: int
+    repeats: tuple[Repeat, ...]
+    factors: tuple[int, int]
+    operators: int = 1
+
+    @property
+    def positions(self) -> tuple[int, ...]:
+        return tuple(p for r in self.repeats for p in r.positions)
+
+
+def find_nearest_upsamplings(model: ModelT, subgraph: SubGraphT) -> list[UpsamplingPlan]:
+    operators = list(subgraph.operators or [])
+    read = readers(operators)
+    kept = set(ints(subgraph.outputs))
+    repeats = {}
+    for position, op in enumerate(operators):
+        if opcode(model, op) == "EXPAND_DIMS" and well_formed(subgraph, op):
+            found = _repeat(model, subgraph, operators, read, kept, position)
+            if found is not None:
+                repeats[found.source] = found
+    plans = []
+    taken: set[int] = set()
+    for first in sorted(repeats.values(), key=lambda r: r.positions):
+        if first.source in taken:
+            continue
+        second = repeats.get(first.output)
+        chain = (first, second) if second is not None and second.axis != first.axis else (first,)
+        taken.update(r.source for r in chain)
+        factors = [1, 1]
+        for r in chain:
+            factors[r.axis - 1] = r.factor
+        plans.append(UpsamplingPlan(Site("nearest_upsampling", name(subgraph.tensors[chain[-1].output])),
+                                    first.positions[0], chain, (factors[0], factors[1])))
+    return plans
+
+
+def _repeat(model: ModelT, subgraph: SubGraphT, operators: list[OperatorT], read: dict[int, list[int]],
+            kept: set[int], position: int) -> Repeat | None:
+    expand = operators[position]
+    inputs = ints(expand.inputs)
+    shape = static_shape(tensor_at(subgraph, inputs[0])) if inputs else None
+    axis = constant(model, tensor_at(subgraph, inputs[1])) if len(inputs) == 2 else None
+    if shape is None or len(shape) != 4 or shape[0] != 1 or axis is None or axis.size != 1 \
+            or axis.dtype.kind != "i" or int(axis.reshape(-1)[0]) % 5 not in (2, 3):
+        return None
+    unit_axis = int(axis.reshape(-1)[0]) % 5
+    chain = [position]
+    index = ints(expand.outputs)[0]
+    for kind in ("TILE", "RESHAPE"):
+        following = read.get(index, [])
+        if len(following) != 1 or index in kept:
+            return None
+        op = operators[following[0]]
+        op_inputs = ints(op.inputs)
+        if opcode(model, op) != kind or not well_formed(subgraph, op) or len(op_inputs) < 1 \
+                or op_inputs[0] != index or len(ints(op.outputs)) != 1:
+            return None
+        if kind == "TILE":
+            multiples = constant(model, tensor_at(subgraph, op_inputs[1])) if len(op_inputs) == 2 else None
+            if multiples is None or multiples.shape != (5,) or multiples.dtype.kind != "i":
+                return None
+            factor = int(multiples[unit_axis])
+            if factor < 2 or any(int(m) != 1 for i, m in enumerate(multiples) if i != unit_axis):
+                return None
+        chain.append(following[0])
+        index = ints(op.outputs)[0]
+    repeated = list(shape)
+    repeated[unit_axis - 1] *= factor
+    if static_shape(tensor_at(subgraph, index)) != tuple(repeated) \
+            or not _alike(subgraph, inputs[0], index):
+        return None
+    return Repeat((chain[0], chain[1], chain[2]), inputs[0], index, unit_axis - 1, factor)
+
+
+def _alike(subgraph: SubGraphT, a: int, b: int) -> bool:
+    """Same type and quantisation: a resize keeps its input's, as each operator of the chain does."""
+    ta, tb = subgraph.tensors[a], subgraph.tensors[b]
+
+    def quantisation(tensor: schema.TensorT) -> tuple[list[float], list[int]]:
+        q = tensor.quantization
+        return ([] if q is None or q.scale is None else [float(v) for v in q.scale],
+                [] if q is None or q.zeroPoint is None else [int(v) for v in q.zeroPoint])
+
+    return ta.type == tb.type and quantisation(ta) == quantisation(tb)
+
+
+def rewrite_nearest_upsamplings(model: ModelT, subgraph: SubGraphT, plans: Sequence[UpsamplingPlan]) -> None:
+    replaced: dict[int, list[OperatorT]] = {}
+    for plan in plans:
+        positions = plan.positions
+        replaced.update((p, []) for p in positions[:-1])
+        source, output = plan.repeats[0].source, plan.repeats[-1].output
+        out_shape = [int(v) for v in subgraph.tensors[output].shape]
+        size = const_int32(model, subgraph, f"{name(subgraph.tensors[output])}/size", out_shape[1:3], (2,))
+        resize_options = schema.ResizeNearestNeighborOptionsT()
+        resize_options.alignCorners, resize_options.halfPixelCenters = False, False
+        replaced[positions[-1]] = [new_operator(model, schema.BuiltinOperator.RESIZE_NEAREST_NEIGHBOR,
+                                                [source, size], [output],
+                                                schema.BuiltinOptions.ResizeNearestNeighborOptions, resize_options)]
+    replace_operators(subgraph, replaced)
+
+
+def _describe(sites: int, operators: int) -> str:
+    return f"{counted(sites, 'repeat-written nearest up-sampling')} written as RESIZE_NEAREST_NEIGHBOR"
+
+
+NEAREST_UPSAMPLING = Rewrite("nearest_upsampling", priced=False, find=find_nearest_upsamplings,
+                             apply=rewrite_nearest_upsamplings, describe=_describe)
