@@ -39,6 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from npusched.app.pipeline import run  # noqa: E402
 from npusched.errors import NpuschedError  # noqa: E402
+from npusched.frontend import normalise as normalisation  # noqa: E402
+from npusched.frontend.tflite_reader import parse_tflite  # noqa: E402
 from npusched.netgen import ARCHITECTURES, generate  # noqa: E402
 from npusched.vela.command import last_line, run_options_from_vela_args, run_vela  # noqa: E402
 from npusched.vela.report import read_summary  # noqa: E402
@@ -51,11 +53,12 @@ VELA_TIMEOUT_SECONDS = 900.0
 COLUMNS = ["arch", "style", "config", "legacy_cycles", "legacy_sram", "legacy_cpu", "default_cycles",
            "default_sram", "default_cpu", "status", "note", "ns_legacy_cycles", "ns_default_cycles", "ns_sram",
            "ns_cpu", "ns_subgraphs", "ratio_legacy", "ratio_default", "ratio_max", "peak_vs_min", "excluded",
-           "seconds"]
+           "seconds", "legacy_subgraphs", "default_subgraphs"]
 
 
 def core_run(model: Path, config: dict[str, Any], core: str) -> dict[str, Any]:
-    """The core's own total cycles, SRAM used (bytes) and CPU operators on ``model``, or why it failed."""
+    """The core's own total cycles, SRAM used (bytes), CPU operators and NPU subgraphs (the Ethos-U custom
+    operators of the file it writes) on ``model``, or why it failed."""
     with tempfile.TemporaryDirectory() as tmp:
         done = run_vela(run_options_from_vela_args(model, config), Path(tmp), core=core,  # type: ignore[arg-type]
                         timeout_seconds=VELA_TIMEOUT_SECONDS)
@@ -64,8 +67,11 @@ def core_run(model: Path, config: dict[str, Any], core: str) -> dict[str, Any]:
             return {"error": f"vela {core} failed: {last_line(done)}"}
         summary = read_summary(summaries[0])
         cpu = re.search(r"^CPU operators = (\d+)", done.stdout, re.MULTILINE)
+        written = list(Path(tmp).glob("*_vela.tflite"))
+        subgraphs = sum(op.opcode == "CUSTOM" for op in parse_tflite(written[0].read_bytes()).main.operators) \
+            if written else ""
         return {"cycles": float(summary["cycles_total"]), "sram": round(float(summary["sram_memory_used"]) * 1024),
-                "cpu": int(cpu.group(1)) if cpu else ""}
+                "cpu": int(cpu.group(1)) if cpu else "", "subgraphs": subgraphs}
 
 
 def npusched_run(model: Path, config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
@@ -183,6 +189,9 @@ def main() -> int:
     parser.add_argument("--estimator", help="--estimator (default: the run's)")
     parser.add_argument("--corpus", action="store_true",
                         help="the corpus models (tests/data/corpus) instead of netgen's architectures and styles")
+    parser.add_argument("--without", default="",
+                        help="comma-separated always-applied rewrites left out of normalisation (e.g. "
+                             "dilated_convolution,nearest_upsampling: npusched as it was before them)")
     parser.add_argument("--csv", type=Path, help="write the rows here (and read them back with --resume)")
     parser.add_argument("--resume", action="store_true", help="keep the cells --csv already holds")
     parser.add_argument("--summary-only", action="store_true", help="summarise --csv without running anything")
@@ -196,9 +205,13 @@ def main() -> int:
     archs = args.archs.split(",")
     unknown = [a for a in archs if a not in ARCHITECTURES] + [n for n in names if n not in configs] \
         + [s for s in styles if s not in STYLES]
+    without = {name for name in args.without.split(",") if name}
+    unknown += sorted(without - {rewrite.name for rewrite in normalisation.ALWAYS_REWRITES})
     if unknown:
-        print(f"error: unknown architecture, configuration or style '{unknown[0]}'", file=sys.stderr)
+        print(f"error: unknown architecture, configuration, style or rewrite '{unknown[0]}'", file=sys.stderr)
         return 2
+    # Read by normalise() at each call: the runs of this process normalise without them.
+    normalisation.ALWAYS_REWRITES = tuple(r for r in normalisation.ALWAYS_REWRITES if r.name not in without)
     done: list[dict[str, Any]] = []
     if (args.resume or args.summary_only) and args.csv is not None and args.csv.exists():
         done = list(csv.DictReader(args.csv.open()))

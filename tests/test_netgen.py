@@ -368,6 +368,36 @@ def test_grouped_convolutions_compile_and_velas_estimate_agrees(tmp_path):
     assert {op.op_index for op in compiled.ops} == {op.index for op in result.network.npu_ops}
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+def test_an_unrolled_gru_deploys_in_every_configuration(tmp_path, config):
+    """Keras's GRU(unroll=True): its zero states (FILL) folded, its UNPACK and PACK written as SPLIT and
+    CONCATENATION, the whole network is one NPU subgraph for npusched as for Vela legacy, so the schedule compiles
+    (the partitions once differed: 4 subgraphs against 2, and --output-dir refused) and Vela prices it as
+    npusched does."""
+    model = tmp_path / "gru.tflite"
+    model.write_bytes(generate("gru", SMALL_PASSES, 1, keras_style=True))
+    result = run(run_options_from_vela_args(model, CONFIGS[config], solver="cpsat", time_limit_seconds=10.0,
+                                            workers=1, deterministic=True))
+    assert not result.network.cpu_ops and len(result.network.subgraphs) == 1
+    compiled = compile_schedule(result, tmp_path / "out")
+    assert compiled.agreed, compiled.warnings()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["tcn", "yolo", "deeplab"])
+def test_keras_3_dilations_and_up_sampling_run_on_the_npu_and_compile(tmp_path, arch):
+    """TF's SPACE_TO_BATCH_ND form of dilated convolutions and Keras 3's repeat-written up-sampling, normalised:
+    nothing is left to the CPU, and CP-SAT's schedule compiles with Vela's estimate equal."""
+    model = tmp_path / f"{arch}.tflite"
+    model.write_bytes(generate(arch, SMALL_PASSES, 1, keras_style=True))
+    result = run(run_options_from_vela_args(model, CONFIGS["u65-256_mid_dedicated256k"], solver="cpsat",
+                                            time_limit_seconds=10.0, workers=1, deterministic=True))
+    assert not result.network.cpu_ops and len(result.network.subgraphs) == 1
+    compiled = compile_schedule(result, tmp_path / "out")
+    assert compiled.agreed, compiled.warnings()
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # PyTorch-style exports: NCHW input -> TRANSPOSE, PAD -> VALID convolutions, MEAN heads, NCHW 4-D outputs
 

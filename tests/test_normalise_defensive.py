@@ -36,6 +36,7 @@ MODELS: dict[str, tuple[Callable[[], bytes], bool]] = {
     "grouped_convolution": (lambda: generate("regnet", 40, 1), False),
     "dilated_convolution": (lambda: generate("tcn", 40, 1, keras_style=True), False),
     "nearest_upsampling": (lambda: generate("yolo", 40, 1, keras_style=True), False),
+    "stacking": (lambda: generate("gru", 40, 1, keras_style=True), False),
     "relayout": (lambda: generate("mobilenet_v3", 40, 1, keras_style=True), False),
     "widened_output": (lambda: generate("unet", 40, 1, keras_style=True), False),
     "gate_first": (lambda: generate("efficientnet", 40, 1), False),

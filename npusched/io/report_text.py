@@ -155,6 +155,8 @@ def solver_lines(result: RunResult) -> list[str]:
         lines.append(_kv("Objective", report.objective))
     # CP-SAT has no bound or gap when it fell back before searching (NaN): say so rather than print "nan".
     bound = f"{report.bound_cycles:.0f}" if _finite(report.bound_cycles) else "none"
+    if _finite(report.bound_cycles) and report.objective.startswith("both"):
+        bound += " (of the Objective line's weighted sum, not the cycles above)"
     gap = f"{100.0 * report.gap:.2f}%" if _finite(report.gap) else "none"
     any_bound = (f"{report.any_schedule_bound_cycles:.0f}" if _finite(report.any_schedule_bound_cycles)
                  else "none")

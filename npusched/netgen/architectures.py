@@ -361,11 +361,21 @@ def deeplab(g: GraphBuilder, s: Sizing) -> Act:
     return g.conv(x, 4, activation=None)
 
 
+def gru(g: GraphBuilder, s: Sizing) -> Act:
+    """A keyword-spotting GRU unrolled over time (Keras's GRU(unroll=True)): [1, T, 40] features, two GRU layers
+    (the first returning its sequence), a dense classifier. A step of both layers is about 20 passes, so the
+    budget sets the number of time steps."""
+    steps = max(2, (s.passes - 4) // 20)
+    units = s.channels(64)
+    x = blocks.gru(g, g.input((1, steps, 40)), units, return_sequences=True)
+    return g.fully_connected(blocks.gru(g, x, units, return_sequences=False), 12)
+
+
 ARCHITECTURES: dict[str, Callable[[GraphBuilder, Sizing], Act]] = {
     "mobilenet_v2": mobilenet_v2, "mobilenet_v3": mobilenet_v3, "efficientnet": efficientnet, "densenet": densenet,
     "nasnet": nasnet, "unet": unet, "resnet": resnet, "audio1d": audio1d, "mixed": mixed,
     "transformer": transformer, "inception": inception, "regnet": regnet, "tcn": tcn, "yolo": yolo,
-    "deeplab": deeplab,
+    "deeplab": deeplab, "gru": gru,
 }
 # Architectures with CPU operators by default (so several NPU subgraphs).
 SPLIT_BY_DEFAULT = frozenset({"mixed"})

@@ -321,3 +321,29 @@ def aspp(g: GraphBuilder, x: Act, filters: int, rates: tuple[int, ...]) -> Act:
     branches = [g.conv(x, filters, quant=quant)]
     branches += [g.conv(x, filters, (3, 3), dilation=rate, quant=quant) for rate in rates]
     return g.conv(g.concat(branches, quant=quant), filters)
+
+
+def gru(g: GraphBuilder, x: Act, units: int, return_sequences: bool) -> Act:
+    """Keras GRU(unroll=True) (reset_after, the default) over a [1, T, F] sequence: UNPACK over time, a zero state
+    (FILL, Keras-style), then per step x W and h U (FULLY_CONNECTED each, the weights shared by the steps) SPLIT
+    into their update, reset and candidate thirds, z = logistic(x_z + h_z), r = logistic(x_r + h_r),
+    c = tanh(x_c + r * h_c), h = z * h + (1 - z) * c; the states PACKed back over time or the last one. Each
+    tensor has one quantisation over the steps, as a calibration over the sequence gives it."""
+    steps = g.unpack(x, 1)
+    h = g.zeros((1, units), g.output_quant(None))
+    kernel, recurrent = g.fc_params(steps[0], 3 * units), g.fc_params(h, 3 * units)
+    one, _ = g.scalar("one", 1.0)
+    quant = {name: g.output_quant(None) for name in ("xw", "hw", "z", "r", "rh", "c", "keep", "rest", "new")}
+    shape = (1, units)
+    outputs = []
+    for step in steps:
+        xz, xr, xc = g.split(g.fully_connected(step, 3 * units, params=kernel, quant=quant["xw"]), 3)
+        hz, hr, hc = g.split(g.fully_connected(h, 3 * units, params=recurrent, quant=quant["hw"]), 3)
+        z = g.logistic(g.binary("ADD", xz, hz, shape, quant["z"]))
+        r = g.logistic(g.binary("ADD", xr, hr, shape, quant["r"]))
+        c = g.tanh(g.binary("ADD", xc, g.binary("MUL", r, hc, shape, quant["rh"]), shape, quant["c"]))
+        kept = g.binary("MUL", z, h, shape, quant["keep"])
+        new = g.binary("MUL", g.binary("SUB", one, z, shape, quant["rest"]), c, shape, quant["new"])
+        h = g.binary("ADD", kept, new, shape, h.quant)
+        outputs.append(h)
+    return g.pack(outputs, 1) if return_sequences else h

@@ -21,7 +21,7 @@ from npusched.netgen.flatbuffer import NetworkDef, OperatorDef, TensorDef
 # reshapes vanish, MEAN becomes a depthwise convolution and a MUL, int8 SOFTMAX a fixed chain of 31 passes, and a
 # concatenation writes each input in its own pass (counted in ``concat``).
 # A PAD (PyTorch-style exports) folds into the following convolution's hardware padding: no pass of its own.
-_PASS_ESTIMATE = {"RESHAPE": 0, "EXPAND_DIMS": 0, "SQUEEZE": 0, "PAD": 0, "MEAN": 2, "SOFTMAX": 31,
+_PASS_ESTIMATE = {"RESHAPE": 0, "EXPAND_DIMS": 0, "SQUEEZE": 0, "PAD": 0, "FILL": 0, "MEAN": 2, "SOFTMAX": 31,
                   "SQUARED_DIFFERENCE": 7}
 # Lookup-table activations Vela fuses into the op producing their input when nothing else reads that input.
 _LUT_OPERATORS = frozenset({"HARD_SWISH", "LOGISTIC", "RSQRT", "TANH"})
@@ -319,11 +319,16 @@ class GraphBuilder:
         return self._op("TRANSPOSE_CONV", (shape, weights, x.index, bias), y, "TransposeConvOptions",
                         Padding=_PADDING["SAME"], StrideW=stride, StrideH=stride)
 
-    def fully_connected(self, x: Act, units: int, activation: str | None = None) -> Act:
-        """FULLY_CONNECTED on a [1, N] input, giving [1, units]."""
+    def fc_params(self, x: Act, units: int) -> tuple[int, int]:
+        """Weights and bias of a FULLY_CONNECTED layer reading ``x`` (shared by the steps of an unrolled one)."""
         weights = self._weights("fc_weights", (units, x.channels), 0)
-        bias = self._bias("fc_bias", x, weights)
-        y = self._act("fc", (1, units), self.output_quant(activation))
+        return weights, self._bias("fc_bias", x, weights)
+
+    def fully_connected(self, x: Act, units: int, activation: str | None = None,
+                        params: tuple[int, int] | None = None, quant: Quant | None = None) -> Act:
+        """FULLY_CONNECTED on a [1, N] input, giving [1, units]; ``params`` its weights and bias if shared."""
+        weights, bias = params or self.fc_params(x, units)
+        y = self._act("fc", (1, units), quant or self.output_quant(activation))
         return self._op("FULLY_CONNECTED", (x.index, weights, bias), y, "FullyConnectedOptions",
                         FusedActivationFunction=_ACTIVATIONS[activation])
 
@@ -587,3 +592,50 @@ class GraphBuilder:
             x = self.reshape(self.tile(self.expand_dims(x, axis + 1), multiples), shape)
         self.npu_passes += 1  # one RESIZE in the plain variant, so the stages are sized as there
         return x
+
+    # --- recurrent layers unrolled, as Keras writes GRU(unroll=True) ------------------------------------------
+
+    def _multi_op(self, opcode: str, inputs: Sequence[int], outputs: Sequence[Act], options: str,
+                  **fields: object) -> list[Act]:
+        """An operator with several outputs (SPLIT, UNPACK): reads of slices, no NPU pass of its own."""
+        self.operators.append(OperatorDef(opcode, tuple(inputs), tuple(o.index for o in outputs), options,
+                                          tuple(fields.items())))
+        for index in inputs:
+            self._readers[index] = self._readers.get(index, 0) + 1
+        for output in outputs:
+            self._producer[output.index] = opcode
+        return list(outputs)
+
+    def unpack(self, x: Act, axis: int) -> list[Act]:
+        """UNPACK along ``axis``: its length of tensors without that axis, each keeping the quantisation."""
+        shape = x.shape[:axis] + x.shape[axis + 1:]
+        parts = [self._act("unpack", shape, x.quant) for _ in range(x.shape[axis])]
+        return self._multi_op("UNPACK", (x.index,), parts, "UnpackOptions", Num=len(parts), Axis=axis)
+
+    def split(self, x: Act, parts: int, axis: int = -1) -> list[Act]:
+        """SPLIT into ``parts`` equal slices along ``axis`` (a constant axis input first, as TFLite has it)."""
+        axis %= len(x.shape)
+        shape = tuple(s // parts if d == axis else s for d, s in enumerate(x.shape))
+        outputs = [self._act("split", shape, x.quant) for _ in range(parts)]
+        return self._multi_op("SPLIT", (self._const_int32("split_axis", axis), x.index), outputs, "SplitOptions",
+                              NumSplits=parts)
+
+    def pack(self, parts: Sequence[Act], axis: int) -> Act:
+        """PACK along a new ``axis``; TFLite's int8 kernel wants every part quantised as the output (the first's)."""
+        shape = (*parts[0].shape[:axis], len(parts), *parts[0].shape[axis:])
+        y = self._act("pack", shape, parts[0].quant)
+        self._op("PACK", [p.index for p in parts], y, "PackOptions", ValuesCount=len(parts), Axis=axis)
+        self.npu_passes += len(parts) - 1  # each part written in its own pass, as a concatenation's
+        return y
+
+    def zeros(self, shape: tuple[int, ...], quant: Quant) -> Act:
+        """A zero state: a constant of the zero point, or, Keras-style (the batch known at run time only), FILL of a
+        run-time [batch, ...] shape with a rank-0 zero, as tf.zeros((tf.shape(x)[0], units)) exports."""
+        if not self.keras_style:
+            data = np.full(shape, quant.zero_point, dtype=np.int8)
+            return Act(self._add_tensor(TensorDef(self._name("zeros"), shape, "INT8", (quant.scale,),
+                                                  (quant.zero_point,), data=data.tobytes())), shape, quant)
+        batch = self._runtime_dims(Act(self.inputs[0], self.tensors[self.inputs[0]].shape, quant), (0,))
+        dims = self._runtime_shape(batch + [self._const_int32("dim", d) for d in shape[1:]])
+        value = self._const_int8("zero", quant.zero_point, quant)
+        return self._op("FILL", (dims, value), self._act("fill", shape, quant), "FillOptions")

@@ -5,7 +5,8 @@ Two kinds of rewrite (``rewrite.Rewrite``; one module each):
 * what changes what the NPU can run, always applied: ``folding`` (a dynamic batch fixed at 1 and the run-time
   shape arithmetic Keras and PyTorch exports write, evaluated; what becomes dead dropped),
   ``dilated_convolutions`` (TF's SPACE_TO_BATCH_ND form of a dilated convolution as one),
-  ``nearest_upsampling`` (Keras 3's EXPAND_DIMS -> TILE -> RESHAPE repeats as RESIZE_NEAREST_NEIGHBOR) and
+  ``nearest_upsampling`` (Keras 3's EXPAND_DIMS -> TILE -> RESHAPE repeats as RESIZE_NEAREST_NEIGHBOR),
+  ``stacking`` (UNPACK and PACK of activations, an unrolled RNN's, as SPLIT and CONCATENATION) and
   ``grouped_convolutions`` (Keras's Conv2D(groups=G) as convolutions of whole groups);
 * what changes only what a schedule costs or needs in fast storage, *priced*: ``widened_outputs``,
   ``gates_first``, ``relayout`` (channel-poor element-wise chains on a deep view), ``staged_inputs`` and
@@ -48,6 +49,7 @@ from npusched.frontend.normalise.softmax_bands import (
     SOFTMAX_SPLIT_BYTES,
     softmax_bands,
 )
+from npusched.frontend.normalise.stacking import STACKING
 from npusched.frontend.normalise.staged_inputs import STAGED_INPUTS
 from npusched.frontend.normalise.staged_outputs import STAGED_OUTPUTS
 from npusched.frontend.normalise.widened_outputs import WIDENED_OUTPUTS
@@ -60,7 +62,7 @@ RELAYOUT_REWRITES = (WIDENED_OUTPUTS, GATES_FIRST, RELAYOUT)
 STAGING_REWRITES = (STAGED_INPUTS, STAGED_OUTPUTS)
 PRICED_REWRITES: tuple[Rewrite, ...] = (*RELAYOUT_REWRITES, *STAGING_REWRITES, SOFTMAX_BANDS)
 # After folding, in every subgraph: what changes what the NPU can run.
-ALWAYS_REWRITES = (DILATED_CONVOLUTIONS, NEAREST_UPSAMPLING, GROUPED_CONVOLUTIONS)
+ALWAYS_REWRITES = (DILATED_CONVOLUTIONS, NEAREST_UPSAMPLING, STACKING, GROUPED_CONVOLUTIONS)
 # The order the summary names what changed in.
 _DESCRIBED = (RELAYOUT, WIDENED_OUTPUTS, GATES_FIRST, *ALWAYS_REWRITES, STAGED_INPUTS, STAGED_OUTPUTS, SOFTMAX_BANDS)
 

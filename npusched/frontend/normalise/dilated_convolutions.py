@@ -37,6 +37,7 @@ from npusched.frontend.normalise.flatbuffer import (
     readers,
     replace_operators,
     reshape_op,
+    same_quantisation,
     static_shape,
     tensor_at,
     well_formed,
@@ -146,28 +147,13 @@ def _plan(model: ModelT, subgraph: SubGraphT, operators: list[OperatorT], read: 
     else:
         dilation, spatial_pads = (int(block[0]), int(block[1])), (tuple(pads[0]), tuple(pads[1]))
     output = ints(b2s.outputs)[0]
-    if not _same_quantisation(subgraph, source, s2b_out) \
-            or not _same_quantisation(subgraph, ints(conv.outputs)[0], output) \
+    if not same_quantisation(subgraph, source, s2b_out) \
+            or not same_quantisation(subgraph, ints(conv.outputs)[0], output) \
             or not _shapes_agree(model, subgraph, conv, shape, output, dilation, spatial_pads, sequence_axis):
         return None
     as_ints = tuple((int(a), int(b)) for a, b in spatial_pads)
     return DilatedPlan(Site("dilated_convolution", name(subgraph.tensors[output])), position, tuple(chain), source,
                        output, conv_position, dilation, (as_ints[0], as_ints[1]), sequence_axis)
-
-
-def _same_quantisation(subgraph: SubGraphT, a: int, b: int) -> bool:
-    """Whether tensors ``a`` and ``b`` hold their values alike (type, scales, zero points), as the batch operators
-    and reshapes between them must for the chain to be a convolution of ``a``'s values."""
-    ta, tb = tensor_at(subgraph, a), tensor_at(subgraph, b)
-    if ta is None or tb is None or ta.type != tb.type:
-        return False
-
-    def values(tensor: Any) -> tuple[list[float], list[int]]:
-        q = tensor.quantization
-        return ([] if q is None or q.scale is None else [float(v) for v in q.scale],
-                [] if q is None or q.zeroPoint is None else [int(v) for v in q.zeroPoint])
-
-    return values(ta) == values(tb)
 
 
 def _four_d(shape: Sequence[int], sequence_axis: int | None) -> tuple[int, ...]:

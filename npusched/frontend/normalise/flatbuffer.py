@@ -122,6 +122,19 @@ def per_channel_scales(tensor: TensorT) -> int:
     return 0 if q is None or q.scale is None else len(q.scale)
 
 
+def same_quantisation(subgraph: SubGraphT, a: int, b: int) -> bool:
+    """Whether tensors ``a`` and ``b`` hold values alike (type, scales, zero points): an operator that only moves
+    elements between them (a reshape, a slice, a resize) keeps every value (False for a missing tensor)."""
+    ta, tb = tensor_at(subgraph, a), tensor_at(subgraph, b)
+
+    def values(tensor: TensorT) -> tuple[list[float], list[int]]:
+        q = tensor.quantization
+        return ([] if q is None or q.scale is None else [float(v) for v in q.scale],
+                [] if q is None or q.zeroPoint is None else [int(v) for v in q.zeroPoint])
+
+    return ta is not None and tb is not None and ta.type == tb.type and values(ta) == values(tb)
+
+
 def readers(operators: Sequence[OperatorT]) -> dict[int, list[int]]:
     """Tensor index -> positions of the operators reading it."""
     read: dict[int, list[int]] = {}

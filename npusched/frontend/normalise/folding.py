@@ -140,7 +140,7 @@ def _evaluate(code: str, op: Any, tensors: Sequence[TensorT], values: dict[int, 
             return None
         if any(t.type not in _INTEGER_TYPES or _quantised(t) for t in outs):
             return None
-    elif not _same_quantisation([tensors[i] for i in (inputs if code in _ALL_DATA_INPUTS else inputs[:1])] + outs):
+    elif not _same_quantisation([tensors[i] for i in inputs[_DATA_INPUTS.get(code, slice(0, 1))]] + outs):
         return None
     try:
         with np.errstate(all="ignore"):
@@ -349,8 +349,10 @@ _FOLDERS: dict[str, Callable[..., list[np.ndarray] | None]] = {
 # Operators that only move elements: folded on constants of any type whose quantisation the output keeps.
 # (SHAPE is listed because its input may be any activation; its own output is checked to be an integer.)
 _MOVES_ANY_TYPE = frozenset({"STRIDED_SLICE", "SLICE", "GATHER", "PACK", "UNPACK", "CONCATENATION", "RESHAPE",
-                             "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE"})
-_ALL_DATA_INPUTS = frozenset({"PACK", "CONCATENATION"})
+                             "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE", "FILL"})
+# The inputs holding the elements they move (the first, elsewhere): a FILL's value (a zero state Keras makes at
+# the run-time batch, tf.zeros((batch, units)), quantised as the state).
+_DATA_INPUTS = {"PACK": slice(None), "CONCATENATION": slice(None), "FILL": slice(1, 2)}
 # The options table each folder reads (an operator may carry none; one of another type is not folded).
 _OPTIONS: dict[str, type] = {
     "SHAPE": schema.ShapeOptionsT, "STRIDED_SLICE": schema.StridedSliceOptionsT, "SLICE": schema.SliceOptionsT,

@@ -29,6 +29,7 @@ from npusched.frontend.normalise.flatbuffer import (
     opcode,
     readers,
     replace_operators,
+    same_quantisation,
     static_shape,
     tensor_at,
     well_formed,
@@ -122,21 +123,9 @@ def _repeat(model: ModelT, subgraph: SubGraphT, operators: list[OperatorT], read
     repeated = list(shape)
     repeated[unit_axis - 1] *= factor
     if static_shape(tensor_at(subgraph, index)) != tuple(repeated) \
-            or not _alike(subgraph, inputs[0], index):
+            or not same_quantisation(subgraph, inputs[0], index):
         return None
     return Repeat((chain[0], chain[1], chain[2]), inputs[0], index, unit_axis - 1, factor)
-
-
-def _alike(subgraph: SubGraphT, a: int, b: int) -> bool:
-    """Same type and quantisation: a resize keeps its input's, as each operator of the chain does."""
-    ta, tb = subgraph.tensors[a], subgraph.tensors[b]
-
-    def quantisation(tensor: schema.TensorT) -> tuple[list[float], list[int]]:
-        q = tensor.quantization
-        return ([] if q is None or q.scale is None else [float(v) for v in q.scale],
-                [] if q is None or q.zeroPoint is None else [int(v) for v in q.zeroPoint])
-
-    return ta.type == tb.type and quantisation(ta) == quantisation(tb)
 
 
 def rewrite_nearest_upsamplings(model: ModelT, subgraph: SubGraphT, plans: Sequence[UpsamplingPlan]) -> None:
