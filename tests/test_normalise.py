@@ -14,6 +14,7 @@ import pytest
 from conftest import CORPUS_DIR as CORPUS
 
 from npusched.frontend.normalise import normalise, repack
+from npusched.frontend.normalise.causal_convolutions import CAUSAL_CONVOLUTIONS
 from npusched.frontend.normalise.stacking import STACKING
 from npusched.frontend.tflite_reader import parse_tflite
 from npusched.frontend.validate import validate_model
@@ -276,6 +277,21 @@ def test_normalised_keras_variants_are_bit_exact(arch):
     normalised, record = normalise(raw)
     assert record.changed
     assert _assert_exact(raw, normalised) > 20
+
+
+@pytest.mark.parametrize("keras_style", [False, True])
+def test_causal_convolutions_are_computed_exactly_without_the_padded_copy(keras_style):
+    """A TCN's causal PADs (more than half the dilated kernel: Vela legacy would copy the whole input) are gone;
+    each convolution is a VALID one on the input and truncated-kernel ones for the first steps, concatenated, and
+    every tensor the two models share is bit-exact."""
+    raw = generate("tcn", 40, 1, keras_style=keras_style)
+    normalised, record = normalise(raw)
+    sites = record.sites_of(CAUSAL_CONVOLUTIONS)
+    assert sites > 5 and f"{sites} causal convolutions computed without copying" in record.describe()
+    counts = parse_tflite(normalised).op_counts()
+    assert counts.get("PAD", 0) == parse_tflite(raw).op_counts()["PAD"] - sites
+    assert counts["CONCATENATION"] == sites
+    _assert_exact(raw, normalised)
 
 
 @pytest.mark.parametrize("name", CORPUS_MODELS)
