@@ -139,3 +139,17 @@ def test_a_tcn_keeps_its_causal_convolutions_split_and_is_no_slower_than_the_def
     floors = {floor.core: floor for floor in result.floors}
     for core in ("vela-legacy", "vela-default"):
         assert result.cycles_by_estimator[core] <= floors[core].total_cycles * 1.001, core
+
+
+def test_an_unrolled_gru_takes_the_default_cores_schedule_as_a_floor(tmp_path: Path) -> None:
+    """The default core reads each time step from a slice of the unpacked sequence and writes each state into a
+    slice of the packed one; read back, those whole passes name the whole maps (not the windows), so the
+    schedule verifies and is the floor the search starts from: on ethos-u65-512 (where the core buffers the
+    recurrent weights in SRAM) the answer is no slower than the core's own, by its model."""
+    from npusched.netgen import generate
+
+    result = _run(tmp_path, generate("gru", 60, 0), "u65-512_high_dedicated384k")
+    floors = {floor.core: floor for floor in result.floors}
+    assert floors["vela-default"].fits, floors["vela-default"].note
+    for core in ("vela-legacy", "vela-default"):
+        assert result.cycles_by_estimator[core] <= floors[core].total_cycles * 1.001, core
