@@ -20,12 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from npusched.frontend.normalise.flatbuffer import (
+    CONVOLUTION_OPTIONS,
     ModelT,
     OperatorT,
     SubGraphT,
@@ -33,6 +32,7 @@ from npusched.frontend.normalise.flatbuffer import (
     concatenation_op,
     const_int32,
     constant,
+    copied_operator,
     derived_constant,
     ints,
     name,
@@ -43,13 +43,12 @@ from npusched.frontend.normalise.flatbuffer import (
     replace_operators,
     reshape_op,
     same_quantisation,
+    sole_reader,
     static_shape,
     tensor_at,
     well_formed,
 )
 from npusched.frontend.normalise.rewrite import Rewrite, Site, counted
-
-_CONVOLUTIONS = {"CONV_2D": schema.Conv2DOptionsT, "DEPTHWISE_CONV_2D": schema.DepthwiseConv2DOptionsT}
 
 
 @dataclass(frozen=True)
@@ -86,14 +85,6 @@ def find_causal_convolutions(model: ModelT, subgraph: SubGraphT) -> list[CausalP
     return plans
 
 
-def _sole_reader(operators: list[OperatorT], read: dict[int, list[int]], kept: set[int], index: int
-                 ) -> tuple[int, OperatorT] | None:
-    following = read.get(index, [])
-    if len(following) != 1 or index in kept or ints(operators[following[0]].inputs)[:1] != [index]:
-        return None
-    return following[0], operators[following[0]]
-
-
 def _plan(model: ModelT, subgraph: SubGraphT, operators: list[OperatorT], read: dict[int, list[int]],
           kept: set[int], position: int) -> CausalPlan | None:
     pad_op = operators[position]
@@ -109,7 +100,7 @@ def _plan(model: ModelT, subgraph: SubGraphT, operators: list[OperatorT], read: 
         return None  # one axis padded, before it only
     axis, pad = padded[0]
     chain = [position]
-    step = _sole_reader(operators, read, kept, ints(pad_op.outputs)[0])
+    step = sole_reader(operators, read, kept, ints(pad_op.outputs)[0])
     view = shape
     if step is not None and len(shape) == 3:  # Keras-style: EXPAND_DIMS / RESHAPE of [1, T, C] to [1, 1, T, C]
         out = static_shape(tensor_at(subgraph, ints(step[1].outputs)[0])) if ints(step[1].outputs) else None
@@ -118,11 +109,11 @@ def _plan(model: ModelT, subgraph: SubGraphT, operators: list[OperatorT], read: 
             return None
         view, axis = (1, *shape), axis + 1
         chain.append(step[0])
-        step = _sole_reader(operators, read, kept, ints(step[1].outputs)[0])
-    if step is None or opcode(model, step[1]) not in _CONVOLUTIONS or axis not in (1, 2):
+        step = sole_reader(operators, read, kept, ints(step[1].outputs)[0])
+    if step is None or opcode(model, step[1]) not in CONVOLUTION_OPTIONS or axis not in (1, 2):
         return None
     conv = step[1]
-    conv_options = options(conv, _CONVOLUTIONS[opcode(model, conv)])
+    conv_options = options(conv, CONVOLUTION_OPTIONS[opcode(model, conv)])
     weights = constant(model, tensor_at(subgraph, ints(conv.inputs)[1])) if len(ints(conv.inputs)) >= 2 else None
     if conv_options is None or not well_formed(subgraph, conv) or weights is None or weights.ndim != 4 \
             or (conv_options.strideH, conv_options.strideW, conv_options.padding) != (1, 1, schema.Padding.VALID):
@@ -184,27 +175,11 @@ def _split(model: ModelT, subgraph: SubGraphT, plan: CausalPlan) -> list[Operato
         new_ops.append(new_operator(model, schema.BuiltinOperator.SLICE, [source, begin, size], [head],
                                     schema.BuiltinOptions.SliceOptions, schema.SliceOptionsT()))
         parts.append(add_tensor(subgraph, tensors[output], f"/head{segment}", along(plan.dilation, out_shape)))
-        new_ops.append(_convolution(conv, [head, kernel, *conv_inputs[2:]], parts[-1]))
+        new_ops.append(copied_operator(conv, [head, kernel, *conv_inputs[2:]], [parts[-1]]))
     parts.append(add_tensor(subgraph, tensors[output], "/main", along(out_shape[plan.axis] - plan.pad, out_shape)))
-    new_ops.append(_convolution(conv, [source, *conv_inputs[1:]], parts[-1]))
+    new_ops.append(copied_operator(conv, [source, *conv_inputs[1:]], [parts[-1]]))
     new_ops.append(concatenation_op(model, parts, output, plan.axis))
     return new_ops
-
-
-def _convolution(conv: OperatorT, inputs: list[int], ofm: int) -> OperatorT:
-    """A copy of ``conv`` (its options) reading ``inputs`` and writing ``ofm``."""
-    copied = schema.OperatorT()
-    copied.opcodeIndex, copied.builtinOptionsType = conv.opcodeIndex, conv.builtinOptionsType
-    copied.builtinOptions = _copy(conv.builtinOptions)
-    copied.inputs = np.asarray(inputs, dtype=np.int32)
-    copied.outputs = np.asarray([ofm], dtype=np.int32)
-    return copied
-
-
-def _copy(table: Any) -> Any:
-    copied = type(table)()
-    copied.__dict__.update(table.__dict__)
-    return copied
 
 
 def _describe(sites: int, operators: int) -> str:

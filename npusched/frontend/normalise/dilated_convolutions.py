@@ -23,12 +23,14 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from npusched.frontend.normalise.flatbuffer import (
+    CONVOLUTION_OPTIONS,
     ModelT,
     OperatorT,
     SubGraphT,
     add_tensor,
     const_int32,
     constant,
+    copied_operator,
     ints,
     name,
     new_operator,
@@ -38,13 +40,12 @@ from npusched.frontend.normalise.flatbuffer import (
     replace_operators,
     reshape_op,
     same_quantisation,
+    sole_reader,
     static_shape,
     tensor_at,
     well_formed,
 )
 from npusched.frontend.normalise.rewrite import Rewrite, Site, counted
-
-_CONVOLUTIONS = {"CONV_2D": schema.Conv2DOptionsT, "DEPTHWISE_CONV_2D": schema.DepthwiseConv2DOptionsT}
 
 
 @dataclass(frozen=True)
@@ -78,15 +79,6 @@ def find_dilated_convolutions(model: ModelT, subgraph: SubGraphT) -> list[Dilate
     return plans
 
 
-def _sole_reader(operators: list[OperatorT], read: dict[int, list[int]], kept: set[int], index: int
-                 ) -> tuple[int, OperatorT] | None:
-    """The one operator reading tensor ``index`` (None where another reads it or the subgraph returns it)."""
-    following = read.get(index, [])
-    if len(following) != 1 or index in kept:
-        return None
-    return following[0], operators[following[0]]
-
-
 def _int_constant(model: ModelT, subgraph: SubGraphT, op: OperatorT, input_number: int) -> np.ndarray | None:
     inputs = ints(op.inputs)
     value = constant(model, tensor_at(subgraph, inputs[input_number])) if len(inputs) > input_number else None
@@ -104,7 +96,7 @@ def _plan(model: ModelT, subgraph: SubGraphT, operators: list[OperatorT], read: 
             or (paddings < 0).any():
         return None
     chain = [position]
-    step = _sole_reader(operators, read, kept, s2b_out)
+    step = sole_reader(operators, read, kept, s2b_out)
     sequence_axis = None
     if step is not None and len(shape) == 3 and opcode(model, step[1]) == "EXPAND_DIMS":
         axis = _int_constant(model, subgraph, step[1], 1)
@@ -112,25 +104,26 @@ def _plan(model: ModelT, subgraph: SubGraphT, operators: list[OperatorT], read: 
             return None
         sequence_axis = int(axis.reshape(-1)[0]) % 4
         chain.append(step[0])
-        step = _sole_reader(operators, read, kept, ints(step[1].outputs)[0])
-    if step is None or opcode(model, step[1]) not in _CONVOLUTIONS or (len(shape) == 3) != (sequence_axis is not None):
+        step = sole_reader(operators, read, kept, ints(step[1].outputs)[0])
+    if step is None or opcode(model, step[1]) not in CONVOLUTION_OPTIONS \
+            or (len(shape) == 3) != (sequence_axis is not None):
         return None
     conv_position, conv = step
-    conv_options = options(conv, _CONVOLUTIONS[opcode(model, conv)])
+    conv_options = options(conv, CONVOLUTION_OPTIONS[opcode(model, conv)])
     if conv_options is None or not well_formed(subgraph, conv) or len(ints(conv.inputs)) < 2 \
             or ints(conv.inputs)[0] != ints(operators[chain[-1]].outputs)[0] \
             or (conv_options.strideH, conv_options.strideW, conv_options.dilationHFactor,
                 conv_options.dilationWFactor, conv_options.padding) != (1, 1, 1, 1, schema.Padding.VALID):
         return None
     chain.append(conv_position)
-    step = _sole_reader(operators, read, kept, ints(conv.outputs)[0])
+    step = sole_reader(operators, read, kept, ints(conv.outputs)[0])
     if step is not None and sequence_axis is not None:
         squeezed = options(step[1], schema.SqueezeOptionsT)
         if opcode(model, step[1]) != "SQUEEZE" or squeezed is None \
                 or [d % 4 for d in ints(squeezed.squeezeDims)] != [sequence_axis]:
             return None
         chain.append(step[0])
-        step = _sole_reader(operators, read, kept, ints(step[1].outputs)[0])
+        step = sole_reader(operators, read, kept, ints(step[1].outputs)[0])
     if step is None or opcode(model, step[1]) != "BATCH_TO_SPACE_ND" or not well_formed(subgraph, step[1]):
         return None
     b2s_position, b2s = step
@@ -212,12 +205,8 @@ def _dilated(model: ModelT, subgraph: SubGraphT, plan: DilatedPlan) -> list[Oper
         new_ops.append(new_operator(model, schema.BuiltinOperator.PAD, [ifm, paddings], [padded],
                                     schema.BuiltinOptions.PadOptions, schema.PadOptionsT()))
         ifm = padded
-    dilated = schema.OperatorT()
-    dilated.opcodeIndex, dilated.builtinOptionsType = conv.opcodeIndex, conv.builtinOptionsType
-    dilated.builtinOptions = _with(conv.builtinOptions, padding, plan.dilation)
-    dilated.inputs = np.asarray([ifm, *ints(conv.inputs)[1:]], dtype=np.int32)
-    dilated.outputs = np.asarray([ofm], dtype=np.int32)
-    new_ops.append(dilated)
+    new_ops.append(copied_operator(conv, [ifm, *ints(conv.inputs)[1:]], [ofm], padding=padding,
+                                   dilationHFactor=plan.dilation[0], dilationWFactor=plan.dilation[1]))
     if plan.sequence_axis is not None:
         new_ops.append(reshape_op(model, subgraph, ofm, plan.output, out_shape))
     return new_ops
@@ -227,14 +216,6 @@ def _same_pads(kernel: int, dilation: int) -> tuple[int, int]:
     """TFLite's SAME padding (before, after) of a stride-1 convolution dilated by ``dilation``."""
     total = dilation * (kernel - 1)
     return total // 2, total - total // 2
-
-
-def _with(conv_options: Any, padding: int, dilation: tuple[int, int]) -> Any:
-    """A copy of the convolution's options, dilated and padded so."""
-    copied = type(conv_options)()
-    copied.__dict__.update(conv_options.__dict__)
-    copied.padding, copied.dilationHFactor, copied.dilationWFactor = padding, dilation[0], dilation[1]
-    return copied
 
 
 def _describe(sites: int, operators: int) -> str:

@@ -145,6 +145,22 @@ def readers(operators: Sequence[OperatorT]) -> dict[int, list[int]]:
     return read
 
 
+def sole_reader(operators: Sequence[OperatorT], read: dict[int, list[int]], kept: set[int], index: int
+                ) -> tuple[int, OperatorT] | None:
+    """(position, operator) of the one operator reading tensor ``index`` as its first input: None where another
+    operator reads it too, or it reads it otherwise, or ``kept`` (the subgraph's outputs) holds it. A chain of
+    operators a rewrite replaces follows such readers, so nothing else sees what it removes."""
+    following = read.get(index, [])
+    if len(following) != 1 or index in kept or ints(operators[following[0]].inputs)[:1] != [index]:
+        return None
+    return following[0], operators[following[0]]
+
+
+# The convolutions the chain rewrites change, and the options table each must carry.
+CONVOLUTION_OPTIONS: dict[str, type] = {"CONV_2D": schema.Conv2DOptionsT,
+                                        "DEPTHWISE_CONV_2D": schema.DepthwiseConv2DOptionsT}
+
+
 def parsed_subgraph(model: ModelT, subgraph: SubGraphT) -> TfliteSubgraph:
     """``subgraph`` as the reader parses it (to ask Vela's placement rules), from the model as it is now."""
     parsed: TfliteModel = parse_tflite(pack_model(copy.deepcopy(model)))
@@ -270,6 +286,18 @@ def new_operator(model: ModelT, builtin: int, inputs: Sequence[int], outputs: Se
     op.outputs = np.asarray(outputs, dtype=np.int32)
     op.builtinOptionsType, op.builtinOptions = options_type, builtin_options
     return op
+
+
+def copied_operator(op: OperatorT, inputs: Sequence[int], outputs: Sequence[int], **changed: Any) -> OperatorT:
+    """``op`` (its operator code and a copy of its options, with the ``changed`` fields) on other tensors."""
+    copied = schema.OperatorT()
+    copied.opcodeIndex, copied.builtinOptionsType = op.opcodeIndex, op.builtinOptionsType
+    copied.builtinOptions = copy.copy(op.builtinOptions)
+    for field_name, value in changed.items():
+        setattr(copied.builtinOptions, field_name, value)
+    copied.inputs = np.asarray(inputs, dtype=np.int32)
+    copied.outputs = np.asarray(outputs, dtype=np.int32)
+    return copied
 
 
 def reshape_op(model: ModelT, subgraph: SubGraphT, source: int, target: int, shape: tuple[int, ...]) -> OperatorT:
