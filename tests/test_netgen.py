@@ -398,6 +398,46 @@ def test_keras_3_dilations_and_up_sampling_run_on_the_npu_and_compile(tmp_path, 
     assert compiled.agreed, compiled.warnings()
 
 
+@pytest.mark.parametrize("arch", ["audio1d", "mobilenet_v2", "gru", "transformer", "unet"])
+def test_16x8_networks_run_in_the_reference_interpreter_and_on_the_npu(tmp_path, arch):
+    """16x8 quantisation: int16 activations with zero point 0, int8 weights, int64 biases, the fixed int16
+    outputs of LOGISTIC, TANH and SOFTMAX; the reference interpreter runs the file, and npusched places on the
+    CPU what it places there in the int8 variant (nothing, but a transformer's attention), and RSQRT."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    data = generate(arch, SMALL_PASSES, 1, int16=True)
+    model = parse_tflite(data)
+    activations = [t for t in model.main.tensors if not t.is_const and t.dtype.name != "int32"]
+    assert {t.dtype.name for t in activations} == {"int16"}
+    assert all(z == 0 for t in activations for z in t.quantization.zero_point)
+    interpreter = Interpreter(model_content=data)
+    interpreter.allocate_tensors()
+    detail = interpreter.get_input_details()[0]
+    interpreter.set_tensor(detail["index"], np.zeros(detail["shape"], detail["dtype"]))
+    interpreter.invoke()
+    path = tmp_path / "net16.tflite"
+    path.write_bytes(data)
+    int8 = tmp_path / "net8.tflite"
+    int8.write_bytes(generate(arch, SMALL_PASSES, 1))
+    ops16 = load_network(RunOptions(model_path=path, accelerator_config="ethos-u55-128"))[1]
+    ops8 = load_network(RunOptions(model_path=int8, accelerator_config="ethos-u55-128"))[1]
+    # Vela legacy's RSQRT is an int8 lookup table only: a 16x8 layer norm's runs on the CPU.
+    rsqrts = [op.opcode for op in model.main.operators if op.opcode == "RSQRT"]
+    assert sorted(op.tflite_op for op in ops16.cpu_ops) == sorted([op.tflite_op for op in ops8.cpu_ops] + rsqrts)
+    assert len(ops16.subgraphs) == len(ops8.subgraphs)
+
+
+@pytest.mark.slow
+def test_a_16x8_audio_network_compiles_and_velas_estimate_agrees(tmp_path):
+    model = tmp_path / "audio16.tflite"
+    model.write_bytes(generate("audio1d", SMALL_PASSES, 1, int16=True))
+    result = run(run_options_from_vela_args(model, CONFIGS["u55-128_hee_shared"], solver="cpsat",
+                                            time_limit_seconds=10.0, workers=1, deterministic=True))
+    assert not result.network.cpu_ops
+    compiled = compile_schedule(result, tmp_path / "out")
+    assert compiled.agreed, compiled.warnings()
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # PyTorch-style exports: NCHW input -> TRANSPOSE, PAD -> VALID convolutions, MEAN heads, NCHW 4-D outputs
 

@@ -25,7 +25,7 @@ class GenerationError(NpuschedError):
 
 
 def generate(arch: str, passes: int, seed: int, cpu_splits: int | None = None, keras_style: bool = False,
-             segmentation: bool = False, torch_style: bool = False) -> bytes:
+             segmentation: bool = False, torch_style: bool = False, int16: bool = False) -> bytes:
     """The .tflite bytes of architecture ``arch`` with about ``passes`` NPU passes.
 
     ``cpu_splits`` operators Vela runs on the CPU are placed between blocks (default: 2+ for "mixed", 0 for the
@@ -36,7 +36,8 @@ def generate(arch: str, passes: int, seed: int, cpu_splits: int | None = None, k
     ``torch_style`` exports as PyTorch -> ONNX -> TensorFlow -> TFLite does: an NCHW input TRANSPOSEd to NHWC,
     every convolution VALID after an explicit PAD of PyTorch's symmetric padding, MEAN for global average pooling,
     a 4-D output TRANSPOSEd back to NCHW; the layers and their weights are those of the plain variant. It excludes
-    ``keras_style``.
+    ``keras_style``. ``int16`` quantises 16x8 (int16 activations, int8 weights, int64 biases), the layers and their
+    real values those of the int8 variant.
     """
     if arch not in ARCHITECTURES:
         raise GenerationError(f"unknown architecture '{arch}' (known: {', '.join(ARCHITECTURES)})")
@@ -52,7 +53,8 @@ def generate(arch: str, passes: int, seed: int, cpu_splits: int | None = None, k
         raise GenerationError(f"a segmentation head is a unet option, not one of '{arch}'")
     # The architecture's name is part of the seed so that two architectures with one seed draw different numbers.
     rng = np.random.default_rng([seed, zlib.crc32(arch.encode()), passes])
-    g = GraphBuilder(rng, keras_style, torch_style)
+    g = GraphBuilder(rng, keras_style, torch_style, int16)
     output = g.output(ARCHITECTURES[arch](g, sizing(arch, passes, cpu_splits, segmentation)))
-    style = " keras-style" * keras_style + " torch-style" * torch_style + " segmentation" * segmentation
+    style = " keras-style" * keras_style + " torch-style" * torch_style + " segmentation" * segmentation \
+        + " 16x8" * int16
     return serialise(g.network([output], f"npusched.netgen {arch} passes={passes} seed={seed}{style}"))

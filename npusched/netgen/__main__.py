@@ -37,11 +37,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--segmentation", action="store_true",
                         help="unet only: end in a per-pixel SOFTMAX over 4 classes at the full input side (128 x 128 "
                              "up to 60 passes) instead of LOGISTIC at half")
+    parser.add_argument("--int16", action="store_true",
+                        help="16x8 quantisation: int16 activations, int8 weights, int64 biases")
     parser.add_argument("-o", "--output", type=Path, required=True, help="the .tflite file to write")
     args = parser.parse_args(argv)
     try:
         data = generate(args.arch, args.passes, args.seed, args.cpu_splits, args.keras_style, args.segmentation,
-                        args.torch_style)
+                        args.torch_style, int16=args.int16)
         args.output.write_bytes(data)
     except GenerationError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -222,7 +222,7 @@ def layer_norm(g: GraphBuilder, x: Act, squared_difference: bool = True) -> Act:
     mean, variance (SQUARED_DIFFERENCE, or SUB and MUL), RSQRT(variance + epsilon), then
     x * (gamma * inv) + (beta - mean * (gamma * inv)). The [1, T, 1] x [D] product broadcasts both ways."""
     mean = g.mean_axis(x, -1, keep_dims=True)
-    if squared_difference:
+    if squared_difference and not g.int16:  # TFLite has no int16 SQUARED_DIFFERENCE: 16x8 exports SUB and MUL
         squares = g.binary("SQUARED_DIFFERENCE", x, mean, x.shape)
     else:
         centred = g.binary("SUB", x, mean, x.shape)

@@ -36,8 +36,19 @@ _PADDING = {"SAME": 0, "VALID": 1}
 
 @dataclass(frozen=True)
 class Quant:
+    """Per-tensor quantisation; ``bits`` 16 once it is an int16 activation's (16x8 networks: zero point 0)."""
+
     scale: float
     zero_point: int
+    bits: int = 8
+
+    def as_int16(self) -> Quant:
+        """The int16 quantisation of the same real range (256 times finer, symmetric)."""
+        return self if self.bits == 16 else Quant(float(np.float32(self.scale / 256)), 0, 16)
+
+
+# The output quantisation TFLite fixes for int16 LOGISTIC, TANH and SOFTMAX.
+INT16_UNIT = Quant(1 / 32768, 0, 16)
 
 
 @dataclass(frozen=True)
@@ -88,8 +99,13 @@ class GraphBuilder:
     All random choices come from the one seeded ``rng``, so the same calls give the same network.
     """
 
-    def __init__(self, rng: np.random.Generator, keras_style: bool = False, torch_style: bool = False) -> None:
+    def __init__(self, rng: np.random.Generator, keras_style: bool = False, torch_style: bool = False,
+                 int16: bool = False) -> None:
         self.rng = rng
+        # 16x8 quantisation (TFLite's int16 activations with int8 weights and int64 biases): every activation and
+        # element-wise constant int16 with zero point 0, 256 times finer than the int8 variant's, whose random
+        # numbers it draws.
+        self.int16 = int16
         # Export as Keras does: a dynamic batch (-1 in every activation's shape signature), so reshapes and
         # transposed convolutions take shapes computed at run time, and image inputs rescaled by a MUL and an ADD.
         self.keras_style = keras_style
@@ -116,11 +132,22 @@ class GraphBuilder:
         self.tensors.append(tensor)
         return len(self.tensors) - 1
 
+    def _stored(self, quant: Quant) -> Quant:
+        return quant.as_int16() if self.int16 else quant
+
     def _act(self, what: str, shape: Sequence[int], quant: Quant) -> Act:
-        shape = tuple(int(v) for v in shape)
-        index = self._add_tensor(TensorDef(self._name(what), shape, "INT8", (quant.scale,), (quant.zero_point,),
-                                           shape_signature=self._signature(shape)))
+        shape, quant = tuple(int(v) for v in shape), self._stored(quant)
+        index = self._add_tensor(TensorDef(self._name(what), shape, "INT16" if self.int16 else "INT8", (quant.scale,),
+                                           (quant.zero_point,), shape_signature=self._signature(shape)))
         return Act(index, shape, quant)
+
+    def _activation_constant(self, what: str, values: np.ndarray, quant: Quant) -> int:
+        """An int8 constant operand of an element-wise layer, or its int16 form (the same real values)."""
+        if self.int16:
+            values = np.clip(values.astype(np.int64) * 256 - quant.zero_point * 256, -32767, 32767).astype("<i2")
+            quant = quant.as_int16()
+        return self._add_tensor(TensorDef(self._name(what), values.shape, "INT16" if self.int16 else "INT8",
+                                          (quant.scale,), (quant.zero_point,), data=values.tobytes()))
 
     def _signature(self, shape: tuple[int, ...]) -> tuple[int, ...] | None:
         return (-1, *shape[1:]) if self.keras_style and shape else None
@@ -131,9 +158,7 @@ class GraphBuilder:
 
     def _const_int8(self, what: str, value: int, quant: Quant) -> int:
         """A scalar int8 constant (rank 0, as Keras writes the operands of element-wise layers)."""
-        data = np.asarray(value, dtype=np.int8)
-        return self._add_tensor(TensorDef(self._name(what), (), "INT8", (quant.scale,), (quant.zero_point,),
-                                          data=data.tobytes()))
+        return self._activation_constant(what, np.asarray(value, dtype=np.int8), quant)
 
     # --- shape arithmetic as Keras exports it (batch dimension dynamic) ----------------------------------------
 
@@ -192,10 +217,13 @@ class GraphBuilder:
                                           values.tobytes()))
 
     def _bias(self, what: str, x: Act, weights: int) -> int:
+        """int32 (int64 for int16 inputs, scaled so the real values are the int8 variant's), scale = input x
+        weight scale."""
         scales = tuple((np.asarray(self.tensors[weights].scales) * x.quant.scale).astype(np.float32).tolist())
-        values = self.rng.integers(-4096, 4097, size=len(scales)).astype("<i4")
-        return self._add_tensor(TensorDef(self._name(what), (len(scales),), "INT32", scales, (0,) * len(scales), 0,
-                                          values.tobytes()))
+        values = self.rng.integers(-4096, 4097, size=len(scales))
+        data = (values * 256).astype("<i8") if x.quant.bits == 16 else values.astype("<i4")
+        return self._add_tensor(TensorDef(self._name(what), (len(scales),), "INT64" if x.quant.bits == 16 else "INT32",
+                                          scales, (0,) * len(scales), 0, data.tobytes()))
 
     # --- graph ends ----------------------------------------------------------------------------------------------
 
@@ -421,7 +449,7 @@ class GraphBuilder:
         return self._op("HARD_SWISH", (x.index,), self._act("hard_swish", x.shape, self.output_quant(None)))
 
     def logistic(self, x: Act) -> Act:
-        y = self._act("logistic", x.shape, Quant(1 / 256, -128))
+        y = self._act("logistic", x.shape, INT16_UNIT if self.int16 else Quant(1 / 256, -128))
         return self._op("LOGISTIC", (x.index,), y)
 
     def reshape(self, x: Act, shape: Sequence[int]) -> Act:
@@ -433,16 +461,14 @@ class GraphBuilder:
         return self._op("RESHAPE", (x.index, new_shape), self._act("reshape", shape, x.quant))
 
     def softmax(self, x: Act) -> Act:
-        y = self._act("softmax", x.shape, Quant(1 / 256, -128))
+        y = self._act("softmax", x.shape, INT16_UNIT if self.int16 else Quant(1 / 256, -128))
         return self._op("SOFTMAX", (x.index,), y, "SoftmaxOptions", Beta=1.0)
 
     # --- transformer layers: activations of any rank (Keras's [1, T, D] sequences, [1, H, T, d] heads) -------
 
     def _const_vector_int8(self, what: str, length: int, quant: Quant) -> int:
         """A 1-D int8 constant (a layer norm's gamma or beta), broadcast along the last axis."""
-        data = self.rng.integers(-127, 128, size=length).astype(np.int8)
-        return self._add_tensor(TensorDef(self._name(what), (length,), "INT8", (quant.scale,), (quant.zero_point,),
-                                          data=data.tobytes()))
+        return self._activation_constant(what, self.rng.integers(-127, 128, size=length).astype(np.int8), quant)
 
     def scalar(self, what: str, value: float) -> tuple[int, Quant]:
         """A rank-0 int8 constant holding ``value`` (as Keras writes the operands of element-wise layers)."""
@@ -488,7 +514,7 @@ class GraphBuilder:
 
     def tanh(self, x: Act) -> Act:
         """TANH; TFLite fixes its int8 output at scale 1/128, zero point 0."""
-        return self._op("TANH", (x.index,), self._act("tanh", x.shape, Quant(1 / 128, 0)))
+        return self._op("TANH", (x.index,), self._act("tanh", x.shape, INT16_UNIT if self.int16 else Quant(1 / 128, 0)))
 
     def gelu(self, x: Act, approximate: bool) -> Act:
         """The TFLite GELU operator (what the converter fuses Keras's gelu into)."""
@@ -632,9 +658,8 @@ class GraphBuilder:
         """A zero state: a constant of the zero point, or, Keras-style (the batch known at run time only), FILL of a
         run-time [batch, ...] shape with a rank-0 zero, as tf.zeros((tf.shape(x)[0], units)) exports."""
         if not self.keras_style:
-            data = np.full(shape, quant.zero_point, dtype=np.int8)
-            return Act(self._add_tensor(TensorDef(self._name("zeros"), shape, "INT8", (quant.scale,),
-                                                  (quant.zero_point,), data=data.tobytes())), shape, quant)
+            zeros = self._activation_constant("zeros", np.full(shape, quant.zero_point, dtype=np.int8), quant)
+            return Act(zeros, shape, self._stored(quant))
         batch = self._runtime_dims(Act(self.inputs[0], self.tensors[self.inputs[0]].shape, quant), (0,))
         dims = self._runtime_shape(batch + [self._const_int32("dim", d) for d in shape[1:]])
         value = self._const_int8("zero", quant.zero_point, quant)
