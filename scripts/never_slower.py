@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Issue 31's grid: npusched's default run against both Vela cores' own schedules, each priced by its own model.
 
-Usage: python scripts/never_slower.py [--archs a,b] [--styles plain,keras,torch] [--configs c1,c2] [--passes 60]
+Usage: python scripts/never_slower.py [--archs a,b] [--styles plain,keras,torch] [--configs c1,c2] [--passes 60] [--int16]
            [--seed 0] [--time-limit 30] [--workers N] [--deterministic] [--objective O] [--estimator E]
            [--csv PATH] [--resume] [--summary-only]
 
@@ -156,7 +156,7 @@ def _models(args: argparse.Namespace, archs: list[str], styles: list[str], tmp: 
         for style in styles:
             model = tmp / f"{arch}-{args.passes}-s{args.seed}-{style}.tflite"
             model.write_bytes(generate(arch, args.passes, args.seed, keras_style=style == "keras",
-                                       torch_style=style == "torch"))
+                                       torch_style=style == "torch", int16=args.int16))
             yield arch, style, model
 
 
@@ -192,6 +192,7 @@ def main() -> int:
     parser.add_argument("--estimator", help="--estimator (default: the run's)")
     parser.add_argument("--corpus", action="store_true",
                         help="the corpus models (tests/data/corpus) instead of netgen's architectures and styles")
+    parser.add_argument("--int16", action="store_true", help="16x8-quantised netgen networks")
     parser.add_argument("--without", default="",
                         help="comma-separated always-applied rewrites left out of normalisation (e.g. "
                              "dilated_convolution,nearest_upsampling: npusched as it was before them)")
