@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Issue 31's grid: npusched's default run against both Vela cores' own schedules, each priced by its own model.
 
-Usage: python scripts/never_slower.py [--archs a,b] [--styles plain,keras,torch] [--configs c1,c2] [--passes 60] [--int16]
+Usage: python scripts/never_slower.py [--archs a,b] [--styles plain,keras,torch] [--configs c1,c2] [--passes 60]
            [--seed 0] [--time-limit 30] [--workers N] [--deterministic] [--objective O] [--estimator E]
-           [--csv PATH] [--resume] [--summary-only]
+           [--int16] [--without REWRITES] [--csv PATH] [--resume] [--summary-only] [--table LABEL=CSV ...]
 
 For every netgen architecture x export style (plain, Keras-style, PyTorch-style) x golden configuration (the grid
 of scripts/normalise_figures.py), or with --corpus every corpus model x configuration, it runs, on the same file:
