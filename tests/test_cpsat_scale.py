@@ -90,6 +90,22 @@ def test_windows_are_whole_runs_of_the_incumbent(corpus_dir):
         assert region.ext_lo <= region.lo <= region.hi <= region.ext_hi
 
 
+def test_shifted_windows_cover_the_network_with_other_boundaries(corpus_dir):
+    """The rounds that follow the first stages move every window boundary by a quarter of a window: the windows
+    still cover every pass, and they start where the unshifted ones do not (so a cascade cut by one boundary set
+    can form in the other)."""
+    options = run_options_from_vela_args(corpus_dir / "mobilenet_v2_224_int8.tflite",
+                                         CONFIGS["u65-256_mid_dedicated256k"])
+    arch, network = load_network(options)[:2]
+    net = cpsat.NetworkFacts(network, arch)
+    evaluation = evaluate(network, arch, heuristic_schedule(network, arch))
+    passes = len(network.subgraphs[0].ops)
+    plain, shifted = (windows_by_cost(net, 16, evaluation, offset) for offset in (0, 4))
+    for windows in (plain, shifted):
+        assert {pos for _, lo, hi in windows for pos in range(lo, hi + 1)} == set(range(passes))
+    assert {lo for _, lo, _ in shifted} - {0} and not ({lo for _, lo, _ in shifted} - {0}) & {lo for _, lo, _ in plain}
+
+
 def test_a_large_network_is_searched_window_by_window(tmp_path):
     """400 passes are too many for one model: the window search improves on the heuristic. (That the whole run
     ends within its limit plus two seconds is a property of the machine's speed too, so it is measured by

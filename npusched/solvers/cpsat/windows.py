@@ -92,22 +92,24 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
     * residency: every pass keeps the incumbent's choices, every feature map of every subgraph may move
       (dedicated fast storage only): maps live far longer than a window are placed here;
     * windows of the execution order, costliest first, with Vela's block configs only (cheap: nothing to price
-      but the candidates themselves), then with every candidate, then wider.
+      but the candidates themselves), then with every candidate, then wider;
+    * then, while time and moves are left, rounds of every width again with the window boundaries shifted by a
+      quarter of a window (a cascade a boundary cut can now form), then unshifted, and so on: the search stops
+      before the limit only when a whole round finds nothing better (no such window improves the schedule).
 
     Each stage repeats until it finds nothing better. The result is verified after every sweep; should a
     sweep's result fail, the previous one is kept."""
     verified, verified_cycles = incumbent, evaluation.total_cycles
-    stats: dict[str, Any] = {"windows": 0, "improved_windows": 0, "sweeps": 0, "largest_window": 0}
+    stats: dict[str, Any] = {"windows": 0, "improved_windows": 0, "sweeps": 0, "largest_window": 0, "rounds": 0}
     moves_left = moves
     longest = max(len(sg.ops) for sg in net.subgraphs)
-    stages: list[tuple[str, int]] = [] if net.shared else [("residency", 0)]
-    stages.append(("vela_configs_only", WINDOW_PASSES))
-    width = WINDOW_PASSES
-    while True:
-        stages.append(("full", width))
-        if width >= longest:
-            break
-        width *= 2
+    widths = [WINDOW_PASSES]
+    while widths[-1] < longest:
+        widths.append(2 * widths[-1])
+    # (kind, window width, offset of the window boundaries)
+    stages: list[tuple[str, int, int]] = [] if net.shared else [("residency", 0, 0)]
+    stages += [("vela_configs_only", WINDOW_PASSES, 0), *(("full", width, 0) for width in widths)]
+    round_improved = True
 
     def move(regions: list[Region], vela_configs_only: bool, seconds: float) -> bool:
         """Solve ``regions`` of the incumbent; True when that lowered its cost."""
@@ -132,8 +134,14 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
         stats["improved_windows"] += 1
         return True
 
-    while stages and time.monotonic() < budget.deadline and moves_left > 0:
-        kind, width = stages[0]
+    while time.monotonic() < budget.deadline and moves_left > 0:
+        if not stages:
+            if not round_improved:
+                break  # a whole round found nothing better
+            stats["rounds"] += 1
+            stages = [("full", width, width // 4 if stats["rounds"] % 2 else 0) for width in widths]
+            round_improved = False
+        kind, width, offset = stages[0]
         improved = False
         if kind == "residency":
             # Every run fixed: the free part of each region is empty.
@@ -141,7 +149,7 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
                        for sgi, sg in enumerate(net.subgraphs) if sg.ops]
             improved = move(regions, True, 4 * WINDOW_SOLVE_SECONDS)
         else:
-            for sgi, lo, hi in windows_by_cost(net, width, evaluation):
+            for sgi, lo, hi in windows_by_cost(net, width, evaluation, offset):
                 if budget.seconds_left() < 0.2 or moves_left <= 0:
                     break
                 region = aligned_region(net, incumbent, sgi, lo, hi)
@@ -151,6 +159,7 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
         if not improved:
             stages.pop(0)
             continue
+        round_improved = True
         evaluation = evaluate(net.network, net.arch, incumbent)
         problems = verify(net.network, net.arch, incumbent, evaluation, limit)
         if problems or evaluation.total_cycles > verified_cycles:
@@ -163,18 +172,20 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
         verified, verified_cycles = incumbent, evaluation.total_cycles
         if budget.log is not None:
             what = "residency" if kind == "residency" else f"{width}-pass windows" + (
-                " (Vela block configs)" if kind == "vela_configs_only" else "")
+                " (Vela block configs)" if kind == "vela_configs_only" else "") + (" shifted" if offset else "")
             budget.log(f"cp-sat: sweep {stats['sweeps']} ({what}): {verified_cycles:.0f} cycles")
     return verified, verified_cycles, stats
 
 
-def windows_by_cost(net: NetworkFacts, width: int, evaluation: Evaluation) -> list[tuple[int, int, int]]:
+def windows_by_cost(net: NetworkFacts, width: int, evaluation: Evaluation, offset: int = 0
+                    ) -> list[tuple[int, int, int]]:
     """(subgraph, first, last position) of windows of ``width`` passes over every subgraph, overlapping by half,
-    the costliest first (where the time runs out before a sweep ends, the largest gains come first)."""
+    starting at multiples of half a window plus ``offset`` (and at 0), the costliest first (where the time runs
+    out before a sweep ends, the largest gains come first)."""
     cycles = {cost.op_index: cost.total_cycles for cost in evaluation.ops}
     step = max(1, width // 2)
-    windows = [(sgi, lo, min(lo + width, len(sg.ops)) - 1) for sgi, sg in enumerate(net.subgraphs)
-               for lo in range(0, max(1, len(sg.ops) - step), step) if sg.ops]
+    windows = [(sgi, lo, min(lo + width, len(sg.ops)) - 1) for sgi, sg in enumerate(net.subgraphs) if sg.ops
+               for lo in sorted({0, *range(offset % step, max(1, len(sg.ops) - step), step)})]
 
     def cost(window: tuple[int, int, int]) -> float:
         sgi, lo, hi = window
