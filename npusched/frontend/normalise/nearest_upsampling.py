@@ -30,6 +30,7 @@ from npusched.frontend.normalise.flatbuffer import (
     readers,
     replace_operators,
     same_quantisation,
+    sole_reader,
     static_shape,
     tensor_at,
     well_formed,
@@ -80,7 +81,10 @@ def find_nearest_upsamplings(model: ModelT, subgraph: SubGraphT) -> list[Upsampl
         if first.source in taken:
             continue
         second = repeats.get(first.output)
-        chain = (first, second) if second is not None and second.axis != first.axis else (first,)
+        # Merged only where nothing else reads the map between the two (it is no longer made).
+        pair = second is not None and second.axis != first.axis and len(read.get(first.output, [])) == 1 \
+            and first.output not in kept
+        chain = (first, second) if pair and second is not None else (first,)
         taken.update(r.source for r in chain)
         factors = [1, 1]
         for r in chain:
@@ -103,14 +107,11 @@ def _repeat(model: ModelT, subgraph: SubGraphT, operators: list[OperatorT], read
     chain = [position]
     index = ints(expand.outputs)[0]
     for kind in ("TILE", "RESHAPE"):
-        following = read.get(index, [])
-        if len(following) != 1 or index in kept:
+        step = sole_reader(operators, read, kept, index)
+        if step is None or opcode(model, step[1]) != kind or not well_formed(subgraph, step[1]) \
+                or len(ints(step[1].outputs)) != 1:
             return None
-        op = operators[following[0]]
-        op_inputs = ints(op.inputs)
-        if opcode(model, op) != kind or not well_formed(subgraph, op) or len(op_inputs) < 1 \
-                or op_inputs[0] != index or len(ints(op.outputs)) != 1:
-            return None
+        op, op_inputs = step[1], ints(step[1].inputs)
         if kind == "TILE":
             multiples = constant(model, tensor_at(subgraph, op_inputs[1])) if len(op_inputs) == 2 else None
             if multiples is None or multiples.shape != (5,) or multiples.dtype.kind != "i":
@@ -118,7 +119,7 @@ def _repeat(model: ModelT, subgraph: SubGraphT, operators: list[OperatorT], read
             factor = int(multiples[unit_axis])
             if factor < 2 or any(int(m) != 1 for i, m in enumerate(multiples) if i != unit_axis):
                 return None
-        chain.append(following[0])
+        chain.append(step[0])
         index = ints(op.outputs)[0]
     repeated = list(shape)
     repeated[unit_axis - 1] *= factor
