@@ -152,7 +152,7 @@ class GraphBuilder:
     def _signature(self, shape: tuple[int, ...]) -> tuple[int, ...] | None:
         return (-1, *shape[1:]) if self.keras_style and shape else None
 
-    def _const_int32(self, what: str, values: Sequence[int] | int) -> int:
+    def _const_int32(self, what: str, values: Sequence[int] | Sequence[Sequence[int]] | int) -> int:
         data = np.asarray(values, dtype="<i4")
         return self._add_tensor(TensorDef(self._name(what), data.shape, "INT32", data=data.tobytes()))
 
