@@ -26,7 +26,8 @@ from npusched.lowering.graph import Network
 from npusched.run import FloorReport, RunOptions, SiteDecision, SolverReport
 from npusched.schedule.evaluator import Evaluation, evaluate, verify
 from npusched.schedule.schedule import Schedule
-from npusched.solvers.cpsat import NO_TIME_TO_SEARCH, CpSatResult, objective_rank, solve_cpsat
+from npusched.solvers.cpsat import NO_TIME_TO_SEARCH, CpSatResult, NetworkFacts, objective_rank, solve_cpsat
+from npusched.solvers.cpsat.any_schedule_bound import any_schedule_bound, any_schedule_bound_seconds
 from npusched.solvers.heuristic import heuristic_schedule
 from npusched.target.arch import ArchitectureFeatures
 from npusched.target.estimators import OVER_CAP_PENALTY, Estimator, blended
@@ -124,6 +125,8 @@ def solve(data: bytes, options: RunOptions, arch: ArchitectureFeatures, *, start
              for variant in variants}
     searches: list[Searched] = []
     errors: list[ScheduleError] = []
+    # The any-schedule bound is worked out once, for the graph returned: kept back for the larger one.
+    bound_seconds = max(any_schedule_bound_seconds(variant.network, objective) for variant in variants)
     shares = (OWN_GRAPH_SHARE, 1.0) if len(variants) == 2 else (1.0,)
     work_shares = (OWN_GRAPH_SHARE, 1 - OWN_GRAPH_SHARE) if len(variants) == 2 else (1.0,)
     for variant, share, work_share in zip(variants, shares, work_shares, strict=True):
@@ -131,13 +134,15 @@ def solve(data: bytes, options: RunOptions, arch: ArchitectureFeatures, *, start
         # Keep back what the final evaluation, verification and report take after the search (the schedule is
         # also evaluated under every other estimator), and Vela's compile when one follows.
         after_search = (1.5 + len(Estimator.single()) - 1) * _evaluation_seconds(variant) + 0.2
-        left = options.time_limit_seconds - (time.monotonic() - started) - after_search - compile_seconds
+        left = options.time_limit_seconds - (time.monotonic() - started) - after_search - compile_seconds \
+            - bound_seconds
         search_start = time.monotonic()
         try:
             result = solve_cpsat(variant.network, objective, time_limit_seconds=left * share,
                                  workers=options.workers, seed=options.seed, deterministic=options.deterministic,
-                                 hint=hint, hint_evaluation=hint_eval, log=log,
-                                 work_limit_seconds=(options.time_limit_seconds - compile_seconds) * work_share)
+                                 hint=hint, hint_evaluation=hint_eval, log=log, any_bound=False,
+                                 work_limit_seconds=(options.time_limit_seconds - compile_seconds - bound_seconds)
+                                 * work_share)
         except ScheduleError as exc:
             errors.append(exc)
             continue
@@ -148,9 +153,10 @@ def solve(data: bytes, options: RunOptions, arch: ArchitectureFeatures, *, start
         legacy = next((e for e in errors if e.needed_bytes is not None), None) or _legacy_error(graphs, arch)
         raise legacy if legacy is not None else errors[0]
     best = min(searches, key=lambda s: s.rank)  # a tie keeps npusched's graph (searched first)
+    bound = any_schedule_bound(NetworkFacts(best.variant.network, objective))
     own_start = hints[id(graphs.own)]
     start_eval = own_start[1] if own_start is not None else None
-    return _outcome(best, searches, graphs, floors, arch, objective, compile_seconds, lean, start_eval)
+    return _outcome(best, searches, graphs, floors, arch, objective, compile_seconds, lean, start_eval, bound)
 
 
 def too_short_for_floors(options: RunOptions, network: Network, compile_seconds: float) -> bool:
@@ -237,9 +243,10 @@ def _evaluation_seconds(variant: Variant) -> float:
 
 def _outcome(best: Searched, searches: list[Searched], graphs: Graphs, floors: list[Floor],
              arch: ArchitectureFeatures, objective: ArchitectureFeatures, compile_seconds: float,
-             lean: bool, start_eval: Evaluation | None) -> CpSatRun:
-    """The answer, its report and the site decisions. The report's "heuristic" is Vela legacy's own schedule (a
-    lean run's: the heuristic's on npusched's graph, ``start_eval``)."""
+             lean: bool, start_eval: Evaluation | None, any_bound_cycles: float) -> CpSatRun:
+    """The answer, its report (``any_bound_cycles``: the any-schedule bound of its graph) and the site decisions.
+    The report's "heuristic" is Vela legacy's own schedule (a lean run's: the heuristic's on npusched's graph,
+    ``start_eval``)."""
     result = best.result
     reason = result.reason
     if reason == NO_TIME_TO_SEARCH and compile_seconds:
@@ -260,7 +267,7 @@ def _outcome(best: Searched, searches: list[Searched], graphs: Graphs, floors: l
         reason=reason, model_stats={**result.model_stats, "graphs_searched": len(searches)},
         heuristic_cycles=legacy_eval.total_cycles if legacy_eval is not None else None,
         heuristic_peak_fast_storage_bytes=legacy_eval.peak_fast_storage if legacy_eval is not None else None,
-        any_schedule_bound_cycles=result.any_schedule_bound_cycles, strategy=result.strategy,
+        any_schedule_bound_cycles=any_bound_cycles, strategy=result.strategy,
         peak_bound_bytes=result.peak_bound_bytes, peak_proven_minimal=result.peak_proven_minimal,
         objective=describe_objective(objective))
     floor_reports = tuple(_returned(f.report, f.report.core in returned) for f in floors)

@@ -17,6 +17,7 @@ from npusched.lowering.graph import Network
 from npusched.schedule.evaluator import Evaluation, evaluate, staging_limit, verify
 from npusched.schedule.peak import explain_peak
 from npusched.schedule.schedule import Schedule
+from npusched.solvers.cpsat.any_schedule_bound import any_schedule_bound, any_schedule_bound_seconds
 from npusched.solvers.cpsat.model import (
     SCALE,
     CpSatModel,
@@ -70,7 +71,7 @@ class CpSatResult:
 def solve_cpsat(network: Network, arch: ArchitectureFeatures, *, time_limit_seconds: float = 30.0,
                 workers: int | None = None, seed: int = 0, deterministic: bool = False, hint: Schedule | None = None,
                 hint_evaluation: Evaluation | None = None, work_limit_seconds: float | None = None,
-                log: Log | None = None) -> CpSatResult:
+                log: Log | None = None, any_bound: bool = True) -> CpSatResult:
     """Schedule ``network`` with CP-SAT within ``time_limit_seconds`` of wall clock (building included; the
     answer's evaluation and verification too). ``hint_evaluation`` saves evaluating the hint again. With
     ``deterministic`` the search's work is sized by ``work_limit_seconds`` (default: ``time_limit_seconds``): a
@@ -83,7 +84,10 @@ def solve_cpsat(network: Network, arch: ArchitectureFeatures, *, time_limit_seco
     is returned; with no time left (``time_limit_seconds`` <= 0) a hint that fits is returned as it is, else the
     search gets ``MIN_SEARCH_SECONDS``. Small networks are solved in one model (bounds and gap over the whole
     candidate space); large ones, or when the one model cannot be built in time, are improved window by window
-    from the hint. Raises ScheduleError when no candidate schedule fits the fast storage.
+    from the hint. With ``any_bound`` the any-schedule bound is worked out after the search, within the limit
+    (``any_schedule_bound_seconds`` is kept back from the search, its work budget too); a caller that searches
+    several graphs works it out once, for the one it returns. Raises ScheduleError when no candidate schedule
+    fits the fast storage.
     """
     start = time.monotonic()
     if time_limit_seconds <= 0 and hint is not None:
@@ -93,13 +97,16 @@ def solve_cpsat(network: Network, arch: ArchitectureFeatures, *, time_limit_seco
             return replace(_fallback(hint, hint_evaluation.total_cycles, NO_TIME_TO_SEARCH, time.monotonic() - start,
                                      {"passes": len(network.npu_ops)}),
                            strategy="Size" if _size_first(arch) else "Performance")
-    time_limit_seconds = max(time_limit_seconds, MIN_SEARCH_SECONDS)
+    kept_back = any_schedule_bound_seconds(network, arch) if any_bound else 0.0
+    time_limit_seconds = max(time_limit_seconds - kept_back, MIN_SEARCH_SECONDS)
+    if work_limit_seconds is not None:
+        work_limit_seconds = max(work_limit_seconds - kept_back, MIN_SEARCH_SECONDS)
     net = NetworkFacts(network, arch)
     result = _search(net, start, time_limit_seconds, work_limit_seconds, workers or os.cpu_count() or 1, seed,
                      deterministic, hint, hint_evaluation, log)
     if result.model_stats.get("stopped_by_clock"):
         result = replace(result, reason="; ".join(filter(None, (result.reason, STOPPED_BY_CLOCK))))
-    return replace(result, any_schedule_bound_cycles=any_schedule_bound(net),
+    return replace(result, any_schedule_bound_cycles=any_schedule_bound(net) if any_bound else math.nan,
                    strategy="Size" if _size_first(arch) else "Performance")
 
 
@@ -338,13 +345,3 @@ def smallest_fast_storage(net: NetworkFacts, references: tuple[Schedule, ...], d
         schedule, _ = extract_schedule(built, solver.boolean_value)
         return SmallestFit(int(solver.objective_value), status == cp_model.OPTIMAL, schedule)
     return SmallestFit(-1, False)
-
-
-def any_schedule_bound(net: NetworkFacts) -> float:
-    """A lower bound on the total cycles of any schedule, whatever its block configs, stripes, cascades and
-    placements: every pass's MACs at the NPU's peak MAC rate (operand traffic, weight transfers and elementwise
-    work only add). Weak, but it needs no search, so it holds where the candidate space ends. Like every bound
-    here it assumes no pass is priced below its own compute time, which only the DMA-credit artefact of Vela's
-    estimate does (see ``npusched.solvers.cpsat.candidates``)."""
-    peak_macs_per_cycle = net.arch.num_macs_per_cycle * net.arch.ncores
-    return sum(op.macs for sg in net.subgraphs for op in sg.ops) / peak_macs_per_cycle
