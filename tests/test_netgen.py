@@ -428,6 +428,21 @@ def test_16x8_networks_run_in_the_reference_interpreter_and_on_the_npu(tmp_path,
 
 
 @pytest.mark.slow
+def test_a_concatenation_copy_keeps_its_own_ifm_block_from_the_default_cores_schedule(tmp_path):
+    """The Keras-style YOLO neck's up-sampling is written in place into a concatenation, whose other input is
+    copied there: the default core's schedule, read back as a floor, once gave the copy the up-sampling's IFM block
+    (half its OFM block), CP-SAT kept it, and Vela's estimate of the compiled copy differed (+16 cycles)."""
+    model = tmp_path / "yolo.tflite"
+    model.write_bytes(generate("yolo", SMALL_PASSES, 1, keras_style=True))
+    config = CONFIGS["u65-256_mid_dedicated256k"]
+    model.write_bytes(scheduled_model_bytes(run_options_from_vela_args(model, config, solver="heuristic")))
+    result = run(run_options_from_vela_args(model, config, solver="cpsat", time_limit_seconds=5.0, workers=1,
+                                            deterministic=True))
+    compiled = compile_schedule(result, tmp_path / "out")
+    assert compiled.agreed, compiled.warnings()
+
+
+@pytest.mark.slow
 def test_a_16x8_audio_network_compiles_and_velas_estimate_agrees(tmp_path):
     model = tmp_path / "audio16.tflite"
     model.write_bytes(generate("audio1d", SMALL_PASSES, 1, int16=True))

@@ -154,7 +154,12 @@ def _block_config(arch: ArchitectureFeatures, op: NpuOp, core_op: DefaultCoreOp)
     fitted = try_block_config(core_op.ofm_block, arch, ofm_shape=core_op.ofm_stripe, ifm_shape=core_op.ifm_stripe,
                               ifm2_shape=ifm2, is_partkernel=part, **inputs)
     if fitted is not None:
-        return BlockConfig(ofm_block=fitted.ofm_block, ifm_block=core_op.ifm_block, acc_type=fitted.acc_type,
+        ifm_block = core_op.ifm_block
+        if ifm_block.height < fitted.ifm_block.height or ifm_block.width < fitted.ifm_block.width:
+            # Smaller than this op reads for that OFM block: the core's op is another writer of the same map (an
+            # up-sampling written in place into a concatenation, matched to the copy of its other input).
+            ifm_block = fitted.ifm_block
+        return BlockConfig(ofm_block=fitted.ofm_block, ifm_block=ifm_block, acc_type=fitted.acc_type,
                            is_partkernel=part, bank_size=fitted.bank_size, layout=fitted.layout), True
     acc = accumulator_type(op.npu_block_type, inputs["ifm_bits"], inputs["scaled"])
     return BlockConfig(ofm_block=core_op.ofm_block, ifm_block=core_op.ifm_block, acc_type=acc, is_partkernel=part,
