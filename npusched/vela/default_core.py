@@ -264,12 +264,12 @@ def schedule_from_default_core(network: Network, arch: ArchitectureFeatures,
                                                 pre_buffered=core_op.pre_buffered)
             ifm2_stripe = core_op.ifm2_stripe if op.ifm2 is not None else None
             ofm_stripe, ifm_stripe = core_op.ofm_stripe, core_op.ifm_stripe
-            if not core_op.cascade:
+            if core_op.cascade:
+                groups[(sg_pos, core_op.cascade)].append(op.index)
+            else:
                 # A whole pass. The core names the windows of sliced tensors it reads or writes (an unpacked
                 # step, a packed state); npusched's schedules name the whole maps the pass sees.
                 ofm_stripe, ifm_stripe = op.ofm.shape, op.ifm.shape
-            if core_op.cascade:
-                groups[(sg_pos, core_op.cascade)].append(op.index)
             ops.append(OpSchedule(op_index=op.index, block_config=block, ofm_stripe=ofm_stripe,
                                   ifm_stripe=ifm_stripe, ifm2_stripe=ifm2_stripe, weight_buffering=buffering,
                                   encoded_weights=encoded))

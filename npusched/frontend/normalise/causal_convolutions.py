@@ -34,6 +34,7 @@ from npusched.frontend.normalise.flatbuffer import (
     constant,
     copied_operator,
     derived_constant,
+    int_input,
     ints,
     name,
     new_operator,
@@ -90,9 +91,9 @@ def _plan(model: ModelT, subgraph: SubGraphT, operators: list[OperatorT], read: 
     pad_op = operators[position]
     inputs = ints(pad_op.inputs)
     shape = static_shape(tensor_at(subgraph, inputs[0])) if len(inputs) == 2 else None
-    paddings = constant(model, tensor_at(subgraph, inputs[1])) if len(inputs) == 2 else None
+    paddings = int_input(model, subgraph, pad_op, 1) if len(inputs) == 2 else None
     if shape is None or len(shape) not in (3, 4) or shape[0] != 1 or paddings is None \
-            or paddings.dtype.kind != "i" or paddings.shape != (len(shape), 2) \
+            or paddings.shape != (len(shape), 2) \
             or not same_quantisation(subgraph, inputs[0], ints(pad_op.outputs)[0]):
         return None
     padded = [(axis, int(before)) for axis, (before, after) in enumerate(paddings) if before or after]

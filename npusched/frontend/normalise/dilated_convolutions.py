@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from npusched.frontend.normalise.flatbuffer import (
@@ -31,6 +30,7 @@ from npusched.frontend.normalise.flatbuffer import (
     const_int32,
     constant,
     copied_operator,
+    int_input,
     ints,
     name,
     new_operator,
@@ -79,18 +79,12 @@ def find_dilated_convolutions(model: ModelT, subgraph: SubGraphT) -> list[Dilate
     return plans
 
 
-def _int_constant(model: ModelT, subgraph: SubGraphT, op: OperatorT, input_number: int) -> np.ndarray | None:
-    inputs = ints(op.inputs)
-    value = constant(model, tensor_at(subgraph, inputs[input_number])) if len(inputs) > input_number else None
-    return value if value is not None and value.dtype.kind == "i" else None
-
-
 def _plan(model: ModelT, subgraph: SubGraphT, operators: list[OperatorT], read: dict[int, list[int]],
           kept: set[int], position: int) -> DilatedPlan | None:
     s2b = operators[position]
     source, s2b_out = ints(s2b.inputs)[0], ints(s2b.outputs)[0]
     shape = static_shape(tensor_at(subgraph, source))
-    block, paddings = _int_constant(model, subgraph, s2b, 1), _int_constant(model, subgraph, s2b, 2)
+    block, paddings = int_input(model, subgraph, s2b, 1), int_input(model, subgraph, s2b, 2)
     if shape is None or len(shape) not in (3, 4) or shape[0] != 1 or block is None or paddings is None \
             or block.shape != (len(shape) - 2,) or paddings.shape != (len(shape) - 2, 2) or (block < 1).any() \
             or (paddings < 0).any():
@@ -99,7 +93,7 @@ def _plan(model: ModelT, subgraph: SubGraphT, operators: list[OperatorT], read: 
     step = sole_reader(operators, read, kept, s2b_out)
     sequence_axis = None
     if step is not None and len(shape) == 3 and opcode(model, step[1]) == "EXPAND_DIMS":
-        axis = _int_constant(model, subgraph, step[1], 1)
+        axis = int_input(model, subgraph, step[1], 1)
         if axis is None or axis.size != 1 or int(axis.reshape(-1)[0]) not in (1, 2, -2, -3):
             return None
         sequence_axis = int(axis.reshape(-1)[0]) % 4
@@ -127,7 +121,7 @@ def _plan(model: ModelT, subgraph: SubGraphT, operators: list[OperatorT], read: 
     if step is None or opcode(model, step[1]) != "BATCH_TO_SPACE_ND" or not well_formed(subgraph, step[1]):
         return None
     b2s_position, b2s = step
-    b2s_block, crops = _int_constant(model, subgraph, b2s, 1), _int_constant(model, subgraph, b2s, 2)
+    b2s_block, crops = int_input(model, subgraph, b2s, 1), int_input(model, subgraph, b2s, 2)
     if b2s_block is None or crops is None or crops.shape != paddings.shape or (b2s_block != block).any() \
             or (crops < 0).any() or (crops > paddings).any():
         return None

@@ -116,6 +116,14 @@ def constant(model: ModelT, tensor: TensorT | None) -> np.ndarray | None:
     return np.frombuffer(raw, dtype=dtype).reshape(shape)
 
 
+def int_input(model: ModelT, subgraph: SubGraphT, op: OperatorT, number: int) -> np.ndarray | None:
+    """The value of ``op``'s input ``number`` where it is an integer constant (an axis, a block shape, paddings),
+    else None."""
+    inputs = ints(op.inputs)
+    value = constant(model, tensor_at(subgraph, inputs[number])) if len(inputs) > number else None
+    return value if value is not None and value.dtype.kind == "i" else None
+
+
 def per_channel_scales(tensor: TensorT) -> int:
     """How many scales the tensor's quantisation holds (0 without one)."""
     q = tensor.quantization

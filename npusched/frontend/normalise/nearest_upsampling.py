@@ -22,7 +22,7 @@ from npusched.frontend.normalise.flatbuffer import (
     OperatorT,
     SubGraphT,
     const_int32,
-    constant,
+    int_input,
     ints,
     name,
     new_operator,
@@ -99,9 +99,9 @@ def _repeat(model: ModelT, subgraph: SubGraphT, operators: list[OperatorT], read
     expand = operators[position]
     inputs = ints(expand.inputs)
     shape = static_shape(tensor_at(subgraph, inputs[0])) if inputs else None
-    axis = constant(model, tensor_at(subgraph, inputs[1])) if len(inputs) == 2 else None
+    axis = int_input(model, subgraph, expand, 1) if len(inputs) == 2 else None
     if shape is None or len(shape) != 4 or shape[0] != 1 or axis is None or axis.size != 1 \
-            or axis.dtype.kind != "i" or int(axis.reshape(-1)[0]) % 5 not in (2, 3):
+            or int(axis.reshape(-1)[0]) % 5 not in (2, 3):
         return None
     unit_axis = int(axis.reshape(-1)[0]) % 5
     chain = [position]
@@ -113,8 +113,8 @@ def _repeat(model: ModelT, subgraph: SubGraphT, operators: list[OperatorT], read
             return None
         op, op_inputs = step[1], ints(step[1].inputs)
         if kind == "TILE":
-            multiples = constant(model, tensor_at(subgraph, op_inputs[1])) if len(op_inputs) == 2 else None
-            if multiples is None or multiples.shape != (5,) or multiples.dtype.kind != "i":
+            multiples = int_input(model, subgraph, op, 1) if len(op_inputs) == 2 else None
+            if multiples is None or multiples.shape != (5,):
                 return None
             factor = int(multiples[unit_axis])
             if factor < 2 or any(int(m) != 1 for i, m in enumerate(multiples) if i != unit_axis):
