@@ -90,11 +90,13 @@ def test_window_search_lowers_the_peak_first(corpus_dir, monkeypatch):
     """person_detect under Size, decided window by window as a large network would be: the windows around the
     peak step lower the heuristic's (Vela legacy's) peak of 30,720 bytes (the whole model proves 29,184 the least
     of the candidate space), no window raises it, the cycles are then lowered within the new peak, and the result
-    verifies. The window search proves no bound, and says so."""
+    verifies. Without the whole candidate space priced (here: too large for the work budget), the window search
+    proves no bound, and says so."""
     arch, network = load_corpus("person_detect", SIZE)
     hint = heuristic_schedule(network, arch, "Size")
     hint_eval = evaluate(network, arch, hint)
     monkeypatch.setattr(cpsat_search, "FULL_MODEL_MAX_PASSES", 0)
+    monkeypatch.setattr(cpsat_search, "PRICING_SECONDS_PER_PASS_AND_MODEL", 1e9)
     result = cpsat.solve_cpsat(network, arch, time_limit_seconds=60, workers=2, deterministic=True, hint=hint, seed=1)
     ev = evaluate(network, arch, result.schedule)
     assert verify(network, arch, result.schedule, ev) == []
@@ -102,3 +104,18 @@ def test_window_search_lowers_the_peak_first(corpus_dir, monkeypatch):
     assert ev.peak_fast_storage < hint_eval.peak_fast_storage
     assert result.status == "feasible" and result.peak_bound_bytes is None and not result.peak_proven_minimal
     assert result.objective_cycles == ev.total_cycles
+
+
+def test_window_search_starts_at_the_least_peak_of_the_candidate_space(corpus_dir, monkeypatch):
+    """The same network and search with the whole candidate space priced: the path bound's least peak is the one
+    model's proven least (29,184 bytes), the search starts there (no window lowers the peak first), and the
+    answer's cycles are bounded at that peak."""
+    arch, network = load_corpus("person_detect", SIZE)
+    hint = heuristic_schedule(network, arch, "Size")
+    monkeypatch.setattr(cpsat_search, "FULL_MODEL_MAX_PASSES", 0)
+    result = cpsat.solve_cpsat(network, arch, time_limit_seconds=60, workers=2, deterministic=True, hint=hint, seed=1)
+    ev = evaluate(network, arch, result.schedule)
+    assert verify(network, arch, result.schedule, ev) == []
+    assert result.model_stats["mode"] == "windows" and "peak_windows" not in result.model_stats
+    assert ev.peak_fast_storage == result.peak_bound_bytes == 29184 and result.peak_proven_minimal
+    assert 0 < result.bound_cycles <= result.objective_cycles and 0 <= result.gap < 0.05

@@ -4,7 +4,7 @@ The model (``build_model``; read back by ``extract_schedule``; solved in ``searc
 ``lo..hi`` of one NPU subgraph's execution order. A region is a whole subgraph (the full model: every subgraph at
 once, so the bound is global) or a window of one, where the passes outside keep the incumbent schedule's choices
 (the window search, ``windows``, for networks too big for one model). The builder follows OR-Tools' own samples:
-the data of a region (``_region_data``), then each variable family with its constraints, in dicts keyed as below,
+the data of a region (``region_data``), then each variable family with its constraints, in dicts keyed as below,
 then the objective; the same dicts read the solution back (``extract_schedule``). Per region:
 
 * ``use[c]``: candidate ``c`` (``npusched.solvers.cpsat.candidates``) runs its passes ``start..end``; every pass of
@@ -227,13 +227,14 @@ def whole_subgraph_regions(net: NetworkFacts) -> list[Region]:
 def build_model(net: NetworkFacts, regions: Sequence[Region], references: tuple[Schedule, ...], *,
                 limit: int | None = None, minimise_memory: bool = False, incumbent: Schedule | None = None,
                 hint_first: bool = False, deadline: float | None = None, vela_configs_only: bool = False,
-                log: Log | None = None) -> CpSatModel:
+                log: Log | None = None, datas: Sequence[RegionData] | None = None) -> CpSatModel:
     """The CP-SAT model deciding ``regions``; ``references`` (hint first) supply verbatim candidates.
 
     With ``incumbent``, feature maps that are not decided keep its placements and the passes around each region
     its choices. With ``minimise_memory`` the limit becomes a variable to minimise (used to report the smallest
     fast storage any candidate schedule needs). ``vela_configs_only`` keeps to Vela's block configs (see
-    ``all_candidates``).
+    ``all_candidates``). ``datas`` are the regions' data when the caller has them already (``whole_network_data``
+    for ``whole_subgraph_regions``).
     Raises ``OutOfTime`` past ``deadline``.
     """
     start_time = time.monotonic()
@@ -243,10 +244,13 @@ def build_model(net: NetworkFacts, regions: Sequence[Region], references: tuple[
     placements = dict(net.base)
     if incumbent is not None:
         placements.update((fm, incumbent.placement(fm) or place) for fm, place in net.base.items())
+    if datas is None:
+        datas = [region_data(net, region, references, placements=placements, incumbent=incumbent,
+                             hint_first=hint_first, limit=limit, deadline=deadline,
+                             vela_configs_only=vela_configs_only) for region in regions]
     # Clique cuts tighten a fixed limit; minimising the peak, they would cut off every peak above the limit.
-    built = [_add_region(model, net, region, references, placements=placements, incumbent=incumbent,
-                         hint_first=hint_first, limit=limit, peak=peak, clique_cuts=not minimise_memory,
-                         deadline=deadline, vela_configs_only=vela_configs_only) for region in regions]
+    built = [_add_region(model, net, data, limit=limit, peak=peak, clique_cuts=not minimise_memory)
+             for data in datas]
     cycles = sum(region.scaled_cycles() for region in built)
     objective = cycles if incumbent is not None else _penalised(model, net.arch, cycles, built)
     model.minimize(peak if minimise_memory else objective)
@@ -322,6 +326,16 @@ class RegionData:
     rolling: dict[FeatureMap, list[int]]  # map -> the candidates holding it only in rolling buffers
 
 
+def whole_network_data(net: NetworkFacts, references: tuple[Schedule, ...], hint_first: bool,
+                       deadline: float | None = None) -> list[RegionData]:
+    """The data of every whole subgraph (the candidate space of the one model) without building the model: what
+    the path bound (``npusched.solvers.cpsat.path_bound``) reads, and ``build_model`` can take. Raises
+    ``OutOfTime`` past ``deadline``."""
+    return [region_data(net, region, references, placements=dict(net.base), incumbent=None, hint_first=hint_first,
+                        limit=staging_limit(net.arch), deadline=deadline, vela_configs_only=False)
+            for region in whole_subgraph_regions(net)]
+
+
 def _price_passes(net: NetworkFacts, facts: SubgraphFacts, lo: int, hi: int, deadline: float | None
                   ) -> tuple[dict[int, Any], dict[tuple[int, bool, int], Any]]:
     """Every pass's options and fastest block configs (``price_positions``), pass by pass: pricing takes most of
@@ -336,7 +350,7 @@ def _price_passes(net: NetworkFacts, facts: SubgraphFacts, lo: int, hi: int, dea
     return full, fastest
 
 
-def _region_data(net: NetworkFacts, region: Region, references: tuple[Schedule, ...], *,
+def region_data(net: NetworkFacts, region: Region, references: tuple[Schedule, ...], *,
                  placements: dict[FeatureMap, TensorPlacement], incumbent: Schedule | None, hint_first: bool,
                  limit: int, deadline: float | None, vela_configs_only: bool) -> RegionData:
     sgi, lo, hi, ext_lo, ext_hi = region.sg_index, region.lo, region.hi, region.ext_lo, region.ext_hi
@@ -388,13 +402,9 @@ def _region_data(net: NetworkFacts, region: Region, references: tuple[Schedule, 
                       starting_at=starting_at, ending_at=ending_at, rolling=rolling)
 
 
-def _add_region(model: cp_model.CpModel, net: NetworkFacts, region: Region, references: tuple[Schedule, ...], *,
-                placements: dict[FeatureMap, TensorPlacement], incumbent: Schedule | None, hint_first: bool,
-                limit: int, peak: cp_model.IntVar | int, clique_cuts: bool, deadline: float | None,
-                vela_configs_only: bool) -> RegionModel:
-    """Data, variables and constraints of one region, family by family as the module docstring lists them."""
-    data = _region_data(net, region, references, placements=placements, incumbent=incumbent, hint_first=hint_first,
-                        limit=limit, deadline=deadline, vela_configs_only=vela_configs_only)
+def _add_region(model: cp_model.CpModel, net: NetworkFacts, data: RegionData, *, limit: int,
+                peak: cp_model.IntVar | int, clique_cuts: bool) -> RegionModel:
+    """Variables and constraints of one region, family by family as the module docstring lists them."""
     use = _add_exact_cover(model, data)
     resident, in_rolling = _add_residency(model, data, use)
     row, after_slack = _add_price_tables(model, data, use, resident)
@@ -657,6 +667,17 @@ def add_hint(built: CpSatModel, hint: Schedule | None, peak_bytes: int | None = 
             place = hint.placement(fm)
             fast = place is not None and place.mem_area == built.net.fast and fm not in internal
             built.model.add_hint(r, 1 if fast else 0)
+
+
+def add_path_hint(built: CpSatModel, paths: Sequence[Sequence[int]]) -> None:
+    """Hint one path per region (the candidates ``npusched.solvers.cpsat.path_bound`` chose, in the regions'
+    order), no map resident."""
+    for region, path in zip(built.regions, paths, strict=True):
+        chosen = set(path)
+        for k, use in region.use.items():
+            built.model.add_hint(use, 1 if k in chosen else 0)
+        for resident in region.resident.values():
+            built.model.add_hint(resident, 0)
 
 
 def extract_schedule(built: CpSatModel, value: Callable[[Any], int], incumbent: Schedule | None = None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -24,20 +25,32 @@ from npusched.solvers.cpsat.model import (
     Log,
     NetworkFacts,
     OutOfTime,
+    RegionData,
     add_hint,
+    add_path_hint,
     build_model,
     extract_schedule,
+    whole_network_data,
     whole_subgraph_regions,
 )
+from npusched.solvers.cpsat.path_bound import PathBound, least_peak, path_bound, path_schedule
 from npusched.solvers.cpsat.repair import repair_allocation
 from npusched.solvers.cpsat.solver import Progress, SearchBudget, new_solver, stopped_by_clock
 from npusched.solvers.cpsat.windows import search_windows
 from npusched.solvers.max_schedule import max_schedule
 from npusched.target.arch import ArchitectureFeatures, OptimisationStrategy
-from npusched.target.estimators import objective_cycles
+from npusched.target.estimators import Estimator, objective_cycles
 
 # Networks with more passes than this are improved window by window instead of in one model.
 FULL_MODEL_MAX_PASSES = 120
+
+
+# Of the time left, what pricing the whole candidate space of a large network for the path bound may take (else the
+# window search goes on without it: its windows reuse what was priced), and what the bound's subgradient steps may
+# take. A deterministic run prices it only when its estimate, per pass and cost model, fits that share of its work.
+WHOLE_SPACE_SHARE = 0.9
+PATH_BOUND_SHARE = 0.15
+PRICING_SECONDS_PER_PASS_AND_MODEL = 0.05
 
 
 # What a search gets at least when its time is gone and no hint fits (a schedule is still needed).
@@ -140,26 +153,33 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, work_lim
     work = time_limit_seconds if work_limit_seconds is None else max(work_limit_seconds, MIN_SEARCH_SECONDS)
     budget = SearchBudget(deadline, workers, seed, deterministic, log, work_seconds=work)
     stats: dict[str, Any] = {"passes": net.passes}
+    # With a schedule that fits to improve on, leave time to improve it window by window should the one model take
+    # too long to build. Deterministic runs choose by size alone, never by the clock (the limit stays a safety net).
+    share = 1.0 if deterministic else 0.75 if fitting is not None else 0.9
+    build_deadline = start + share * (deadline - start)
+    relaxed = _relax_whole_space(net, references, hint is not None, fitting[1] if fitting else None, limit, budget,
+                                 build_deadline, stats)
+    if relaxed.start is not None and relaxed.closes_gap(net.arch):
+        return _path_result(net, relaxed, start, stats, log)
     if net.passes > FULL_MODEL_MAX_PASSES and fitting is not None:
-        return _windows_result(net, references, *fitting, limit, budget, start, stats,
+        return _windows_result(net, references, *fitting, relaxed, limit, budget, start, stats,
                                "the network is too large for one model")
     try:
-        # With a schedule that fits to improve on, leave time to improve it window by window should the one model
-        # take too long to build.
-        # Deterministic runs choose by size alone, never by the clock (the limit stays a safety net).
-        share = 1.0 if deterministic else 0.75 if fitting is not None else 0.9
         built = build_model(net, whole_subgraph_regions(net), references, limit=limit, log=log,
-                            minimise_memory=size_first, hint_first=hint is not None,
-                            deadline=start + share * (deadline - start))
+                            minimise_memory=size_first, hint_first=hint is not None, deadline=build_deadline,
+                            datas=relaxed.datas or None)
     except OutOfTime:
         if fitting is None:
             raise ScheduleError(_nothing_found(hint_eval, limit, time_limit_seconds)) from None
         if deterministic:
             stats["stopped_by_clock"] = True  # the build ran out of time: the clock chose the window search
-        return _windows_result(net, references, *fitting, limit, budget, start, stats,
+        return _windows_result(net, references, *fitting, relaxed, limit, budget, start, stats,
                                "the one model could not be built in time")
     stats.update(built.stats, mode="full")
-    add_hint(built, hint, hint_eval.peak_fast_storage if hint_eval is not None else None)
+    if relaxed.bound is not None and relaxed.bound.exact and relaxed.bound.paths is not None and not size_first:
+        add_path_hint(built, relaxed.bound.paths)  # the optimum of the candidate space, but for the over-cap penalty
+    else:
+        add_hint(built, hint, hint_eval.peak_fast_storage if hint_eval is not None else None)
     peak = _PeakBound()
     if size_first:
         # First the least peak, in half the time left; then the fewest cycles within it.
@@ -204,6 +224,8 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, work_lim
         return _fallback(fitting[0], fitting[1].total_cycles, f"no CP-SAT solution within {time_limit_seconds:g} s",
                          solve_seconds, stats)
     bound = solver.best_objective_bound / SCALE  # the first solve's: a repair searches a smaller space
+    if not size_first or peak.found_bytes == relaxed.least_peak_bytes:
+        bound = max(bound, relaxed.bound_cycles())  # Size: both bound the cycles at the least peak
     # The answer's buffers must also fit at addresses; if they do not, solve again with the limit tightened.
     found, status, repair = repair_allocation(built, solver, status, budget, work / 4, log)
     stats["allocation_repairs"] = repair.as_stats()
@@ -224,13 +246,121 @@ def _note_clock(stats: dict[str, Any], solver: cp_model.CpSolver, status: cp_mod
 
 
 def _windows_result(net: NetworkFacts, references: tuple[Schedule, ...], hint: Schedule, hint_eval: Evaluation,
-                    limit: int, budget: SearchBudget, start: float, stats: dict[str, Any], why: str) -> CpSatResult:
-    """The window search's answer from the hint (verified) as a result: feasible, with no bound of its own."""
-    outcome = search_windows(net, references, hint, hint_eval, limit, budget, why)
+                    relaxed: _Relaxed, limit: int, budget: SearchBudget, start: float, stats: dict[str, Any],
+                    why: str) -> CpSatResult:
+    """The window search's answer as a result, with the path bound when the whole candidate space was priced: the
+    search starts from the better of the hint (verified) and the bound's own path, and stops when it meets the
+    bound. For Size the least peak is exact, and the cycles are bounded at the answer's peak."""
+    if relaxed.start is not None:
+        hint, hint_eval = relaxed.start
+    bound = relaxed.bound_cycles()
+    outcome = search_windows(net, references, hint, hint_eval, limit, budget, why, bound_cycles=bound,
+                             least_peak_bytes=relaxed.least_peak_bytes)
     stats.update(outcome.stats)
-    status = "feasible"
-    return CpSatResult(outcome.schedule.with_status(status, outcome.reason), status, outcome.cycles, math.nan,
-                       math.nan, time.monotonic() - start, outcome.reason, stats)
+    peak = outcome.evaluation.peak_fast_storage
+    if relaxed.datas and _size_first(net.arch) and relaxed.least_peak_bytes != peak:
+        # The bound held at the least peak; the answer's is larger, where fewer cycles may be possible.
+        bound = _Relaxed(bound=_path_bound(net, relaxed.datas, peak, outcome.evaluation, budget, stats)).bound_cycles()
+    return _bounded_result(net, outcome.schedule, outcome.evaluation, bound, relaxed.least_peak_bytes,
+                           outcome.reason, start, stats)
+
+
+def _path_result(net: NetworkFacts, relaxed: _Relaxed, start: float, stats: dict[str, Any], log: Log | None
+                 ) -> CpSatResult:
+    """The path bound's own path as the answer: it meets the bound, so no search can do better."""
+    assert relaxed.start is not None
+    schedule, evaluation = relaxed.start
+    stats["mode"] = "path"
+    if log is not None:
+        log("cp-sat: the path bound's schedule meets the bound: optimal over the candidate space")
+    return _bounded_result(net, schedule, evaluation, relaxed.bound_cycles(), relaxed.least_peak_bytes,
+                           "the shortest path over the candidate space (path bound)", start, stats)
+
+
+def _bounded_result(net: NetworkFacts, schedule: Schedule, evaluation: Evaluation, bound: float,
+                    least_peak_bytes: int | None, why: str, start: float, stats: dict[str, Any]) -> CpSatResult:
+    objective = objective_cycles(net.arch, evaluation.total_cycles, evaluation.parts)
+    gap = _gap(objective, bound) if not math.isnan(bound) else math.nan
+    status = "optimal" if gap <= CLOSED_GAP else "feasible"
+    reason = why + (f"; path bound {bound:.0f} cycles, gap {gap:.2%}" if not math.isnan(bound) else "")
+    peak = evaluation.peak_fast_storage
+    return CpSatResult(schedule.with_status(status, reason), status, evaluation.total_cycles, bound, gap,
+                       time.monotonic() - start, reason, stats, peak_bound_bytes=least_peak_bytes,
+                       peak_proven_minimal=least_peak_bytes is not None and peak <= least_peak_bytes)
+
+
+# A gap this small is closed: the bound and the answer differ by the per-pass rounding of the scaled prices.
+CLOSED_GAP = 1e-6
+
+
+@dataclass(frozen=True)
+class _Relaxed:
+    """The whole candidate space (``datas``; empty when it was not priced), its path bound (at the least peak for
+    Size, which ``least_peak_bytes`` gives) and the bound's path as a start when it verifies and beats the hint
+    by the objective."""
+
+    datas: tuple[RegionData, ...] = ()
+    bound: PathBound | None = None
+    least_peak_bytes: int | None = None
+    start: tuple[Schedule, Evaluation] | None = None
+
+    def bound_cycles(self) -> float:
+        return self.bound.scaled / SCALE if self.bound is not None and self.bound.feasible else math.nan
+
+    def closes_gap(self, arch: ArchitectureFeatures) -> bool:
+        """The start meets the bound by the objective (the over-cap penalty included)."""
+        if self.start is None:
+            return False
+        evaluation = self.start[1]
+        return _gap(objective_cycles(arch, evaluation.total_cycles, evaluation.parts), self.bound_cycles()) \
+            <= CLOSED_GAP
+
+
+def _relax_whole_space(net: NetworkFacts, references: tuple[Schedule, ...], hint_first: bool,
+                       hint_eval: Evaluation | None, limit: int, budget: SearchBudget, build_deadline: float,
+                       stats: dict[str, Any]) -> _Relaxed:
+    """Price the whole candidate space and bound it (``hint_eval``: the hint's when it fits). A network the one
+    model holds is priced by ``build_deadline``, as its build would be (the build then reuses it); a larger one within
+    ``WHOLE_SPACE_SHARE`` of the time (a deterministic run: when its estimate fits that share of its work),
+    and what it priced is not lost when the window search follows: its windows reuse it."""
+    large = net.passes > FULL_MODEL_MAX_PASSES
+    models = 2 if net.arch.estimator is Estimator.BOTH else 1
+    if large and budget.deterministic and \
+            net.passes * models * PRICING_SECONDS_PER_PASS_AND_MODEL > WHOLE_SPACE_SHARE * budget.work_left():
+        stats["path_bound"] = "the whole candidate space is too large to price within the work budget"
+        return _Relaxed()
+    deadline = build_deadline if not large else budget.deadline if budget.deterministic else \
+        min(budget.deadline, time.monotonic() + WHOLE_SPACE_SHARE * budget.seconds_left())
+    try:
+        datas = tuple(whole_network_data(net, references, hint_first, deadline))
+    except OutOfTime:
+        stats["path_bound"] = "the whole candidate space could not be priced in time"
+        if budget.deterministic and large:
+            stats["stopped_by_clock"] = True
+        return _Relaxed()
+    least = least_peak(net, datas) if _size_first(net.arch) else None
+    bound = _path_bound(net, datas, limit if least is None else least, hint_eval, budget, stats)
+    start = None
+    if bound.paths is not None and bound.exact:
+        schedule = path_schedule(net, datas, bound.paths)
+        evaluation = evaluate(net.network, net.arch, schedule)
+        if not verify(net.network, net.arch, schedule, evaluation, limit) and \
+                (hint_eval is None or objective_rank(evaluation, net.arch) < objective_rank(hint_eval, net.arch)):
+            start = (schedule, evaluation)
+    stats["path_start"] = start is not None
+    return _Relaxed(datas, bound, least, start)
+
+
+def _path_bound(net: NetworkFacts, datas: Sequence[RegionData], limit: int, upper: Evaluation | None,
+                budget: SearchBudget, stats: dict[str, Any]) -> PathBound:
+    """The path bound within ``limit`` bytes, its multipliers stepped towards ``upper``'s cost; a deterministic run
+    by iterations alone (the deadline a safety net)."""
+    deadline = budget.deadline if budget.deterministic else \
+        min(budget.deadline, time.monotonic() + PATH_BOUND_SHARE * budget.seconds_left())
+    bound = path_bound(net, datas, limit, upper.total_cycles * SCALE if upper is not None else None, deadline)
+    stats["path_bound"] = {"bound_cycles": round(bound.scaled / SCALE, 1) if bound.feasible else None,
+                           "exact": bound.exact, "iterations": bound.iterations, "seconds": round(bound.seconds, 3)}
+    return bound
 
 
 @dataclass(frozen=True)
@@ -273,9 +403,9 @@ def _verified_result(net: NetworkFacts, found: tuple[Schedule, int], hint: Sched
                        peak_bound_bytes=peak.bound_bytes, peak_proven_minimal=peak.proven)
     if problems:
         raise ScheduleError(f"the CP-SAT schedule fails verification: {problems[0]}")
-    label = "optimal" if status == cp_model.OPTIMAL else "feasible"
     objective = objective_cycles(net.arch, evaluation.total_cycles, evaluation.parts)
     gap = 0.0 if status == cp_model.OPTIMAL else _gap(objective, bound) if not math.isnan(bound) else math.nan
+    label = "optimal" if status == cp_model.OPTIMAL or gap <= CLOSED_GAP else "feasible"
     within = ""
     if size_first and peak.found_bytes is not None:
         within = (f"peak {evaluation.peak_fast_storage} bytes, "

@@ -49,42 +49,51 @@ PEAK_SHARE = 0.4
 
 @dataclass(frozen=True)
 class WindowsOutcome:
-    """The window search's schedule (verified), its cycles, why it ran, and its counters."""
+    """The window search's schedule (verified), its evaluation and cycles, why it ran, and its counters."""
 
     schedule: Schedule
+    evaluation: Evaluation
     cycles: float
     reason: str
     stats: dict[str, Any]
 
 
 def search_windows(net: NetworkFacts, references: tuple[Schedule, ...], hint: Schedule, hint_eval: Evaluation,
-                   limit: int, budget: SearchBudget, why: str) -> WindowsOutcome:
+                   limit: int, budget: SearchBudget, why: str, bound_cycles: float = math.nan,
+                   least_peak_bytes: int | None = None) -> WindowsOutcome:
     """The window search from the hint (verified; ``hint_eval`` its evaluation): for Size, first windows that lower
-    the peak (``PEAK_SHARE`` of the time and moves), then windows that lower the cycles within the peak reached."""
+    the peak (``PEAK_SHARE`` of the time and moves; none when the hint's is ``least_peak_bytes`` already), then
+    windows that lower the cycles within the peak reached, until the cycles meet ``bound_cycles``."""
     if budget.log is not None:
-        budget.log(f"cp-sat: {why}; improving the heuristic's schedule window by window")
+        budget.log(f"cp-sat: {why}; improving the schedule window by window")
     # A deterministic search stops after a number of moves, not at the clock (which stays a safety net).
     moves = (max(1, round(DETERMINISTIC_MOVES_PER_SECOND * budget.work_left())) if budget.deterministic
              else math.inf)
-    reason = f"large-neighbourhood search over windows ({why}): no bound over the candidate space"
+    reason = f"large-neighbourhood search over windows ({why})"
     stats: dict[str, Any] = {}
-    if net.arch.optimise is OptimisationStrategy.SIZE:
+    if net.arch.optimise is OptimisationStrategy.SIZE and (least_peak_bytes is None
+                                                           or hint_eval.peak_fast_storage > least_peak_bytes):
         peak_moves = max(1, round(PEAK_SHARE * moves)) if budget.deterministic else math.inf
         peak_budget = replace(budget, deadline=time.monotonic() + PEAK_SHARE * budget.seconds_left())
         hint, hint_eval, peak_stats = _shrink_peak_by_windows(net, references, hint, hint_eval, limit, peak_budget,
                                                               peak_moves)
         stats.update(peak_stats)
         moves = max(1, moves - peak_moves)
+        reason += "; peak lowered around its step only"
+    if net.arch.optimise is OptimisationStrategy.SIZE:
         limit = min(limit, hint_eval.peak_fast_storage)
-        reason += f"; peak lowered around its step only, cycles then lowered within {limit} bytes"
-    schedule, cycles, window_stats = _improve_by_windows(net, references, hint, hint_eval, limit, budget, moves)
+        reason += f"; cycles lowered within {limit} bytes"
+    schedule, evaluation, window_stats = _improve_by_windows(net, references, hint, hint_eval, limit, budget, moves,
+                                                             bound_cycles)
     stats.update(window_stats, mode="windows")
-    return WindowsOutcome(schedule, cycles, reason, stats)
+    if window_stats.get("exhausted"):
+        reason += "; stopped early: no window of any width or boundary offset improves the schedule"
+    return WindowsOutcome(schedule, evaluation, evaluation.total_cycles, reason, stats)
 
 
 def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], incumbent: Schedule,
-                        evaluation: Evaluation, limit: int, budget: SearchBudget, moves: float
-                        ) -> tuple[Schedule, float, dict[str, Any]]:
+                        evaluation: Evaluation, limit: int, budget: SearchBudget, moves: float,
+                        bound_cycles: float = math.nan) -> tuple[Schedule, Evaluation, dict[str, Any]]:
     """Improve ``incumbent`` (verified; ``evaluation`` is the evaluator's) move by move until the deadline or
     after ``moves`` moves (a deterministic search stops by count, never by the clock). A move
     decides some regions with everything else fixed, so an accepted move can only lower the total:
@@ -94,12 +103,14 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
     * windows of the execution order, costliest first, with Vela's block configs only (cheap: nothing to price
       but the candidates themselves), then with every candidate, then wider;
     * then, while time and moves are left, rounds of every width again with the window boundaries shifted by a
-      quarter of a window (a cascade a boundary cut can now form), then unshifted, and so on: the search stops
-      before the limit only when a whole round finds nothing better (no such window improves the schedule).
+      eighth of a window more each round (a cascade a boundary cut can now form): the search stops before the
+      limit only when the cycles meet ``bound_cycles`` (the gap is closed) or no round of the four offsets in a
+      row finds anything better (``exhausted``: no such window improves the schedule).
 
     Each stage repeats until it finds nothing better. The result is verified after every sweep; should a
     sweep's result fail, the previous one is kept."""
-    verified, verified_cycles = incumbent, evaluation.total_cycles
+    verified, verified_eval = incumbent, evaluation
+    verified_cycles = evaluation.total_cycles
     stats: dict[str, Any] = {"windows": 0, "improved_windows": 0, "sweeps": 0, "largest_window": 0, "rounds": 0}
     moves_left = moves
     longest = max(len(sg.ops) for sg in net.subgraphs)
@@ -109,7 +120,7 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
     # (kind, window width, offset of the window boundaries)
     stages: list[tuple[str, int, int]] = [] if net.shared else [("residency", 0, 0)]
     stages += [("vela_configs_only", WINDOW_PASSES, 0), *(("full", width, 0) for width in widths)]
-    round_improved = True
+    idle_rounds = 0
 
     def move(regions: list[Region], vela_configs_only: bool, seconds: float) -> bool:
         """Solve ``regions`` of the incumbent; True when that lowered its cost."""
@@ -135,12 +146,16 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
         return True
 
     while time.monotonic() < budget.deadline and moves_left > 0:
+        if verified_cycles <= bound_cycles * (1 + 1e-6):
+            stats["gap_closed"] = True
+            break
         if not stages:
-            if not round_improved:
-                break  # a whole round found nothing better
+            if idle_rounds >= 4:
+                stats["exhausted"] = True  # every offset of every width found nothing better
+                break
             stats["rounds"] += 1
-            stages = [("full", width, width // 4 if stats["rounds"] % 2 else 0) for width in widths]
-            round_improved = False
+            stages = [("full", width, (stats["rounds"] % 4) * width // 8) for width in widths]
+            idle_rounds += 1
         kind, width, offset = stages[0]
         improved = False
         if kind == "residency":
@@ -157,9 +172,11 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
                 improved = move([region], kind == "vela_configs_only", WINDOW_SOLVE_SECONDS) or improved
         stats["sweeps"] += 1
         if not improved:
+            if budget.seconds_left() < 0.2 or moves_left <= 0:
+                break  # cut short: the stage is not known to find nothing
             stages.pop(0)
             continue
-        round_improved = True
+        idle_rounds = 0
         evaluation = evaluate(net.network, net.arch, incumbent)
         problems = verify(net.network, net.arch, incumbent, evaluation, limit)
         if problems or evaluation.total_cycles > verified_cycles:
@@ -169,12 +186,12 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
                     "rounds": 0, "rejected_sweeps": 1, "first_excess_bytes": evaluation.allocation.size_bytes - limit,
                     "cost_cycles": round(verified_cycles - evaluation.total_cycles, 1), "fits": True}
             break
-        verified, verified_cycles = incumbent, evaluation.total_cycles
+        verified, verified_eval, verified_cycles = incumbent, evaluation, evaluation.total_cycles
         if budget.log is not None:
             what = "residency" if kind == "residency" else f"{width}-pass windows" + (
                 " (Vela block configs)" if kind == "vela_configs_only" else "") + (" shifted" if offset else "")
             budget.log(f"cp-sat: sweep {stats['sweeps']} ({what}): {verified_cycles:.0f} cycles")
-    return verified, verified_cycles, stats
+    return verified, verified_eval, stats
 
 
 def windows_by_cost(net: NetworkFacts, width: int, evaluation: Evaluation, offset: int = 0
