@@ -46,8 +46,9 @@ term. Each subgraph is evaluated on its own (its steps start at 0; no slack cros
 of different subgraphs share nothing but the limit.
 
 "Optimal" means optimal over the candidate space (a few block configs per pass, cascades of at most
-``MAX_CASCADE_LENGTH`` passes, a few stripe heights, the weight slicings of Vela's schedules); the search for
-large networks (``npusched.solvers.cpsat.windows``) proves no bound of its own.
+``MAX_CASCADE_LENGTH`` passes, a few stripe heights, the weight slicings of Vela's schedules). The same space as
+shortest paths over the execution order (``npusched.solvers.cpsat.path_bound``) bounds it on every network, the
+window search's for large networks (``npusched.solvers.cpsat.windows``) too.
 """
 
 from __future__ import annotations

@@ -18,10 +18,12 @@ and this module follows each:
   relaxation never more). The multipliers follow subgradient steps towards a known schedule's cost (Polyak's
   rule); every dual value is a lower bound, and the best is kept.
 
-The objective is the model's: the evaluator's prices scaled by ``SCALE`` and rounded per pass, without the
-over-cap penalty of ``Estimator.BOTH`` (which is never negative). ``least_peak`` is the bottleneck version: the
-least fast storage a schedule of the candidate space needs, exact in both memory modes (keeping no map resident
-never needs more).
+The objective is the model's: the evaluator's prices scaled by ``SCALE`` and rounded per pass; under
+``Estimator.BOTH`` with a cap, each model's excess over it penalised, which two more multipliers relax (an excess
+``max(0, part - cap)`` is at least ``alpha x (part - cap)`` for every ``alpha`` up to the penalty).
+
+``least_peak`` is the bottleneck version: the least fast storage a schedule of the candidate space needs, exact in
+both memory modes (keeping no map resident never needs more).
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ import numpy as np
 from npusched.ir import FeatureMap
 from npusched.schedule.pricing import Slack
 from npusched.schedule.schedule import OpSchedule, Schedule, TensorPlacement
-from npusched.solvers.cpsat.model import NetworkFacts, RegionData
+from npusched.solvers.cpsat.model import SCALE, NetworkFacts, RegionData
+from npusched.target.estimators import OVER_CAP_PENALTY, Estimator
 
 # Subgradient steps at most, and the step factor's start and floor (halved after STALL steps without progress).
 MAX_ITERATIONS = 300
@@ -50,10 +53,11 @@ INFINITE = math.inf
 
 @dataclass(frozen=True)
 class PathBound:
-    """A lower bound on the scaled objective over the candidate space, and the relaxation's best solution: per
-    region, the candidates (indices into its ``RegionData.candidates``) of its path. ``exact``: the relaxation is
-    the candidate space itself (shared fast storage), so that path is optimal; ``None`` paths: no schedule of the
-    candidate space fits."""
+    """A lower bound on the scaled objective over the candidate space, and a solution of the relaxation: per
+    region, the candidates (indices into its ``RegionData.candidates``) of its path. ``exact``: shared fast
+    storage, where every path is a schedule of the candidate space (the one with the least objective found) and,
+    without an over-cap penalty, the bound is its optimum; ``None`` paths: no schedule of the candidate space
+    fits."""
 
     scaled: float
     exact: bool
@@ -78,6 +82,7 @@ class _Region:
     row_candidate: np.ndarray
     row_group: np.ndarray
     row_price: np.ndarray
+    row_legacy: np.ndarray  # the legacy model's part of the price (Estimator.BOTH)
     row_maps: list[tuple[int, ...]]
     group_of: dict[int, dict[Slack, int]]  # candidate -> slack -> its table's group
     # Lagrangian terms (dedicated fast storage only): per candidate, (position, family, bytes) of its own memory.
@@ -155,7 +160,7 @@ def _prepare_region(net: NetworkFacts, data: RegionData, number: int, maps: _Map
     own: dict[int, list[tuple[int, int, int]]] = {}
     shares: dict[tuple[int, int], float] = {}
     group_of: dict[int, dict[Slack, int]] = {}
-    row_candidate, row_group, row_price, row_maps = [], [], [], []
+    row_candidate, row_group, row_price, row_legacy, row_maps = [], [], [], [], []
     for k in order:
         c = data.candidates[k]
         reach = in_reach(c.start, c.end)
@@ -177,15 +182,17 @@ def _prepare_region(net: NetworkFacts, data: RegionData, number: int, maps: _Map
         for fm in table.movable:
             inside = sum(1 for pos in touching[fm] if c.start <= pos <= c.end)
             shares[k, movable_index[fm]] = inside / len(touching[fm])
-        for (combo, group), (scaled, _, _) in table.rows.items():
+        for (combo, group), (scaled, _, legacy) in table.rows.items():
             kept = tuple(movable_index[fm] for bit, fm in zip(combo, table.movable, strict=True) if bit)
             row_candidate.append(k)
             row_group.append(group)
             row_price.append(scaled)
+            row_legacy.append(legacy)
             row_maps.append(kept)
     fixed = np.vstack([fixed_at, fixed_at]).astype(float)
     return _Region(data, order, at_load, after_load, np.array(row_candidate, dtype=np.int64),
-                   np.array(row_group, dtype=np.int64), np.array(row_price, dtype=float), row_maps, group_of, own,
+                   np.array(row_group, dtype=np.int64), np.array(row_price, dtype=float),
+                   np.array(row_legacy, dtype=float), row_maps, group_of, own,
                    fixed, shares)
 
 
@@ -267,10 +274,11 @@ def _shortest_path(region: _Region, limit: int, candidate_group_cost: dict[tuple
     return _Solved(cost, tuple(reversed(path)), rows)
 
 
-def _group_costs(region: _Region, map_cost: np.ndarray) -> dict[tuple[int, int], tuple[float, int]]:
-    """Per (candidate, slack group): its cheapest row when each resident map costs ``map_cost`` per share."""
-    costs = region.row_price.copy()
-    if map_cost.size:
+def _group_costs(region: _Region, map_cost: np.ndarray, alpha: np.ndarray) -> dict[tuple[int, int], tuple[float, int]]:
+    """Per (candidate, slack group): its cheapest row when each resident map costs ``map_cost`` per share and each
+    model's part ``alpha`` more (legacy, default)."""
+    costs = (1 + alpha[1]) * region.row_price + (alpha[0] - alpha[1]) * region.row_legacy
+    if map_cost.any():
         for r, kept in enumerate(region.row_maps):
             if kept:
                 k = int(region.row_candidate[r])
@@ -286,37 +294,53 @@ def _group_costs(region: _Region, map_cost: np.ndarray) -> dict[tuple[int, int],
 def path_bound(net: NetworkFacts, datas: Sequence[RegionData], limit: int, upper_scaled: float | None = None,
                deadline: float | None = None, max_iterations: int = MAX_ITERATIONS) -> PathBound:
     """The lower bound (see the module docstring) over the candidate space of ``datas`` (whole subgraphs) within
-    ``limit`` bytes. ``upper_scaled`` is a known schedule's scaled cost (the multipliers step towards it);
-    without it, or with shared fast storage, one programme is solved. Stops at ``deadline`` or after
-    ``max_iterations`` subgradient steps (deterministic when the deadline does not bind)."""
+    ``limit`` bytes, on the objective: under ``Estimator.BOTH`` with a cap, the over-cap penalty too (each
+    model's excess ``max(0, part - cap)`` is at least ``alpha x (part - cap)`` for any ``alpha`` in
+    [0, OVER_CAP_PENALTY]: two more multipliers). ``upper_scaled`` is a known schedule's scaled objective (the
+    multipliers step towards it); without it, or with shared fast storage and no cap, one programme is solved.
+    Stops at ``deadline`` or after ``max_iterations`` subgradient steps (deterministic when the deadline does
+    not bind). With shared fast storage every path is a schedule: the one with the least objective is kept."""
     started = time.monotonic()
     maps = _Maps()
     regions = _prepare(net, datas, maps)
     sizes = np.array(maps.size, dtype=float)
     multipliers = [np.zeros((2, len(r.data.positions))) for r in regions]
-    best: PathBound | None = None
+    penalised = net.arch.estimator is Estimator.BOTH and net.arch.blend_cap > 0
+    cap = round(net.arch.blend_cap * SCALE)
+    alpha = np.zeros(2)  # legacy part, default part
+    memory_dual = not net.shared and bool(maps.size)
+    dual = (memory_dual or penalised) and upper_scaled is not None
+    best_bound = -INFINITE
+    best_paths: tuple[tuple[int, ...], ...] | None = None
+    best_objective = INFINITE
     factor, stall = STEP_FACTOR, 0
     iterations = 0
-    dual = not net.shared and maps.size and upper_scaled is not None
     while True:
         iterations += 1
         map_cost = np.zeros(len(sizes))
-        for m, (ri, a, b) in enumerate(maps.live):
-            lo = regions[ri].data.positions.start
-            map_cost[m] = sizes[m] * multipliers[ri][:, a - lo:b - lo + 1].sum()
-        total = 0.0
+        if memory_dual:
+            for m, (ri, a, b) in enumerate(maps.live):
+                lo = regions[ri].data.positions.start
+                map_cost[m] = sizes[m] * multipliers[ri][:, a - lo:b - lo + 1].sum()
+        total = -float(alpha.sum()) * cap
         solved = []
         for region, lam in zip(regions, multipliers, strict=True):
             own_cost = {k: sum(lam[family, pos] * size for pos, family, size in terms)
-                        for k, terms in region.own.items()} if dual else {}
-            result = _shortest_path(region, limit, _group_costs(region, map_cost if dual else np.zeros(0)), own_cost)
+                        for k, terms in region.own.items()} if memory_dual else {}
+            result = _shortest_path(region, limit, _group_costs(region, map_cost, alpha), own_cost)
             solved.append(result)
             total += result.cost + float((lam * (region.fixed - limit)).sum())
         if any(s.path is None for s in solved):
-            return PathBound(INFINITE, not dual, None, iterations, time.monotonic() - started)
-        if best is None or total > best.scaled + 1e-9:
-            best = PathBound(total, not dual, tuple(s.path for s in solved if s.path is not None), iterations, 0.0)
-            stall = 0
+            return PathBound(INFINITE, net.shared, None, iterations, time.monotonic() - started)
+        cycles, legacy = _path_parts(regions, solved)
+        objective = cycles + (OVER_CAP_PENALTY * (max(0.0, legacy - cap) + max(0.0, cycles - legacy - cap))
+                              if penalised else 0.0)
+        if best_paths is None or (net.shared and objective < best_objective):
+            best_paths, best_objective = tuple(s.path for s in solved if s.path is not None), objective
+        if total > best_bound + 1e-9:
+            best_bound, stall = total, 0
+            if not net.shared:
+                best_paths = tuple(s.path for s in solved if s.path is not None)
         else:
             stall += 1
             if stall >= STALL:
@@ -327,14 +351,30 @@ def path_bound(net: NetworkFacts, datas: Sequence[RegionData], limit: int, upper
         assert upper_scaled is not None
         if total >= upper_scaled:
             break
-        gradients = _subgradients(regions, solved, maps, limit)
-        norm = sum(float((g * g).sum()) for g in gradients)
-        if norm <= 0:
-            break
-        step = factor * (upper_scaled - total) / norm
-        for lam, g in zip(multipliers, gradients, strict=True):
-            np.maximum(lam + step * g, 0.0, out=lam)
-    return PathBound(best.scaled, best.exact, best.paths, iterations, time.monotonic() - started)
+        # Each group of multipliers steps by Polyak's rule on its own norm (bytes and cycles differ in scale).
+        room = factor * (upper_scaled - total)
+        if memory_dual:
+            gradients = _subgradients(regions, solved, maps, limit)
+            norm = sum(float((g * g).sum()) for g in gradients)
+            if norm > 0:
+                for lam, g in zip(multipliers, gradients, strict=True):
+                    np.maximum(lam + room / norm * g, 0.0, out=lam)
+        if penalised:
+            excess = np.array([legacy - cap, cycles - legacy - cap])
+            norm = float((excess * excess).sum())
+            if norm > 0:
+                np.clip(alpha + room / norm * excess, 0.0, OVER_CAP_PENALTY, out=alpha)
+    return PathBound(best_bound, net.shared, best_paths, iterations, time.monotonic() - started)
+
+
+def _path_parts(regions: list[_Region], solved: list[_Solved]) -> tuple[float, float]:
+    """The scaled cycles of the chosen rows, and their legacy-model part (``Estimator.BOTH``)."""
+    cycles = legacy = 0.0
+    for region, result in zip(regions, solved, strict=True):
+        for row in result.rows.values():
+            cycles += region.row_price[row]
+            legacy += region.row_legacy[row]
+    return cycles, legacy
 
 
 def _subgradients(regions: list[_Region], solved: list[_Solved], maps: _Maps, limit: int) -> list[np.ndarray]:

@@ -340,6 +340,11 @@ def _relax_whole_space(net: NetworkFacts, references: tuple[Schedule, ...], hint
         return _Relaxed()
     least = least_peak(net, datas) if _size_first(net.arch) else None
     bound = _path_bound(net, datas, limit if least is None else least, hint_eval, budget, stats)
+    if budget.log is not None and bound.feasible:
+        budget.log(f"cp-sat: path bound {bound.scaled / SCALE:.0f} cycles"
+                   + (" (the candidate space's optimum)" if bound.iterations == 1 else
+                      f" ({bound.iterations} subgradient steps)") + (f" at the least peak, {least} bytes"
+                                                                       if least is not None else ""))
     start = None
     if bound.paths is not None and bound.exact:
         schedule = path_schedule(net, datas, bound.paths)
@@ -357,7 +362,8 @@ def _path_bound(net: NetworkFacts, datas: Sequence[RegionData], limit: int, uppe
     by iterations alone (the deadline a safety net)."""
     deadline = budget.deadline if budget.deterministic else \
         min(budget.deadline, time.monotonic() + PATH_BOUND_SHARE * budget.seconds_left())
-    bound = path_bound(net, datas, limit, upper.total_cycles * SCALE if upper is not None else None, deadline)
+    upper_scaled = objective_cycles(net.arch, upper.total_cycles, upper.parts) * SCALE if upper is not None else None
+    bound = path_bound(net, datas, limit, upper_scaled, deadline)
     stats["path_bound"] = {"bound_cycles": round(bound.scaled / SCALE, 1) if bound.feasible else None,
                            "exact": bound.exact, "iterations": bound.iterations, "seconds": round(bound.seconds, 3)}
     return bound
