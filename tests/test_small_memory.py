@@ -87,7 +87,8 @@ VELA_MINIMAL_BYTES = MOBILENET_V2_FLOOR_BYTES + 2 * 112 * 16
 @pytest.mark.slow
 def test_mobilenet_v2_smallest_fit_is_the_first_cascades_floor():
     """With the 128 KiB arena, where Vela's legacy core stops and the heuristic has no schedule, the error names
-    the least fast storage of the candidate space, proven: the hand-worked floor above, 358,400 bytes, below the
+    the least fast storage of the candidate space, proven (the bottleneck path), and that Vela's cascade rules set
+    it: the hand-worked floor above, 358,400 bytes, below the
     SRAM Vela's --optimise Size schedule uses (its minimal stripes; stripes derived backwards from the last pass,
     which double at the stride-2 depthwise, needed 376,320)."""
     with (golden_path(SIZE, "mobilenet_v2_224_int8") / "summary.csv").open() as handle:
@@ -99,6 +100,8 @@ def test_mobilenet_v2_smallest_fit_is_the_first_cascades_floor():
     needed = re.search(r"smallest that fits needs (\d+) bytes", str(info.value))
     assert needed is not None and int(needed.group(1)) == MOBILENET_V2_FLOOR_BYTES
     assert "not proven" not in str(info.value)
+    # What sets it: the floor of every schedule Vela's cascade rules allow (the first six passes cascaded).
+    assert "Vela's cascade rules set that floor: no schedule they allow needs less (passes 0..5" in str(info.value)
 
 
 @pytest.mark.slow

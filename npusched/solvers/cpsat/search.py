@@ -38,6 +38,7 @@ from npusched.solvers.cpsat.repair import repair_allocation
 from npusched.solvers.cpsat.solver import Progress, SearchBudget, new_solver, stopped_by_clock
 from npusched.solvers.cpsat.windows import search_windows
 from npusched.solvers.max_schedule import max_schedule
+from npusched.solvers.peak_floor import network_floor
 from npusched.target.arch import ArchitectureFeatures, OptimisationStrategy
 from npusched.target.estimators import Estimator, objective_cycles
 
@@ -161,6 +162,8 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, work_lim
                                  build_deadline, stats)
     if relaxed.start is not None and relaxed.closes_gap(net.arch):
         return _path_result(net, relaxed, start, stats, log)
+    if fitting is None and relaxed.bound is not None and not relaxed.bound.feasible:
+        raise _smallest_fit_error(net, relaxed.datas, limit)
     if net.passes > FULL_MODEL_MAX_PASSES and fitting is not None:
         return _windows_result(net, references, *fitting, relaxed, limit, budget, start, stats,
                                "the network is too large for one model")
@@ -211,6 +214,8 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, work_lim
         if fitting is not None:
             return _fallback(fitting[0], fitting[1].total_cycles, "the candidate space has no schedule that fits",
                              solve_seconds, stats)
+        if relaxed.datas:
+            raise _smallest_fit_error(net, relaxed.datas, limit)
         fit = smallest_fast_storage(net, references, deadline, deterministic, work / 2)
         if fit.schedule is None:
             raise ScheduleError(f"no schedule fits {built.limit} bytes of fast storage")
@@ -339,7 +344,7 @@ def _relax_whole_space(net: NetworkFacts, references: tuple[Schedule, ...], hint
             stats["stopped_by_clock"] = True
         return _Relaxed()
     least = least_peak(net, datas) if _size_first(net.arch) else None
-    bound = _path_bound(net, datas, limit if least is None else least, hint_eval, budget, stats)
+    bound = _path_bound(net, datas, limit if least is None else min(limit, least), hint_eval, budget, stats)
     if budget.log is not None and bound.feasible:
         budget.log(f"cp-sat: path bound {bound.scaled / SCALE:.0f} cycles"
                    + (" (the candidate space's optimum)" if bound.iterations == 1 else
@@ -354,6 +359,36 @@ def _relax_whole_space(net: NetworkFacts, references: tuple[Schedule, ...], hint
             start = (schedule, evaluation)
     stats["path_start"] = start is not None
     return _Relaxed(datas, bound, least, start)
+
+
+def _smallest_fit_error(net: NetworkFacts, datas: Sequence[RegionData], limit: int) -> ScheduleError:
+    """No schedule of the candidate space fits ``limit``: the error names the least it needs (the bottleneck path,
+    exact) and what is live at the step where that path peaks."""
+    least = least_peak(net, datas)
+    fit = path_bound(net, datas, least)
+    assert fit.paths is not None  # the least peak fits by definition
+    schedule = path_schedule(net, datas, fit.paths)
+    return ScheduleError(f"no schedule fits {limit} bytes of fast storage; the smallest that fits needs {least} "
+                         f"bytes: {explain_peak(net.network, net.arch, schedule)}{_what_sets(net, least)}",
+                         needed_bytes=least)
+
+
+def _what_sets(net: NetworkFacts, least: int) -> str:
+    """Whether Vela's cascade rules (with held operands, as the candidate space) or the network itself set the
+    floor ``least``: the least any schedule those rules allow needs (shared fast storage only)."""
+    try:
+        floor = network_floor(net.network, net.arch, held_operands=True).npu
+    except ValueError:
+        return ""  # feature maps may leave fast storage: no such floor
+    first, last = floor.run
+    if floor.floor_bytes < least:
+        return (f"; Vela's cascade rules allow schedules down to {floor.describe()}, with stripes outside the "
+                "candidate space")
+    if first == last:
+        return (f"; the network itself sets that floor: pass {floor.position} ({floor.op_name}) needs it with its "
+                "operands whole, and no cascade Vela's rules allow can stripe it")
+    return (f"; Vela's cascade rules set that floor: no schedule they allow needs less (passes {first}..{last} "
+            "cascaded, at least)")
 
 
 def _path_bound(net: NetworkFacts, datas: Sequence[RegionData], limit: int, upper: Evaluation | None,
