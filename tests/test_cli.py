@@ -147,7 +147,7 @@ def test_time_limit_counts_from_each_call(tmp_path: Path, monkeypatch: pytest.Mo
     argv = [str(EXAMPLE), *HEE[:-2], "--time-limit", "60", "--workers", "2", "--deterministic", "--json", str(out)]
     assert main(argv) == 0
     doc = json.loads(out.read_text())
-    assert doc["status"] == "optimal" and doc["model_stats"]["mode"] == "full"
+    assert doc["status"] == "optimal" and doc["model_stats"]["mode"] in ("full", "path")
 
 
 @pytest.mark.slow

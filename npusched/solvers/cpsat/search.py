@@ -265,7 +265,7 @@ def _windows_result(net: NetworkFacts, references: tuple[Schedule, ...], hint: S
     peak = outcome.evaluation.peak_fast_storage
     if relaxed.datas and _size_first(net.arch) and relaxed.least_peak_bytes != peak:
         # The bound held at the least peak; the answer's is larger, where fewer cycles may be possible.
-        bound = _Relaxed(bound=_path_bound(net, relaxed.datas, peak, outcome.evaluation, budget, stats)).bound_cycles()
+        bound = _bound_cycles(_path_bound(net, relaxed.datas, peak, outcome.evaluation, budget, stats))
     return _bounded_result(net, outcome.schedule, outcome.evaluation, bound, relaxed.least_peak_bytes,
                            outcome.reason, start, stats)
 
@@ -289,8 +289,9 @@ def _bounded_result(net: NetworkFacts, schedule: Schedule, evaluation: Evaluatio
     status = "optimal" if gap <= CLOSED_GAP else "feasible"
     reason = why + (f"; path bound {bound:.0f} cycles, gap {gap:.2%}" if not math.isnan(bound) else "")
     peak = evaluation.peak_fast_storage
+    scaled = sum(round(cost.total_cycles * SCALE) for cost in evaluation.ops)  # as the model's tables count it
     return CpSatResult(schedule.with_status(status, reason), status, evaluation.total_cycles, bound, gap,
-                       time.monotonic() - start, reason, stats, peak_bound_bytes=least_peak_bytes,
+                       time.monotonic() - start, reason, stats, scaled, peak_bound_bytes=least_peak_bytes,
                        peak_proven_minimal=least_peak_bytes is not None and peak <= least_peak_bytes)
 
 
@@ -310,7 +311,7 @@ class _Relaxed:
     start: tuple[Schedule, Evaluation] | None = None
 
     def bound_cycles(self) -> float:
-        return self.bound.scaled / SCALE if self.bound is not None and self.bound.feasible else math.nan
+        return _bound_cycles(self.bound)
 
     def closes_gap(self, arch: ArchitectureFeatures) -> bool:
         """The start meets the bound by the objective (the over-cap penalty included)."""
@@ -319,6 +320,10 @@ class _Relaxed:
         evaluation = self.start[1]
         return _gap(objective_cycles(arch, evaluation.total_cycles, evaluation.parts), self.bound_cycles()) \
             <= CLOSED_GAP
+
+
+def _bound_cycles(bound: PathBound | None) -> float:
+    return bound.scaled / SCALE if bound is not None and bound.feasible else math.nan
 
 
 def _relax_whole_space(net: NetworkFacts, references: tuple[Schedule, ...], hint_first: bool,
