@@ -17,7 +17,7 @@ from npusched.solvers.cpsat.model import (
     whole_network_data,
     whole_subgraph_regions,
 )
-from npusched.solvers.cpsat.path_bound import least_peak, path_bound, path_schedule
+from npusched.solvers.cpsat.path_bound import least_peak, path_bound, path_schedule, resident_maps
 from npusched.solvers.cpsat.solver import SearchBudget, new_solver
 from npusched.solvers.heuristic import heuristic_schedule
 from npusched.solvers.max_schedule import max_schedule
@@ -64,7 +64,7 @@ def test_shared_fast_storage_path_is_the_optimum_and_its_schedule_verifies(corpu
 def test_dedicated_fast_storage_bound_is_below_the_optimum_and_near_it(corpus_dir, model):
     """With dedicated fast storage residency couples far passes: the Lagrangian bound is never above CP-SAT's
     proven optimum, nor above the heuristic's total (a schedule of the candidate space), and within 5% of the
-    optimum."""
+    optimum; its path, with maps made resident where they fit, verifies."""
     arch, network, net, hint, references, datas = _space(model, DEDICATED)
     hint_cycles = evaluate(network, arch, hint).total_cycles
     bound = path_bound(net, datas, staging_limit(arch), hint_cycles * SCALE)
@@ -72,6 +72,12 @@ def test_dedicated_fast_storage_bound_is_below_the_optimum_and_near_it(corpus_di
     assert not bound.exact and bound.iterations > 1
     assert 0.95 * optimum <= bound.scaled <= optimum + 0.5
     assert bound.scaled / SCALE <= hint_cycles
+    # Repaired to fit (maps made resident greedily where every step still fits), its path is a schedule.
+    resident = resident_maps(net, datas, bound.paths, staging_limit(arch))
+    schedule = path_schedule(net, datas, bound.paths, resident)
+    evaluation = evaluate(network, arch, schedule)
+    assert verify(network, arch, schedule, evaluation) == []
+    assert resident and bound.scaled / SCALE <= evaluation.total_cycles
 
 
 def test_least_peak_is_the_one_model_s_proven_least(corpus_dir):

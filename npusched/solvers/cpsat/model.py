@@ -670,15 +670,16 @@ def add_hint(built: CpSatModel, hint: Schedule | None, peak_bytes: int | None = 
             built.model.add_hint(r, 1 if fast else 0)
 
 
-def add_path_hint(built: CpSatModel, paths: Sequence[Sequence[int]]) -> None:
+def add_path_hint(built: CpSatModel, paths: Sequence[Sequence[int]],
+                  resident: frozenset[FeatureMap] = frozenset()) -> None:
     """Hint one path per region (the candidates ``npusched.solvers.cpsat.path_bound`` chose, in the regions'
-    order), no map resident."""
+    order), the maps ``resident`` in fast storage."""
     for region, path in zip(built.regions, paths, strict=True):
         chosen = set(path)
         for k, use in region.use.items():
             built.model.add_hint(use, 1 if k in chosen else 0)
-        for resident in region.resident.values():
-            built.model.add_hint(resident, 0)
+        for fm, var in region.resident.items():
+            built.model.add_hint(var, 1 if fm in resident else 0)
 
 
 def extract_schedule(built: CpSatModel, value: Callable[[Any], int], incumbent: Schedule | None = None

@@ -416,13 +416,56 @@ def _bottleneck(region: _Region) -> int:
     return min(ends) if ends else 0
 
 
-def path_schedule(net: NetworkFacts, datas: Sequence[RegionData], paths: Sequence[Sequence[int]]) -> Schedule:
-    """The schedule a path of every region makes, no map resident but those its cascades hold in rolling
-    buffers (as ``extract_schedule`` places them)."""
+def resident_maps(net: NetworkFacts, datas: Sequence[RegionData], paths: Sequence[Sequence[int]],
+                  limit: int) -> frozenset[FeatureMap]:
+    """Dedicated fast storage: the maps a path keeps resident, so that the relaxation's path becomes a schedule
+    (repaired to fit): greedily, most cycles saved per byte first (each map priced with the others in their
+    default memory), each taken only where every step it is live over still fits ``limit``."""
+    resident: set[FeatureMap] = set()
+    for number, (data, path) in enumerate(zip(datas, paths, strict=True)):
+        region = _prepare_region(net, data, number, _Maps())
+        held = {fm for k in path for fm in data.candidates[k].internal}
+        at = {k: region.at_load[k] for k in path}
+        after = {k: region.after_load[k] + (data.candidates[path[i + 1]].mem_before if i + 1 < len(path) else 0)
+                 for i, k in enumerate(path)}
+        group = {}
+        for i, k in enumerate(path):
+            slack = data.slack_out[path[i - 1]] if i else data.slack_classes[data.positions.start][0]
+            group[k] = region.group_of[k][slack]
+        gains = []
+        for fm in data.movable - held:
+            a, b = data.live[fm]
+            gain = sum(_saved_cycles(data, k, group[k], fm) for k in path if fm in data.tables[k].movable)
+            if gain > 0:
+                gains.append((-gain / net.size(fm), fm.name or "", a, fm))
+        for _, _, _, fm in sorted(gains, key=lambda g: g[:3]):
+            a, b = data.live[fm]
+            size = net.size(fm)
+            over = [k for k in path if data.candidates[k].start <= b and data.candidates[k].end >= a]
+            if all(at[k] + size <= limit and after[k] + size <= limit for k in over):
+                resident.add(fm)
+                for k in over:
+                    at[k] += size
+                    after[k] += size
+    return frozenset(resident)
+
+
+def _saved_cycles(data: RegionData, k: int, group: int, fm: FeatureMap) -> float:
+    """What candidate k's price (slack group ``group``) drops by when ``fm`` alone of its maps is resident."""
+    table = data.tables[k]
+    off = tuple(0 for _ in table.movable)
+    on = tuple(int(m == fm) for m in table.movable)
+    return table.rows[off, group][0] - table.rows[on, group][0]
+
+
+def path_schedule(net: NetworkFacts, datas: Sequence[RegionData], paths: Sequence[Sequence[int]],
+                  resident: frozenset[FeatureMap] = frozenset()) -> Schedule:
+    """The schedule a path of every region makes: in fast storage the maps its cascades hold in rolling buffers
+    (as ``extract_schedule`` places them) and ``resident``, the others in their default memory."""
     ops: list[OpSchedule] = []
     places = dict(net.base)
     for data, path in zip(datas, paths, strict=True):
-        held: set[FeatureMap] = set()
+        held: set[FeatureMap] = set(resident)
         for k in path:
             ops.extend(data.candidates[k].ops)
             held.update(data.candidates[k].internal)

@@ -14,6 +14,7 @@ from typing import Any
 from ortools.sat.python import cp_model
 
 from npusched.errors import ScheduleError
+from npusched.ir import FeatureMap
 from npusched.lowering.graph import Network
 from npusched.schedule.evaluator import Evaluation, evaluate, staging_limit, verify
 from npusched.schedule.peak import explain_peak
@@ -33,7 +34,7 @@ from npusched.solvers.cpsat.model import (
     whole_network_data,
     whole_subgraph_regions,
 )
-from npusched.solvers.cpsat.path_bound import PathBound, least_peak, path_bound, path_schedule
+from npusched.solvers.cpsat.path_bound import PathBound, least_peak, path_bound, path_schedule, resident_maps
 from npusched.solvers.cpsat.repair import repair_allocation
 from npusched.solvers.cpsat.solver import Progress, SearchBudget, new_solver, stopped_by_clock
 from npusched.solvers.cpsat.windows import search_windows
@@ -179,8 +180,9 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, work_lim
         return _windows_result(net, references, *fitting, relaxed, limit, budget, start, stats,
                                "the one model could not be built in time")
     stats.update(built.stats, mode="full")
-    if relaxed.bound is not None and relaxed.bound.exact and relaxed.bound.paths is not None and not size_first:
-        add_path_hint(built, relaxed.bound.paths)  # the optimum of the candidate space, but for the over-cap penalty
+    if relaxed.start is not None and relaxed.bound is not None and relaxed.bound.paths is not None \
+            and not size_first:
+        add_path_hint(built, relaxed.bound.paths, relaxed.resident)
     else:
         add_hint(built, hint, hint_eval.peak_fast_storage if hint_eval is not None else None)
     peak = _PeakBound()
@@ -302,13 +304,14 @@ CLOSED_GAP = 1e-6
 @dataclass(frozen=True)
 class _Relaxed:
     """The whole candidate space (``datas``; empty when it was not priced), its path bound (at the least peak for
-    Size, which ``least_peak_bytes`` gives) and the bound's path as a start when it verifies and beats the hint
-    by the objective."""
+    Size, which ``least_peak_bytes`` gives) and the bound's path (with dedicated fast storage, repaired: the maps
+    ``resident`` made resident where they fit) as a start when it verifies and beats the hint by the objective."""
 
     datas: tuple[RegionData, ...] = ()
     bound: PathBound | None = None
     least_peak_bytes: int | None = None
     start: tuple[Schedule, Evaluation] | None = None
+    resident: frozenset[FeatureMap] = frozenset()  # the start's resident maps (dedicated fast storage)
 
     def bound_cycles(self) -> float:
         return _bound_cycles(self.bound)
@@ -356,14 +359,17 @@ def _relax_whole_space(net: NetworkFacts, references: tuple[Schedule, ...], hint
                       f" ({bound.iterations} subgradient steps)") + (f" at the least peak, {least} bytes"
                                                                        if least is not None else ""))
     start = None
-    if bound.paths is not None and bound.exact:
-        schedule = path_schedule(net, datas, bound.paths)
+    resident: frozenset[FeatureMap] = frozenset()
+    if bound.paths is not None:
+        # Dedicated fast storage: the relaxation's path with maps made resident where they still fit.
+        resident = frozenset() if bound.exact else resident_maps(net, datas, bound.paths, limit)
+        schedule = path_schedule(net, datas, bound.paths, resident)
         evaluation = evaluate(net.network, net.arch, schedule)
         if not verify(net.network, net.arch, schedule, evaluation, limit) and \
                 (hint_eval is None or objective_rank(evaluation, net.arch) < objective_rank(hint_eval, net.arch)):
             start = (schedule, evaluation)
     stats["path_start"] = start is not None
-    return _Relaxed(datas, bound, least, start)
+    return _Relaxed(datas, bound, least, start, resident)
 
 
 def _smallest_fit_error(net: NetworkFacts, datas: Sequence[RegionData], limit: int) -> ScheduleError:
