@@ -64,6 +64,7 @@ class PathBound:
     paths: tuple[tuple[int, ...], ...] | None
     iterations: int
     seconds: float
+    timed_out: bool = False  # the deadline, not the iterations' own stopping rules, ended the steps
 
     @property
     def feasible(self) -> bool:
@@ -315,6 +316,7 @@ def path_bound(net: NetworkFacts, datas: Sequence[RegionData], limit: int, upper
     best_objective = INFINITE
     factor, stall = STEP_FACTOR, 0
     iterations = 0
+    timed_out = False
     while True:
         iterations += 1
         map_cost = np.zeros(len(sizes))
@@ -345,8 +347,8 @@ def path_bound(net: NetworkFacts, datas: Sequence[RegionData], limit: int, upper
             stall += 1
             if stall >= STALL:
                 factor, stall = factor / 2, 0
-        if not dual or iterations >= max_iterations or factor < MIN_STEP_FACTOR or (
-                deadline is not None and time.monotonic() > deadline):
+        timed_out = deadline is not None and time.monotonic() > deadline
+        if not dual or iterations >= max_iterations or factor < MIN_STEP_FACTOR or timed_out:
             break
         assert upper_scaled is not None
         if total >= upper_scaled:
@@ -364,7 +366,8 @@ def path_bound(net: NetworkFacts, datas: Sequence[RegionData], limit: int, upper
             norm = float((excess * excess).sum())
             if norm > 0:
                 np.clip(alpha + room / norm * excess, 0.0, OVER_CAP_PENALTY, out=alpha)
-    return PathBound(best_bound, net.shared, best_paths, iterations, time.monotonic() - started)
+    return PathBound(best_bound, net.shared, best_paths, iterations, time.monotonic() - started,
+                     timed_out and dual and iterations < max_iterations and factor >= MIN_STEP_FACTOR)
 
 
 def _path_parts(regions: list[_Region], solved: list[_Solved]) -> tuple[float, float]:

@@ -412,6 +412,8 @@ def _path_bound(net: NetworkFacts, datas: Sequence[RegionData], limit: int, uppe
     bound = path_bound(net, datas, limit, upper_scaled, deadline)
     stats["path_bound"] = {"bound_cycles": round(bound.scaled / SCALE, 1) if bound.feasible else None,
                            "exact": bound.exact, "iterations": bound.iterations, "seconds": round(bound.seconds, 3)}
+    if budget.deterministic and bound.timed_out:
+        stats["stopped_by_clock"] = True  # fewer steps than its inputs alone give: another run may differ
     return bound
 
 
