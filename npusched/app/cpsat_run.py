@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -27,7 +26,14 @@ from npusched.lowering.graph import Network
 from npusched.run import FloorReport, RunOptions, SiteDecision, SolverReport
 from npusched.schedule.evaluator import Evaluation, evaluate, verify
 from npusched.schedule.schedule import Schedule
-from npusched.solvers.cpsat import NO_TIME_TO_SEARCH, CpSatResult, NetworkFacts, objective_rank, solve_cpsat
+from npusched.solvers.cpsat import (
+    NO_TIME_TO_SEARCH,
+    CpSatResult,
+    NetworkFacts,
+    objective_rank,
+    solve_cpsat,
+    with_any_schedule_bound,
+)
 from npusched.solvers.cpsat.any_schedule_bound import any_schedule_bound, any_schedule_bound_seconds
 from npusched.solvers.heuristic import heuristic_schedule
 from npusched.target.arch import ArchitectureFeatures
@@ -263,18 +269,14 @@ def _outcome(best: Searched, searches: list[Searched], graphs: Graphs, floors: l
                                                   "own schedule, which is returned")))
     legacy = next((f for f in floors if f.report.core == "vela-legacy"), None)
     legacy_eval = legacy.by_estimator[arch.estimator.value] if legacy is not None else start_eval if lean else None
-    bound_cycles, gap = result.bound_cycles, result.gap
-    if math.isfinite(any_bound_cycles) and not bound_cycles >= any_bound_cycles:
-        # A bound on every schedule holds over the candidate space too (where the path bound could not be priced).
-        bound_cycles = any_bound_cycles
-        answer = objective_cycles(objective, best.evaluation.total_cycles, best.evaluation.parts)
-        gap = max(0.0, (answer - bound_cycles) / answer) if answer else 0.0
+    result = with_any_schedule_bound(result, any_bound_cycles, lambda: objective_cycles(
+        objective, best.evaluation.total_cycles, best.evaluation.parts))
     report = SolverReport(
-        status=result.status, bound_cycles=bound_cycles, gap=gap, solve_seconds=result.solve_seconds,
+        status=result.status, bound_cycles=result.bound_cycles, gap=result.gap, solve_seconds=result.solve_seconds,
         reason=reason, model_stats={**result.model_stats, "graphs_searched": len(searches)},
         heuristic_cycles=legacy_eval.total_cycles if legacy_eval is not None else None,
         heuristic_peak_fast_storage_bytes=legacy_eval.peak_fast_storage if legacy_eval is not None else None,
-        any_schedule_bound_cycles=any_bound_cycles, strategy=result.strategy,
+        any_schedule_bound_cycles=result.any_schedule_bound_cycles, strategy=result.strategy,
         peak_bound_bytes=result.peak_bound_bytes, peak_proven_minimal=result.peak_proven_minimal,
         objective=describe_objective(objective))
     floor_reports = tuple(_returned(f.report, f.report.core in returned) for f in floors)

@@ -8,6 +8,8 @@ from npusched.solvers.cpsat.search import (
     objective_rank,
     smallest_fast_storage,
     solve_cpsat,
+    with_any_schedule_bound,
 )
 
-__all__ = ["NO_TIME_TO_SEARCH", "CpSatResult", "NetworkFacts", "objective_rank", "smallest_fast_storage", "solve_cpsat"]
+__all__ = ["NO_TIME_TO_SEARCH", "CpSatResult", "NetworkFacts", "objective_rank", "smallest_fast_storage", "solve_cpsat",
+           "with_any_schedule_bound"]

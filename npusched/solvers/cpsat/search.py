@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -36,7 +36,14 @@ from npusched.solvers.cpsat.model import (
 )
 from npusched.solvers.cpsat.path_bound import PathBound, least_peak, path_bound, path_schedule, resident_maps
 from npusched.solvers.cpsat.repair import repair_allocation
-from npusched.solvers.cpsat.solver import Progress, SearchBudget, new_solver, stopped_by_clock
+from npusched.solvers.cpsat.solver import (
+    CLOSED_GAP,
+    Progress,
+    SearchBudget,
+    new_solver,
+    relative_gap,
+    stopped_by_clock,
+)
 from npusched.solvers.cpsat.windows import search_windows
 from npusched.solvers.max_schedule import max_schedule
 from npusched.solvers.peak_floor import network_floor
@@ -121,8 +128,28 @@ def solve_cpsat(network: Network, arch: ArchitectureFeatures, *, time_limit_seco
                      deterministic, hint, hint_evaluation, log)
     if result.model_stats.get("stopped_by_clock"):
         result = replace(result, reason="; ".join(filter(None, (result.reason, STOPPED_BY_CLOCK))))
-    return replace(result, any_schedule_bound_cycles=any_schedule_bound(net) if any_bound else math.nan,
-                   strategy="Size" if _size_first(arch) else "Performance")
+    if any_bound:
+        answer = result.schedule
+        result = with_any_schedule_bound(result, any_schedule_bound(net),
+                                         lambda: _objective_of(evaluate(network, arch, answer), arch))
+    return replace(result, strategy="Size" if _size_first(arch) else "Performance")
+
+
+def _objective_of(evaluation: Evaluation, arch: ArchitectureFeatures) -> float:
+    """What the search minimises, of an evaluated schedule (``objective_cycles``)."""
+    return objective_cycles(arch, evaluation.total_cycles, evaluation.parts)
+
+
+def with_any_schedule_bound(result: CpSatResult, any_bound_cycles: float, answer_objective: Callable[[], float]
+                            ) -> CpSatResult:
+    """``result`` with the any-schedule bound, which also stands in as its candidate-space bound where that is
+    lower or missing (a bound on every schedule holds over the candidate space too: so every run has one, also
+    where the path bound could not be priced in time). ``answer_objective`` gives the answer's objective for the
+    gap (worked out only then)."""
+    if math.isfinite(any_bound_cycles) and not result.bound_cycles >= any_bound_cycles:
+        result = replace(result, bound_cycles=any_bound_cycles,
+                         gap=relative_gap(answer_objective(), any_bound_cycles))
+    return replace(result, any_schedule_bound_cycles=any_bound_cycles)
 
 
 def _size_first(arch: ArchitectureFeatures) -> bool:
@@ -132,7 +159,7 @@ def _size_first(arch: ArchitectureFeatures) -> bool:
 def objective_rank(evaluation: Evaluation, arch: ArchitectureFeatures) -> tuple[float, ...]:
     """What the objective compares: cycles (under ``Estimator.BOTH``, with the excess over the cap penalised),
     or (peak fast storage, cycles) when optimising for size."""
-    cycles = objective_cycles(arch, evaluation.total_cycles, evaluation.parts)
+    cycles = _objective_of(evaluation, arch)
     if _size_first(arch):
         return evaluation.peak_fast_storage, cycles
     return (cycles,)
@@ -286,8 +313,8 @@ def _path_result(net: NetworkFacts, relaxed: _Relaxed, start: float, stats: dict
 
 def _bounded_result(net: NetworkFacts, schedule: Schedule, evaluation: Evaluation, bound: float,
                     least_peak_bytes: int | None, why: str, start: float, stats: dict[str, Any]) -> CpSatResult:
-    objective = objective_cycles(net.arch, evaluation.total_cycles, evaluation.parts)
-    gap = _gap(objective, bound) if not math.isnan(bound) else math.nan
+    objective = _objective_of(evaluation, net.arch)
+    gap = relative_gap(objective, bound)
     status = "optimal" if gap <= CLOSED_GAP else "feasible"
     reason = why + (f"; path bound {bound:.0f} cycles, gap {gap:.2%}" if not math.isnan(bound) else "")
     peak = evaluation.peak_fast_storage
@@ -295,10 +322,6 @@ def _bounded_result(net: NetworkFacts, schedule: Schedule, evaluation: Evaluatio
     return CpSatResult(schedule.with_status(status, reason), status, evaluation.total_cycles, bound, gap,
                        time.monotonic() - start, reason, stats, scaled, peak_bound_bytes=least_peak_bytes,
                        peak_proven_minimal=least_peak_bytes is not None and peak <= least_peak_bytes)
-
-
-# A gap this small is closed: the bound and the answer differ by the per-pass rounding of the scaled prices.
-CLOSED_GAP = 1e-6
 
 
 @dataclass(frozen=True)
@@ -320,9 +343,7 @@ class _Relaxed:
         """The start meets the bound by the objective (the over-cap penalty included)."""
         if self.start is None:
             return False
-        evaluation = self.start[1]
-        return _gap(objective_cycles(arch, evaluation.total_cycles, evaluation.parts), self.bound_cycles()) \
-            <= CLOSED_GAP
+        return relative_gap(_objective_of(self.start[1], arch), self.bound_cycles()) <= CLOSED_GAP
 
 
 def _bound_cycles(bound: PathBound | None) -> float:
@@ -408,7 +429,7 @@ def _path_bound(net: NetworkFacts, datas: Sequence[RegionData], limit: int, uppe
     by iterations alone (the deadline a safety net)."""
     deadline = budget.deadline if budget.deterministic else \
         min(budget.deadline, time.monotonic() + PATH_BOUND_SHARE * budget.seconds_left())
-    upper_scaled = objective_cycles(net.arch, upper.total_cycles, upper.parts) * SCALE if upper is not None else None
+    upper_scaled = _objective_of(upper, net.arch) * SCALE if upper is not None else None
     bound = path_bound(net, datas, limit, upper_scaled, deadline)
     stats["path_bound"] = {"bound_cycles": round(bound.scaled / SCALE, 1) if bound.feasible else None,
                            "exact": bound.exact, "iterations": bound.iterations, "seconds": round(bound.seconds, 3)}
@@ -457,8 +478,8 @@ def _verified_result(net: NetworkFacts, found: tuple[Schedule, int], hint: Sched
                        peak_bound_bytes=peak.bound_bytes, peak_proven_minimal=peak.proven)
     if problems:
         raise ScheduleError(f"the CP-SAT schedule fails verification: {problems[0]}")
-    objective = objective_cycles(net.arch, evaluation.total_cycles, evaluation.parts)
-    gap = 0.0 if status == cp_model.OPTIMAL else _gap(objective, bound) if not math.isnan(bound) else math.nan
+    objective = _objective_of(evaluation, net.arch)
+    gap = 0.0 if status == cp_model.OPTIMAL else relative_gap(objective, bound)
     label = "optimal" if status == cp_model.OPTIMAL or gap <= CLOSED_GAP else "feasible"
     within = ""
     if size_first and peak.found_bytes is not None:
@@ -485,10 +506,6 @@ def _nothing_found(hint_eval: Evaluation | None, limit: int, seconds: float) -> 
             "longer --time-limit gives CP-SAT the time to find one or to prove there is none")
 
 
-def _gap(cycles: float, bound: float) -> float:
-    return max(0.0, (cycles - bound) / cycles) if cycles else 0.0
-
-
 def _max_schedule_or_none(network: Network, arch: ArchitectureFeatures) -> Schedule | None:
     try:
         return max_schedule(network, arch)
@@ -498,8 +515,8 @@ def _max_schedule_or_none(network: Network, arch: ArchitectureFeatures) -> Sched
 
 def _fallback(schedule: Schedule, total: float, reason: str, seconds: float, stats: dict[str, Any],
               bound: float = math.nan) -> CpSatResult:
-    return CpSatResult(schedule.with_status("fallback", reason), "fallback", total, bound,
-                       _gap(total, bound) if not math.isnan(bound) else math.nan, seconds, reason, stats)
+    return CpSatResult(schedule.with_status("fallback", reason), "fallback", total, bound, relative_gap(total, bound),
+                       seconds, reason, stats)
 
 
 @dataclass(frozen=True)

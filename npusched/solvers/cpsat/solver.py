@@ -3,12 +3,23 @@ parameters every solve of the search and of the window search shares."""
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
 from npusched.solvers.cpsat.model import SCALE, Log
+
+# A gap this small is closed: the bound and the answer differ by the per-pass rounding of the scaled prices.
+CLOSED_GAP = 1e-6
+
+
+def relative_gap(objective: float, bound: float) -> float:
+    """How far ``bound`` is below ``objective``, as a share of it (at least 0); NaN without a bound."""
+    if math.isnan(bound):
+        return math.nan
+    return max(0.0, (objective - bound) / objective) if objective else 0.0
 
 
 @dataclass(frozen=True)

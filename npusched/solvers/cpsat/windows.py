@@ -51,11 +51,10 @@ PEAK_SHARE = 0.4
 
 @dataclass(frozen=True)
 class WindowsOutcome:
-    """The window search's schedule (verified), its evaluation and cycles, why it ran, and its counters."""
+    """The window search's schedule (verified), its evaluation, why it ran, and its counters."""
 
     schedule: Schedule
     evaluation: Evaluation
-    cycles: float
     reason: str
     stats: dict[str, Any]
 
@@ -90,7 +89,7 @@ def search_windows(net: NetworkFacts, references: tuple[Schedule, ...], hint: Sc
     stats.update(window_stats, mode="windows")
     if window_stats.get("exhausted"):
         reason += "; stopped early: no window of any width or boundary offset improves the schedule"
-    return WindowsOutcome(schedule, evaluation, evaluation.total_cycles, reason, stats)
+    return WindowsOutcome(schedule, evaluation, reason, stats)
 
 
 def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], incumbent: Schedule,
@@ -112,7 +111,6 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
     Each stage repeats until it finds nothing better. The result is verified after every sweep; should a
     sweep's result fail, the previous one is kept."""
     verified, verified_eval = incumbent, evaluation
-    verified_cycles = evaluation.total_cycles
     stats: dict[str, Any] = {"windows": 0, "improved_windows": 0, "sweeps": 0, "largest_window": 0, "rounds": 0}
     moves_left = moves
     longest = max(len(sg.ops) for sg in net.subgraphs)
@@ -148,7 +146,7 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
         return True
 
     while time.monotonic() < budget.deadline and moves_left > 0:
-        if verified_cycles <= bound_cycles * (1 + 1e-6):
+        if verified_eval.total_cycles <= bound_cycles * (1 + 1e-6):
             stats["gap_closed"] = True
             break
         if not stages:
@@ -181,20 +179,20 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
         idle_rounds = 0
         evaluation = evaluate(net.network, net.arch, incumbent)
         problems = verify(net.network, net.arch, incumbent, evaluation, limit)
-        if problems or evaluation.total_cycles > verified_cycles:
+        if problems or evaluation.total_cycles > verified_eval.total_cycles:
             if problems and evaluation.network_peak_fast_storage <= limit:
                 # Its buffers do not fit at addresses: the sweep is undone (what that costs is recorded).
                 stats["allocation_repairs"] = {
                     "rounds": 0, "rejected_sweeps": 1, "first_excess_bytes": evaluation.allocation.size_bytes - limit,
-                    "cost_cycles": round(verified_cycles - evaluation.total_cycles, 1), "fits": True}
+                    "cost_cycles": round(verified_eval.total_cycles - evaluation.total_cycles, 1), "fits": True}
             break
-        verified, verified_eval, verified_cycles = incumbent, evaluation, evaluation.total_cycles
+        verified, verified_eval = incumbent, evaluation
         if budget.log is not None:
             what = "residency" if kind == "residency" else f"{width}-pass windows" + (
                 " (Vela block configs)" if kind == "vela_configs_only" else "") + (" shifted" if offset else "")
             bound = "" if math.isnan(bound_cycles) else \
-                f", bound {bound_cycles:.0f} (gap {1 - bound_cycles / verified_cycles:.2%})"
-            budget.log(f"cp-sat: sweep {stats['sweeps']} ({what}): {verified_cycles:.0f} cycles{bound}")
+                f", bound {bound_cycles:.0f} (gap {1 - bound_cycles / evaluation.total_cycles:.2%})"
+            budget.log(f"cp-sat: sweep {stats['sweeps']} ({what}): {evaluation.total_cycles:.0f} cycles{bound}")
     return verified, verified_eval, stats
 
 
