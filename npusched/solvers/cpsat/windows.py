@@ -30,8 +30,9 @@ from npusched.solvers.cpsat.model import (
     incumbent_runs,
     slack_before,
 )
-from npusched.solvers.cpsat.solver import SearchBudget, new_solver
+from npusched.solvers.cpsat.solver import CLOSED_GAP, SearchBudget, new_solver, relative_gap
 from npusched.target.arch import OptimisationStrategy
+from npusched.target.estimators import objective_cycles
 
 # Passes a window decides at first (it grows when a sweep over the network finds nothing better).
 WINDOW_PASSES = 16
@@ -64,7 +65,8 @@ def search_windows(net: NetworkFacts, references: tuple[Schedule, ...], hint: Sc
                    least_peak_bytes: int | None = None) -> WindowsOutcome:
     """The window search from the hint (verified; ``hint_eval`` its evaluation): for Size, first windows that lower
     the peak (``PEAK_SHARE`` of the time and moves; none when the hint's is ``least_peak_bytes`` already), then
-    windows that lower the cycles within the peak reached, until the cycles meet ``bound_cycles``."""
+    windows that lower the cycles within the peak reached, until the objective (``objective_cycles``) meets
+    ``bound_cycles``."""
     if budget.log is not None:
         budget.log(f"cp-sat: {why}; improving the schedule window by window")
     # A deterministic search stops after a number of moves, not at the clock (which stays a safety net).
@@ -103,9 +105,9 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
       (dedicated fast storage only): maps live far longer than a window are placed here;
     * windows of the execution order, costliest first, with Vela's block configs only (cheap: nothing to price
       but the candidates themselves), then with every candidate, then wider;
-    * then, while time and moves are left, rounds of every width again with the window boundaries shifted by a
+    * then, while time and moves are left, rounds of every width again with the window boundaries shifted by an
       eighth of a window more each round (a cascade a boundary cut can now form): the search stops before the
-      limit only when the cycles meet ``bound_cycles`` (the gap is closed) or no round of the four offsets in a
+      limit only when the objective meets ``bound_cycles`` (the gap is closed) or no round of the four offsets in a
       row finds anything better (``exhausted``: no such window improves the schedule).
 
     Each stage repeats until it finds nothing better. The result is verified after every sweep; should a
@@ -146,7 +148,8 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
         return True
 
     while time.monotonic() < budget.deadline and moves_left > 0:
-        if verified_eval.total_cycles <= bound_cycles * (1 + 1e-6):
+        if relative_gap(objective_cycles(net.arch, verified_eval.total_cycles, verified_eval.parts),
+                        bound_cycles) <= CLOSED_GAP:
             stats["gap_closed"] = True
             break
         if not stages:
