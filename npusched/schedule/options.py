@@ -271,6 +271,12 @@ class _OpContext:
     memcpy: perf.DmaTransfer | None
 
 
+def one_row_blocks_differ(arch: ArchitectureFeatures, op: NpuOp) -> bool:
+    """Whether a one-row OFM stripe of ``op`` has block configs of its own: a 1-high kernel on 2x2 micro-block
+    hardware accumulates a 1-high stripe in 1-high blocks."""
+    return op.kernel.height == 1 and arch.ofm_ublock.height == 2 and op.ofm.shape.height != 1
+
+
 def _op_context(arch: ArchitectureFeatures, op: NpuOp, placements: Mapping[FeatureMap, Any] | None,
                 weights_buffered: bool | None) -> _OpContext:
     buffered = weights_buffered_by_default(arch, op) if weights_buffered is None else bool(weights_buffered)
@@ -327,7 +333,7 @@ def _price(arch: ArchitectureFeatures, ctx: _OpContext, config: BlockConfig,
     if stream is None:
         stream = streams[depth] = _weight_stream(arch, ctx, depth)
     weights, encoded_bytes = stream
-    query = _with_config(ctx.query, config)
+    query = with_block_config(ctx.query, config)
     result = _estimate(arch, ctx, query, weights)
     access = tuple(result.access_cycles.get(m, 0.0) for m in ACCESS_AREAS)
     return OptionPrice(
@@ -337,8 +343,9 @@ def _price(arch: ArchitectureFeatures, ctx: _OpContext, config: BlockConfig,
     )
 
 
-def _with_config(query: perf.PerformanceQuery, config: BlockConfig) -> perf.PerformanceQuery:
-    """A copy of ``query`` for another block config (skipping dataclass ``replace``'s re-validation)."""
+def with_block_config(query: perf.PerformanceQuery, config: BlockConfig) -> perf.PerformanceQuery:
+    """A copy of ``query`` for another block config (skipping dataclass ``replace``'s re-validation: this runs for
+    every block config priced)."""
     clone = object.__new__(perf.PerformanceQuery)
     clone.__dict__.update(query.__dict__)
     clone.__dict__["config"] = config
@@ -351,7 +358,7 @@ def striped_op_cycles(arch: ArchitectureFeatures, op: NpuOp, option: OpOption,
     config) times the number of stripes. Not Vela's price (see the module docstring); for solvers that want
     the overhead of partial blocks at stripe edges to show."""
     ctx = _op_context(arch, op, placements, None)
-    query = _with_config(ctx.query, option.block_config)
+    query = with_block_config(ctx.query, option.block_config)
     stripe = option.stripe
     query.__dict__.update(ifm_shape=stripe.ifm, ofm_shape=stripe.ofm, ifm2_shape=stripe.ifm2)
     cost = perf.measure_cycle_cost(arch, op.op_type, op.activation, query)
@@ -428,7 +435,6 @@ def _price_options(arch: ArchitectureFeatures, op: NpuOp, heights: tuple[int, ..
     config_heights = [c.ofm_block.height for c in configs]
     ub_height = arch.ofm_ublock.height
     max_height = arch.ofm_block_max.height
-    one_high_kernel = op.kernel.height == 1 and ub_height == 2
 
     ctx = _op_context(arch, op, placements, weights_buffered)
     streams: dict[int, tuple[perf.WeightStream | None, int]] = {}
@@ -437,7 +443,7 @@ def _price_options(arch: ArchitectureFeatures, op: NpuOp, heights: tuple[int, ..
     append = options.append
     for height in heights:
         stripe = stripe_choice(arch, op, height)
-        if one_high_kernel and height == 1 and full.height != 1:
+        if height == 1 and one_row_blocks_differ(arch, op):
             group = [c.config for c in enumerate_block_configs(arch, ofm_shape=stripe.ofm, ifm_shape=stripe.ifm,
                                                                ifm2_shape=stripe.ifm2, **block_inputs)]
         elif height >= max_height or height == full.height:

@@ -63,6 +63,7 @@ from dataclasses import dataclass, replace
 
 from npusched.ir import FeatureMap, MemArea, NpuBlockType, NpuOp, Shape4D, TensorFormat, round_up
 from npusched.lowering.graph import Network
+from npusched.schedule.options import one_row_blocks_differ, with_block_config
 from npusched.schedule.pricing import price_inputs
 from npusched.schedule.rules import ifm_stripes, weights_need_dma
 from npusched.schedule.schedule import TensorPlacement
@@ -146,7 +147,7 @@ def block_configs(arch: ArchitectureFeatures, op: NpuOp) -> tuple[BlockConfig, .
     ifm2 = op.ifm2.shape if op.ifm2 is not None else None
     found = [c.config for c in enumerate_block_configs(arch, ofm_shape=op.ofm.shape, ifm_shape=op.ifm.shape,
                                                        ifm2_shape=ifm2, **inputs)]
-    if op.kernel.height == 1 and arch.ofm_ublock.height == 2 and op.ofm.shape.height != 1:
+    if one_row_blocks_differ(arch, op):
         row = op.ofm.shape.with_height(1)
         ifm_row, ifm2_row = ifm_stripes(op, row)
         found += [c.config for c in enumerate_block_configs(arch, ofm_shape=row, ifm_shape=ifm_row,
@@ -173,15 +174,6 @@ def _unpadded(query: Query) -> Query:
     if kernel.padding == (0, 0, 0, 0) and not kernel.valid_padding:
         return query
     return replace(query, kernel=replace(kernel, padding=(0, 0, 0, 0), valid_padding=False))
-
-
-def _with_config(query: Query, config: BlockConfig) -> Query:
-    """A copy of ``query`` for another block config (without dataclass ``replace``'s re-validation: this runs
-    for every block config priced)."""
-    clone = object.__new__(Query)
-    clone.__dict__.update(query.__dict__)
-    clone.__dict__["config"] = config
-    return clone
 
 
 @dataclass(frozen=True)
@@ -353,7 +345,7 @@ class _Bound:
                op.ifm2.shape if op.ifm2 is not None else None, tuple(inputs.values()))
         ranked = self.ranked.get(key)
         if ranked is None:
-            ranked = sorted(((self._compute(self.ideal, op, _with_config(query, c)), c)
+            ranked = sorted(((self._compute(self.ideal, op, with_block_config(query, c)), c)
                              for c in block_configs(self.arch, op)), key=lambda item: item[0])
             self.ranked[key] = ranked
         return ranked
@@ -516,7 +508,7 @@ class _Bound:
         found = self.plain.get(key)
         if found is None:
             self.work += 1
-            q = _with_config(query, config)
+            q = with_block_config(query, config)
             if self.default:
                 est: perf.PartialOpPerformance | perf_default.PartialOpPerformance = \
                     perf_default.partial_full_op_performance(self.arch, op.op_type, op.activation, q)
@@ -538,7 +530,7 @@ class _Bound:
             return found[0]
         compute = self.compute.get(key)
         if compute is None:
-            compute = self.compute[key] = self._compute(self.arch, op, _with_config(query, config))
+            compute = self.compute[key] = self._compute(self.arch, op, with_block_config(query, config))
         return compute
 
     def _with_weights(self, op: NpuOp, config: BlockConfig, pairs: list[tuple[Query, Query]], weights: _Weights,
@@ -590,7 +582,7 @@ class _Bound:
         found = self.increments.get(key)
         if found is not None:
             return found
-        q = _with_config(query, config)
+        q = with_block_config(query, config)
         self.work += 2
         if self.default:
             stream = weights.buffered if buffered else weights.in_place
@@ -620,7 +612,7 @@ class _Bound:
             access = self.floors.get(key)
             if access is None:
                 self.work += 1
-                q = _with_config(query, least_moving(query, config))
+                q = with_block_config(query, least_moving(query, config))
                 if self.default:
                     est: perf.PartialOpPerformance | perf_default.PartialOpPerformance = \
                         perf_default.partial_full_op_performance(arch, op.op_type, op.activation, q)
@@ -723,7 +715,7 @@ class _Bound:
             if value < need and not complete:
                 value = 0.0
                 for _, config in reversed(self._ranked(op)):
-                    value = max(value, self._compute(self.arch, op, _with_config(query, config)))
+                    value = max(value, self._compute(self.arch, op, with_block_config(query, config)))
                     if value >= need:
                         break
                 else:
