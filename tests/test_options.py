@@ -247,3 +247,57 @@ def test_drop_dominated_keeps_the_pareto_front_and_vela() -> None:
         assert [o for o in fastest if not o.is_vela_choice] in (
             [], [next(o for o in options if o.total_cycles == best)])
         assert any(o.total_cycles == best for o in fastest)
+
+
+def _selected(options, count: int):
+    """What a candidate space takes of ``price_options``' answer (``cheapest_options``' contract): the ``count``
+    fastest full-height options drop_dominated keeps, with Vela's; per stripe height the fastest (Vela's on ties,
+    else the first in search order). Options as (block, stripe height, price)."""
+    def key(o):
+        return (o.block_config, o.stripe.height, o.price)
+
+    full = [o for o in options if o.stripe.is_full]
+    ranked = sorted(drop_dominated(full), key=lambda o: (o.total_cycles, not o.is_vela_choice))
+    chosen = {key(o) for o in ranked[:count] + [o for o in full if o.is_vela_choice]}
+    fastest = {}
+    for o in options:
+        rank = (o.total_cycles, not o.is_vela_choice)
+        if o.stripe.height not in fastest or rank < fastest[o.stripe.height][0]:
+            fastest[o.stripe.height] = (rank, key(o))
+    return chosen, {height: k for height, (_, k) in fastest.items()}
+
+
+@pytest.mark.parametrize(("config", "model"), [("u55-128_hee_shared", "mobilenet_v2_224_int8"),
+                                                ("u65-256_mid_dedicated256k", "dtln"),
+                                                ("u55-256_hee_shared_arena128k", "person_detect")])
+def test_cheapest_options_select_as_from_every_option(config: str, model: str) -> None:
+    """Pricing block configs only while their compute time can still change the selection selects exactly what
+    selecting from every option priced does, under each cost model, with weights buffered or not, at the stripe
+    heights a cascade gives (ties included: dtln's elementwise passes price every block alike)."""
+    from conftest import load_corpus
+
+    from npusched.schedule.options import cheapest_options
+    from npusched.schedule.rules import weights_need_dma
+    from npusched.solvers.cpsat.candidates import BLOCK_CONFIGS_PER_OP
+    from npusched.solvers.cpsat.model import NetworkFacts
+    from npusched.target.estimators import Estimator, with_estimator
+
+    base, network = load_corpus(model, config)
+    compared = 0
+    for estimator in (Estimator.BOTH, Estimator.VELA_DEFAULT, Estimator.VELA_LEGACY):
+        arch = with_estimator(base, estimator)
+        net = NetworkFacts(network, arch)
+        for sgi in range(len(net.subgraphs)):
+            facts = net.facts(sgi)
+            for pos, op in enumerate(facts.sg.ops):
+                for buffered in ((True, False) if weights_need_dma(arch, op) else (False,)):
+                    heights = facts.stripe_heights[pos]
+                    every = price_options(arch, op, stripe_heights=heights, weights_buffered=buffered)
+                    full, fastest = cheapest_options(arch, op, stripe_heights=heights, weights_buffered=buffered,
+                                                     count=BLOCK_CONFIGS_PER_OP)
+                    # what single_candidates takes of the full-height answer, and the fastest per height
+                    assert _selected(full, BLOCK_CONFIGS_PER_OP)[0] == _selected(every, BLOCK_CONFIGS_PER_OP)[0]
+                    assert {h: (o.block_config, h, o.price) for h, o in fastest.items()} == \
+                        _selected(every, BLOCK_CONFIGS_PER_OP)[1]
+                    compared += 1
+    assert compared > 3 * 20

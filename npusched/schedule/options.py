@@ -24,6 +24,8 @@ stripe; Vela's own choice is searched per stripe, since its ranking does depend 
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -59,6 +61,7 @@ __all__ = [
     "OpOption",
     "OptionPrice",
     "StripeChoice",
+    "cheapest_options",
     "clear_caches",
     "dominated",
     "drop_dominated",
@@ -303,38 +306,64 @@ def _weight_stream(arch: ArchitectureFeatures, ctx: _OpContext,
 
 
 def _estimate(arch: ArchitectureFeatures, ctx: _OpContext, query: perf.PerformanceQuery,
-              weights: perf.WeightStream | None) -> perf.OpPerformance:
-    """One option's estimate as the evaluator will price it (under ``Estimator.BOTH``: both models, weighted)."""
+              weights: perf.WeightStream | None, costs: tuple[perf.CycleCost, ...] | None = None
+              ) -> perf.OpPerformance:
+    """One option's estimate as the evaluator will price it (under ``Estimator.BOTH``: both models, weighted).
+    ``costs``: its compute costs (``_compute_costs``) where worked out already."""
     op = ctx.op
     if arch.estimator is Estimator.BOTH:
         legacy_arch, default_arch = blend_parts(arch)
-        a, b = _estimate(legacy_arch, ctx, query, weights), _estimate(default_arch, ctx, query, weights)
+        a = _estimate(legacy_arch, ctx, query, weights, costs[:1] if costs is not None else None)
+        b = _estimate(default_arch, ctx, query, weights, costs[1:] if costs is not None else None)
         wa, wb = arch.blend_weights
         return perf.OpPerformance(
             npu_cycles=wa * a.npu_cycles + wb * b.npu_cycles, total_cycles=wa * a.total_cycles + wb * b.total_cycles,
             access_cycles={m: wa * a.access_cycles.get(m, 0.0) + wb * b.access_cycles.get(m, 0.0)
                            for m in {*a.access_cycles, *b.access_cycles}},
             macs=a.macs, op_cycles=wa * a.op_cycles + wb * b.op_cycles)
+    cost = costs[0] if costs is not None else None
     if arch.estimator is Estimator.VELA_DEFAULT:
         # ranked as the evaluator will price it: the default core rewards other blocks (those dividing the OFM)
         scales = weights.scale_element_bytes * op.ofm.shape.depth if weights is not None else 0
         return perf_default.estimate_full_op_performance(
             arch, op.op_type, op.activation, query, weights=weights,
             weight_bytes=max(weights.encoded_bytes - scales, 0) if weights is not None else 0,
-            lut=ctx.lut, memcpy=ctx.memcpy)
+            lut=ctx.lut, memcpy=ctx.memcpy, cost=cost)
     return perf.estimate_full_op_performance(arch, op.op_type, op.activation, query, weights=weights,
-                                             lut=ctx.lut, memcpy=ctx.memcpy)
+                                             lut=ctx.lut, memcpy=ctx.memcpy, cost=cost)
+
+
+def _compute_costs(arch: ArchitectureFeatures, ctx: _OpContext, query: perf.PerformanceQuery
+                   ) -> tuple[perf.CycleCost, ...]:
+    """The compute cost of ``query`` under each cost model ``_estimate`` prices with (legacy, then default)."""
+    op = ctx.op
+    if arch.estimator is Estimator.BOTH:
+        legacy_arch, default_arch = blend_parts(arch)
+        return (*_compute_costs(legacy_arch, ctx, query), *_compute_costs(default_arch, ctx, query))
+    if arch.estimator is Estimator.VELA_DEFAULT:
+        return (perf_default.measure_cycle_cost(arch, op.op_type, op.activation, query),)
+    return (perf.measure_cycle_cost(arch, op.op_type, op.activation, query),)
+
+
+def _compute_floor(arch: ArchitectureFeatures, costs: tuple[perf.CycleCost, ...]) -> float:
+    """The least total an option with these compute costs can be priced at: every model's total is at least its
+    compute time (nothing hides under a previous pass here), and ``Estimator.BOTH`` blends them."""
+    if arch.estimator is Estimator.BOTH:
+        wa, wb = arch.blend_weights
+        return wa * costs[0].op_cycles + wb * costs[1].op_cycles
+    return float(costs[0].op_cycles)
 
 
 def _price(arch: ArchitectureFeatures, ctx: _OpContext, config: BlockConfig,
-           streams: dict[int, tuple[perf.WeightStream | None, int]]) -> OptionPrice:
+           streams: dict[int, tuple[perf.WeightStream | None, int]],
+           costs: tuple[perf.CycleCost, ...] | None = None) -> OptionPrice:
     depth = config.ofm_block.depth
     stream = streams.get(depth)
     if stream is None:
         stream = streams[depth] = _weight_stream(arch, ctx, depth)
     weights, encoded_bytes = stream
     query = with_block_config(ctx.query, config)
-    result = _estimate(arch, ctx, query, weights)
+    result = _estimate(arch, ctx, query, weights, costs)
     access = tuple(result.access_cycles.get(m, 0.0) for m in ACCESS_AREAS)
     return OptionPrice(
         op_cycles=int(result.op_cycles), npu_cycles=result.npu_cycles, access_cycles=access,
@@ -376,6 +405,7 @@ _RESULTS_LIMIT = 512
 def clear_caches() -> None:
     """Forget memoised option lists (block-config and weight-encoding caches belong to their modules)."""
     _RESULTS.clear()
+    _COMPUTE_COSTS.clear()
 
 
 def _placement_signature(arch: ArchitectureFeatures, op: NpuOp, placements: Mapping[FeatureMap, Any] | None) -> tuple:
@@ -420,9 +450,9 @@ def price_options(arch: ArchitectureFeatures, op: NpuOp, *, stripe_heights: Iter
     return result
 
 
-def _price_options(arch: ArchitectureFeatures, op: NpuOp, heights: tuple[int, ...],
-                   placements: Mapping[FeatureMap, Any] | None,
-                   weights_buffered: bool | None) -> tuple[OpOption, ...]:
+def _stripe_groups(arch: ArchitectureFeatures, op: NpuOp, heights: tuple[int, ...]
+                   ) -> list[tuple[StripeChoice, list[BlockConfig]]]:
+    """Per stripe height, its stripes and the block configs that fit it, in Vela's block search order."""
     block_inputs = op_block_inputs(op)
     full = op.ofm.shape
     ifm2_full = op.ifm2.shape if op.ifm2 is not None else None
@@ -435,12 +465,7 @@ def _price_options(arch: ArchitectureFeatures, op: NpuOp, heights: tuple[int, ..
     config_heights = [c.ofm_block.height for c in configs]
     ub_height = arch.ofm_ublock.height
     max_height = arch.ofm_block_max.height
-
-    ctx = _op_context(arch, op, placements, weights_buffered)
-    streams: dict[int, tuple[perf.WeightStream | None, int]] = {}
-    prices: dict[tuple[int, int, int], OptionPrice] = {}
-    options: list[OpOption] = []
-    append = options.append
+    groups = []
     for height in heights:
         stripe = stripe_choice(arch, op, height)
         if height == 1 and one_row_blocks_differ(arch, op):
@@ -451,15 +476,134 @@ def _price_options(arch: ArchitectureFeatures, op: NpuOp, heights: tuple[int, ..
         else:
             cap = round_up(height, ub_height)
             group = [c for c, h in zip(configs, config_heights, strict=True) if h <= cap]
+        groups.append((stripe, group))
+    return groups
+
+
+def _dims(config: BlockConfig) -> tuple[int, int, int]:
+    blk = config.ofm_block
+    return (blk.height, blk.width, blk.depth)
+
+
+def _price_options(arch: ArchitectureFeatures, op: NpuOp, heights: tuple[int, ...],
+                   placements: Mapping[FeatureMap, Any] | None,
+                   weights_buffered: bool | None) -> tuple[OpOption, ...]:
+    ctx = _op_context(arch, op, placements, weights_buffered)
+    streams: dict[int, tuple[perf.WeightStream | None, int]] = {}
+    prices: dict[tuple[int, int, int], OptionPrice] = {}
+    options: list[OpOption] = []
+    append = options.append
+    for stripe, group in _stripe_groups(arch, op, heights):
         vela = stripe.vela_block
         for config in group:
-            blk = config.ofm_block
-            dims = (blk.height, blk.width, blk.depth)
+            dims = _dims(config)
             price = prices.get(dims)
             if price is None:
                 price = prices[dims] = _price(arch, ctx, config, streams)
             append(OpOption(config, stripe, price, dims == vela))
     return tuple(options)
+
+
+def cheapest_options(arch: ArchitectureFeatures, op: NpuOp, *, stripe_heights: Iterable[int] | None,
+                     weights_buffered: bool, count: int) -> tuple[tuple[OpOption, ...], dict[int, OpOption]]:
+    """What a candidate space takes of :func:`price_options` (feature maps where feature-map storage keeps them),
+    without pricing every block config.
+
+    Returns (the full-height options: the ``count`` first by total cycles, Vela's first on ties, of those
+    :func:`drop_dominated` keeps, and Vela's own; per stripe height its fastest option, Vela's on ties, else the
+    first in search order) — exactly those selected from ``price_options``' answer. No total is below its compute
+    time, which costs about a third of a whole estimate (no weight encoding, no memory terms): block configs are
+    priced cheapest compute time first, and only while that can still change the selection.
+    """
+    heights = _normalise_heights(op, stripe_heights)
+    groups = _stripe_groups(arch, op, heights)
+    ctx = _op_context(arch, op, None, weights_buffered)
+    # A block's price is worked out with the first config of its dims in search order, as price_options does.
+    first: dict[tuple[int, int, int], BlockConfig] = {}
+    for _, group in groups:
+        for config in group:
+            first.setdefault(_dims(config), config)
+    known = _known_compute_costs(arch, op, ctx.query)
+    costs = {}
+    for dims, config in first.items():
+        cost = known.get(config)
+        if cost is None:
+            cost = known[config] = _compute_costs(arch, ctx, with_block_config(ctx.query, config))
+        costs[dims] = cost
+    floors = {dims: _compute_floor(arch, cost) for dims, cost in costs.items()}
+    streams: dict[int, tuple[perf.WeightStream | None, int]] = {}
+    prices: dict[tuple[int, int, int], OptionPrice] = {}
+
+    def option(stripe: StripeChoice, config: BlockConfig) -> OpOption:
+        dims = _dims(config)
+        price = prices.get(dims)
+        if price is None:
+            price = prices[dims] = _price(arch, ctx, first[dims], streams, costs[dims])
+        return OpOption(config, stripe, price, dims == stripe.vela_block)
+
+    full: tuple[OpOption, ...] = ()
+    fastest: dict[int, OpOption] = {}
+    for stripe, group in groups:
+        order = sorted(range(len(group)), key=lambda i: floors[_dims(group[i])])
+        best: tuple[tuple[float, bool, int], OpOption] | None = None
+        for i in order:
+            if best is not None and floors[_dims(group[i])] > best[1].total_cycles:
+                break
+            candidate = option(stripe, group[i])
+            rank = (candidate.total_cycles, not candidate.is_vela_choice, i)
+            if best is None or rank < best[0]:
+                best = (rank, candidate)
+        if best is not None:
+            fastest[stripe.height] = best[1]
+        if stripe.is_full:
+            full = _fastest_kept(stripe, group, [floors[_dims(c)] for c in group], option, count)
+    return full, fastest
+
+
+# Compute costs per (architecture, op type, activation, query without its block config), per block config: passes of
+# one shape (repeated layers) share them. The entry keeps the architecture alive, so its id is not reused meanwhile.
+_COMPUTE_COSTS: dict[tuple, tuple[ArchitectureFeatures, dict[BlockConfig, tuple[perf.CycleCost, ...]]]] = {}
+_COMPUTE_COSTS_LIMIT = 4096
+
+
+def _known_compute_costs(arch: ArchitectureFeatures, op: NpuOp, query: perf.PerformanceQuery
+                         ) -> dict[BlockConfig, tuple[perf.CycleCost, ...]]:
+    key = (id(arch), op.op_type, op.activation, query)
+    entry = _COMPUTE_COSTS.get(key)
+    if entry is None or entry[0] is not arch:
+        if len(_COMPUTE_COSTS) >= _COMPUTE_COSTS_LIMIT:
+            _COMPUTE_COSTS.clear()
+        entry = _COMPUTE_COSTS[key] = (arch, {})
+    return entry[1]
+
+
+def _fastest_kept(stripe: StripeChoice, group: list[BlockConfig], floors: list[float],
+                  option: Callable[[StripeChoice, BlockConfig], OpOption], count: int) -> tuple[OpOption, ...]:
+    """The ``count`` fastest options of ``group`` that ``drop_dominated`` keeps, and Vela's (``cheapest_options``).
+
+    An option can only be beaten or equalled in every figure by one whose total is no larger, so once every config
+    whose floor is below a threshold is priced, whether an option with a total below it is kept is settled."""
+    vela = [i for i, c in enumerate(group) if _dims(c) == stripe.vela_block]
+    priced = {i: option(stripe, group[i]) for i in vela}
+    totals = sorted(o.total_cycles for o in priced.values())
+    order = sorted(range(len(group)), key=lambda i: floors[i])
+    checked = -1  # how many options below the threshold the last check saw (it only grows)
+    for k in range(len(order) + 1):
+        threshold = floors[order[k]] if k < len(order) else math.inf
+        below = bisect.bisect_left(totals, threshold)
+        if (below >= count and below > checked) or k == len(order):
+            checked = below
+            indices = sorted(priced)
+            kept = drop_dominated([priced[i] for i in indices])
+            settled = [o for o in kept if o.total_cycles < threshold]
+            if len(settled) >= count or k == len(order):
+                chosen = {id(o) for o in sorted(settled, key=lambda o: (o.total_cycles, not o.is_vela_choice))[:count]}
+                # in search order, so that drop_dominated keeps the same first of equal options again
+                return tuple(priced[i] for i in indices if id(priced[i]) in chosen or i in vela)
+        if order[k] not in priced:
+            priced[order[k]] = option(stripe, group[order[k]])
+            bisect.insort(totals, priced[order[k]].total_cycles)
+    raise AssertionError("unreachable: the last threshold settles every option")
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -643,17 +643,19 @@ def estimate_full_op_performance(
     ifm_element_bytes: int | None = None,
     ifm2_element_bytes: int | None = None,
     ofm_element_bytes: int | None = None,
+    cost: CycleCost | None = None,
 ) -> OpPerformance:
     """Vela's ``estimate_full_op_performance`` with the schedule's state passed in explicitly.
 
     ``prev_slack_cycles`` is the previous pass's slack-buffering cycles (the NPU time under which this pass's first
     weight DMA can hide); ``slack_buffering_cycles`` this pass's own (only used when its weights are
-    double-buffered). Element sizes default to the query's bit widths.
+    double-buffered). Element sizes default to the query's bit widths. ``cost``: the compute cost
+    (``measure_cycle_cost`` of the same query) where the caller has it already.
     """
     return partial_full_op_performance(
         arch, op_type, activation, query, weights=weights, lut=lut, memcpy=memcpy,
         ifm_element_bytes=ifm_element_bytes, ifm2_element_bytes=ifm2_element_bytes,
-        ofm_element_bytes=ofm_element_bytes,
+        ofm_element_bytes=ofm_element_bytes, cost=cost,
     ).finish(prev_slack_cycles, slack_buffering_cycles)
 
 
@@ -713,6 +715,7 @@ def partial_full_op_performance(
     ifm_element_bytes: int | None = None,
     ifm2_element_bytes: int | None = None,
     ofm_element_bytes: int | None = None,
+    cost: CycleCost | None = None,
 ) -> PartialOpPerformance:
     """``estimate_full_op_performance`` up to the slack cycles (same arguments less the slacks)."""
     bw: dict[tuple[MemArea, Purpose, Direction], float] = {}
@@ -722,7 +725,8 @@ def partial_full_op_performance(
         key = (mem, purpose, direction)
         table[key] = table.get(key, 0) + value
 
-    cost = measure_cycle_cost(arch, op_type, activation, query)
+    if cost is None:
+        cost = measure_cycle_cost(arch, op_type, activation, query)
     access = measure_element_access(arch, query)
 
     dma_cycles: float = 0

@@ -340,16 +340,18 @@ def estimate_full_op_performance(
     slack_buffering_cycles: float = 0,
     lut: DmaTransfer | None = None,
     memcpy: DmaTransfer | None = None,
+    cost: CycleCost | None = None,
 ) -> OpPerformance:
     """The default core's ``EstimateFullOpPerformance`` for one whole pass.
 
     ``weight_bytes`` is the encoded weights without their scales (the stream's remainder is scales);
     ``weights.full_transfer_cycles`` the DMA time of the whole unsliced stream, charged when it is buffered;
     ``pre_buffered``: the first slice is fetched under the previous pass, so only the rest is this pass's traffic.
+    ``cost``: the compute cost (``measure_cycle_cost`` of the same query) where the caller has it already.
     """
     return partial_full_op_performance(
         arch, op_type, activation, query, weights=weights, weight_bytes=weight_bytes, pre_buffered=pre_buffered,
-        lut=lut, memcpy=memcpy,
+        lut=lut, memcpy=memcpy, cost=cost,
     ).finish(prev_slack_cycles, slack_buffering_cycles)
 
 
@@ -397,9 +399,11 @@ def partial_full_op_performance(
     pre_buffered: bool = False,
     lut: DmaTransfer | None = None,
     memcpy: DmaTransfer | None = None,
+    cost: CycleCost | None = None,
 ) -> PartialOpPerformance:
     """``estimate_full_op_performance`` up to the slack cycles (same arguments less the slacks)."""
-    cost = measure_cycle_cost(arch, op_type, activation, query)
+    if cost is None:
+        cost = measure_cycle_cost(arch, op_type, activation, query)
     access = _transpose_access(arch, query) if op_type == "Transpose" else measure_element_access(arch, query)
     cfg = query.config
     bw: dict[tuple[MemArea, Purpose, Direction], float] = {}

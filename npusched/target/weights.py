@@ -173,6 +173,18 @@ def clear_caches() -> None:
     _STREAM_CACHE.clear()
 
 
+def known_stream_sizes(digests: set[bytes]) -> list[tuple[tuple, tuple[int, int]]]:
+    """The encoded sizes this process knows of the weight tensors with these digests (``weights_digest``): what a
+    process that encoded them hands on, so that another need not encode them again."""
+    return [(key, sizes) for key, sizes in _STREAM_CACHE.items() if key[0] in digests]
+
+
+def remember_stream_sizes(entries: list[tuple[tuple, tuple[int, int]]]) -> None:
+    """Take in sizes ``known_stream_sizes`` gave (in another process)."""
+    for key, sizes in entries:
+        _remember(_STREAM_CACHE, key, sizes, _STREAM_CACHE_LIMIT)
+
+
 def _remember(cache: OrderedDict, key: tuple, value: object, limit: int) -> None:
     cache[key] = value
     if len(cache) > limit:

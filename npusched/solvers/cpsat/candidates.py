@@ -49,7 +49,7 @@ from npusched.lowering.graph import NpuSubgraph
 from npusched.schedule.cascades import SchedOp, rolling_buffer_shape
 from npusched.schedule.evaluator import TensorUse
 from npusched.schedule.memory_layout import weight_buffer_bytes
-from npusched.schedule.options import OpOption, drop_dominated, price_options
+from npusched.schedule.options import OpOption, cheapest_options, drop_dominated
 from npusched.schedule.pricing import BlendedPrice, PartialPrice, Slack, partial_price_op
 from npusched.schedule.rules import (
     cascade_stripes,
@@ -69,6 +69,10 @@ BLOCK_CONFIGS_PER_OP = 3
 MAX_CASCADE_LENGTH = 8
 STRIPE_HEIGHTS = 3
 SMALL_STRIPES = 8
+
+# A pass's pricing (``price_pass_choices``): full-height options per weight buffering; (buffered, stripe height)
+# -> fastest block config.
+PassChoices = tuple[dict[bool, tuple[OpOption, ...]], dict[tuple[bool, int], Any]]
 
 
 @dataclass(frozen=True)
@@ -122,7 +126,7 @@ class SubgraphFacts:
     use: TensorUse
     reuse: dict[int, tuple[FeatureMap, FeatureMap, int]]  # position -> (ifm, ofm, bytes) when fusable
     # position -> its options at full height per weight buffering, and (buffered, height) -> fastest block config
-    priced: dict[int, tuple[dict[bool, list[OpOption]], dict[tuple[bool, int], Any]]] = field(default_factory=dict)
+    priced: dict[int, PassChoices] = field(default_factory=dict)
     # Cascades share their passes' stripes, so each is worked out once: (position, OFM stripe) -> its IFM stripes
     # and -> Vela's block config for it; (position, stripe, weights buffered, id of the block config) -> (that
     # config, the pass before ``make_candidate`` places it in its cascade).
@@ -310,34 +314,30 @@ def cascade_candidate(arch: ArchitectureFeatures, facts: SubgraphFacts, start: i
 
 
 def price_positions(arch: ArchitectureFeatures, facts: SubgraphFacts, positions: Iterable[int]
-               ) -> tuple[dict[int, dict[bool, list[OpOption]]], dict[tuple[int, bool, int], Any]]:
+               ) -> tuple[dict[int, dict[bool, tuple[OpOption, ...]]], dict[tuple[int, bool, int], Any]]:
     """Every pass's options at full height (per weight buffering) and, for every stripe a cascade may give it,
     the cheapest block config that fits ((position, buffered, height) -> config). Each pass's block configs are
     priced once per weight buffering, for all its heights together, and kept in ``facts`` for other windows."""
-    full: dict[int, dict[bool, list[OpOption]]] = {}
+    full: dict[int, dict[bool, tuple[OpOption, ...]]] = {}
     fastest: dict[tuple[int, bool, int], Any] = {}
     for pos in positions:
         if pos not in facts.priced:
-            facts.priced[pos] = _price_pass(arch, facts.sg.ops[pos], facts.stripe_heights[pos])
+            facts.priced[pos] = price_pass_choices(arch, facts.sg.ops[pos], facts.stripe_heights[pos])
         full[pos], best = facts.priced[pos]
         fastest.update(((pos, buf, h), config) for (buf, h), config in best.items())
     return full, fastest
 
 
-def _price_pass(arch: ArchitectureFeatures, op: NpuOp, heights: Sequence[int]
-                ) -> tuple[dict[bool, list[OpOption]], dict[tuple[bool, int], Any]]:
-    full: dict[bool, list[OpOption]] = {}
+def price_pass_choices(arch: ArchitectureFeatures, op: NpuOp, heights: Sequence[int]) -> PassChoices:
+    """A pass's options at full height per weight buffering (those ``single_candidates`` chooses from) and per
+    (buffering, stripe height) its fastest block config (``cheapest_options``)."""
+    full: dict[bool, tuple[OpOption, ...]] = {}
     best: dict[tuple[bool, int], Any] = {}
     for buf in ((True, False) if weights_need_dma(arch, op) else (False,)):
-        full[buf] = []
-        for option in price_options(arch, op, stripe_heights=heights, weights_buffered=buf):
-            if option.stripe.is_full:
-                full[buf].append(option)
-            key = (buf, option.stripe_height)
-            rank = (option.total_cycles, not option.is_vela_choice)
-            if key not in best or rank < best[key][0]:
-                best[key] = (rank, option.block_config)
-    return full, {key: config for key, (_, config) in best.items()}
+        full[buf], fastest = cheapest_options(arch, op, stripe_heights=heights, weights_buffered=buf,
+                                              count=BLOCK_CONFIGS_PER_OP)
+        best.update(((buf, height), option.block_config) for height, option in fastest.items())
+    return full, best
 
 
 def stripe_heights(full: int) -> list[int]:

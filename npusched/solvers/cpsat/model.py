@@ -77,6 +77,7 @@ from npusched.solvers.cpsat.candidates import (
     price_positions,
     segments_of,
 )
+from npusched.solvers.cpsat.pricing_pool import price_in_processes
 from npusched.solvers.heuristic import sched_ops_of
 from npusched.solvers.max_schedule import vela_tensor_placements
 from npusched.target.arch import ArchitectureFeatures
@@ -328,27 +329,27 @@ class RegionData:
 
 
 def whole_network_data(net: NetworkFacts, references: tuple[Schedule, ...], hint_first: bool,
-                       deadline: float | None = None) -> list[RegionData]:
+                       deadline: float | None = None, processes: int = 1) -> list[RegionData]:
     """The data of every whole subgraph (the candidate space of the one model) without building the model: what
-    the path bound (``npusched.solvers.cpsat.path_bound``) reads, and ``build_model`` can take. Raises
-    ``OutOfTime`` past ``deadline``."""
+    the path bound (``npusched.solvers.cpsat.path_bound``) reads, and ``build_model`` can take. The passes are
+    priced in ``processes`` processes (``pricing_pool``). Raises ``OutOfTime`` past ``deadline``."""
+    regions = whole_subgraph_regions(net)
+    for region in regions:
+        facts = net.facts(region.sg_index)
+        if not price_in_processes(net.arch, facts, range(region.lo, region.hi + 1), processes, deadline):
+            raise OutOfTime
     return [region_data(net, region, references, placements=dict(net.base), incumbent=None, hint_first=hint_first,
                         limit=staging_limit(net.arch), deadline=deadline, vela_configs_only=False)
-            for region in whole_subgraph_regions(net)]
+            for region in regions]
 
 
 def _price_passes(net: NetworkFacts, facts: SubgraphFacts, lo: int, hi: int, deadline: float | None
                   ) -> tuple[dict[int, Any], dict[tuple[int, bool, int], Any]]:
     """Every pass's options and fastest block configs (``price_positions``), pass by pass: pricing takes most of
     the build time, so the deadline is checked in between."""
-    full: dict[int, Any] = {}
-    fastest: dict[tuple[int, bool, int], Any] = {}
-    for pos in range(lo, hi + 1):
-        _check(deadline)
-        pass_full, pass_fastest = price_positions(net.arch, facts, (pos,))
-        full.update(pass_full)
-        fastest.update(pass_fastest)
-    return full, fastest
+    if not price_in_processes(net.arch, facts, range(lo, hi + 1), 1, deadline):
+        raise OutOfTime
+    return price_positions(net.arch, facts, range(lo, hi + 1))
 
 
 def region_data(net: NetworkFacts, region: Region, references: tuple[Schedule, ...], *,

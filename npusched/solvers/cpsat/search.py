@@ -35,6 +35,7 @@ from npusched.solvers.cpsat.model import (
     whole_subgraph_regions,
 )
 from npusched.solvers.cpsat.path_bound import PathBound, least_peak, path_bound, path_schedule, resident_maps
+from npusched.solvers.cpsat.pricing_pool import usable_processes
 from npusched.solvers.cpsat.repair import repair_allocation
 from npusched.solvers.cpsat.solver import (
     CLOSED_GAP,
@@ -56,10 +57,11 @@ FULL_MODEL_MAX_PASSES = 120
 
 # Of the time left, what pricing the whole candidate space of a large network for the path bound may take (else the
 # window search goes on without it: its windows reuse what was priced), and what the bound's subgradient steps may
-# take. A deterministic run prices it only when its estimate, per pass and cost model, fits that share of its work.
+# take. A deterministic run prices it only when its estimate, per pass and cost model over its workers, fits that
+# share of its work.
 WHOLE_SPACE_SHARE = 0.9
 PATH_BOUND_SHARE = 0.15
-PRICING_SECONDS_PER_PASS_AND_MODEL = 0.05
+PRICING_SECONDS_PER_PASS_AND_MODEL = 0.03
 
 
 # What a search gets at least when its time is gone and no hint fits (a schedule is still needed).
@@ -359,14 +361,15 @@ def _relax_whole_space(net: NetworkFacts, references: tuple[Schedule, ...], hint
     and what it priced is not lost when the window search follows: its windows reuse it."""
     large = net.passes > FULL_MODEL_MAX_PASSES
     models = 2 if net.arch.estimator is Estimator.BOTH else 1
-    if large and budget.deterministic and \
-            net.passes * models * PRICING_SECONDS_PER_PASS_AND_MODEL > WHOLE_SPACE_SHARE * budget.work_left():
+    # Sized by the workers asked for, not the CPUs found, so that a deterministic run decides alike everywhere.
+    if large and budget.deterministic and net.passes * models * PRICING_SECONDS_PER_PASS_AND_MODEL / budget.workers \
+            > WHOLE_SPACE_SHARE * budget.work_left():
         stats["path_bound"] = "the whole candidate space is too large to price within the work budget"
         return _Relaxed()
     deadline = build_deadline if not large else budget.deadline if budget.deterministic else \
         min(budget.deadline, time.monotonic() + WHOLE_SPACE_SHARE * budget.seconds_left())
     try:
-        datas = tuple(whole_network_data(net, references, hint_first, deadline))
+        datas = tuple(whole_network_data(net, references, hint_first, deadline, usable_processes(budget.workers)))
     except OutOfTime:
         stats["path_bound"] = "the whole candidate space could not be priced in time"
         if budget.deterministic and large:
