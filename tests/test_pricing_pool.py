@@ -32,8 +32,15 @@ def test_processes_price_as_one_process_does() -> None:
     arch, facts = _facts()
     assert pricing_pool.price_in_processes(arch, facts, positions, 2, None)
     assert facts.priced == alone.priced
-    digests = {wts.weights_digest(op.weights) for op in facts.sg.ops if op.weights is not None}
-    assert len({key[0] for key, _ in wts.known_stream_sizes(digests)}) == len(digests)
+    # the parent knows every encoding the processes made: encoding a priced pass's weights again encodes nothing
+    wts.take_new_stream_sizes()
+    encoded = 0
+    for pos, (full, _) in facts.priced.items():
+        op = facts.sg.ops[pos]
+        for option in (o for options in full.values() for o in options if op.weights is not None):
+            wts.encode_op_weights(arch, op, option.block_config.ofm_block.depth, (0, op.ofm.shape.depth))
+            encoded += 1
+    assert encoded > len(positions) and not wts.take_new_stream_sizes()
 
 
 def test_out_of_time_says_so() -> None:
@@ -47,3 +54,23 @@ def test_out_of_time_says_so() -> None:
 def test_usable_processes_are_bounded_by_the_workers() -> None:
     assert pricing_pool.usable_processes(1) == 1
     assert 1 <= pricing_pool.usable_processes(64) <= 64
+
+
+def test_price_tables_from_processes_are_the_same() -> None:
+    """The candidates' price tables worked out in two processes are those one process works out (dedicated fast
+    storage, so that tables have placement columns), keyed by this process's maps."""
+    from npusched.solvers.cpsat.model import whole_network_data
+    from npusched.solvers.heuristic import heuristic_schedule
+
+    arch, network = load_corpus("mobilenet_v2_224_int8", "u65-256_mid_dedicated256k")
+    arch = with_estimator(arch, Estimator.BOTH)
+    references = (heuristic_schedule(network, arch),)
+    one = whole_network_data(NetworkFacts(network, arch), references, True, processes=1)
+    two = whole_network_data(NetworkFacts(network, arch), references, True, processes=2)
+    assert len(one[0].candidates) >= pricing_pool.MIN_CHUNKS * 2 * pricing_pool.CHUNK_CANDIDATES
+    assert any(table.movable for table in one[0].tables)
+    for a, b in zip(one, two, strict=True):
+        assert [c.key for c in a.candidates] == [c.key for c in b.candidates]
+        assert a.tables == b.tables
+        for candidate, table in zip(b.candidates, b.tables, strict=True):  # this process's maps, not copies
+            assert all(any(fm is m for m in candidate.boundary) for fm in table.movable)

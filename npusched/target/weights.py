@@ -153,6 +153,8 @@ _RESULT_CACHE: OrderedDict[tuple, EncodedWeights] = OrderedDict()
 _STREAM_CACHE: OrderedDict[tuple, tuple[int, int]] = OrderedDict()
 _RESULT_CACHE_LIMIT = 20000
 _STREAM_CACHE_LIMIT = 50000
+# Sizes encoded since ``take_new_stream_sizes`` last took them (at most the cache's size: older ones are dropped).
+_NEW_STREAMS: list[tuple[tuple, tuple[int, int]]] = []
 
 
 def weights_digest(weights: ConstTensor) -> bytes:
@@ -171,16 +173,19 @@ def weights_digest(weights: ConstTensor) -> bytes:
 def clear_caches() -> None:
     _RESULT_CACHE.clear()
     _STREAM_CACHE.clear()
+    _NEW_STREAMS.clear()
 
 
-def known_stream_sizes(digests: set[bytes]) -> list[tuple[tuple, tuple[int, int]]]:
-    """The encoded sizes this process knows of the weight tensors with these digests (``weights_digest``): what a
-    process that encoded them hands on, so that another need not encode them again."""
-    return [(key, sizes) for key, sizes in _STREAM_CACHE.items() if key[0] in digests]
+def take_new_stream_sizes() -> list[tuple[tuple, tuple[int, int]]]:
+    """The encoded sizes this process worked out since the last call: what a process that encoded weights hands
+    on (``remember_stream_sizes``), so that another need not encode them again."""
+    new = list(_NEW_STREAMS)
+    _NEW_STREAMS.clear()
+    return new
 
 
 def remember_stream_sizes(entries: list[tuple[tuple, tuple[int, int]]]) -> None:
-    """Take in sizes ``known_stream_sizes`` gave (in another process)."""
+    """Take in sizes ``take_new_stream_sizes`` gave (in another process)."""
     for key, sizes in entries:
         _remember(_STREAM_CACHE, key, sizes, _STREAM_CACHE_LIMIT)
 
@@ -301,6 +306,9 @@ def encode_weights(
                 sizes = _encode_substream(volume, start, end, core, ncores, ifm_ub, ofm_ub, block_share, depthwise,
                                           traversal, ifm_bits, dilation)
                 _remember(_STREAM_CACHE, stream_key, sizes, _STREAM_CACHE_LIMIT)
+                if len(_NEW_STREAMS) >= _STREAM_CACHE_LIMIT:
+                    _NEW_STREAMS.clear()
+                _NEW_STREAMS.append((stream_key, sizes))
             else:
                 _STREAM_CACHE.move_to_end(stream_key)
             weight_bytes, unencoded = sizes

@@ -77,7 +77,7 @@ from npusched.solvers.cpsat.candidates import (
     price_positions,
     segments_of,
 )
-from npusched.solvers.cpsat.pricing_pool import price_in_processes
+from npusched.solvers.cpsat.pricing_pool import CHUNK_CANDIDATES, fork_map, price_in_processes
 from npusched.solvers.heuristic import sched_ops_of
 from npusched.solvers.max_schedule import vela_tensor_placements
 from npusched.target.arch import ArchitectureFeatures
@@ -332,14 +332,16 @@ def whole_network_data(net: NetworkFacts, references: tuple[Schedule, ...], hint
                        deadline: float | None = None, processes: int = 1) -> list[RegionData]:
     """The data of every whole subgraph (the candidate space of the one model) without building the model: what
     the path bound (``npusched.solvers.cpsat.path_bound``) reads, and ``build_model`` can take. The passes are
-    priced in ``processes`` processes (``pricing_pool``). Raises ``OutOfTime`` past ``deadline``."""
+    priced, and the candidates' price tables worked out, in ``processes`` processes (``pricing_pool``). Raises
+    ``OutOfTime`` past ``deadline``."""
     regions = whole_subgraph_regions(net)
     for region in regions:
         facts = net.facts(region.sg_index)
         if not price_in_processes(net.arch, facts, range(region.lo, region.hi + 1), processes, deadline):
             raise OutOfTime
     return [region_data(net, region, references, placements=dict(net.base), incumbent=None, hint_first=hint_first,
-                        limit=staging_limit(net.arch), deadline=deadline, vela_configs_only=False)
+                        limit=staging_limit(net.arch), deadline=deadline, vela_configs_only=False,
+                        processes=processes)
             for region in regions]
 
 
@@ -354,7 +356,9 @@ def _price_passes(net: NetworkFacts, facts: SubgraphFacts, lo: int, hi: int, dea
 
 def region_data(net: NetworkFacts, region: Region, references: tuple[Schedule, ...], *,
                  placements: dict[FeatureMap, TensorPlacement], incumbent: Schedule | None, hint_first: bool,
-                 limit: int, deadline: float | None, vela_configs_only: bool) -> RegionData:
+                 limit: int, deadline: float | None, vela_configs_only: bool, processes: int = 1) -> RegionData:
+    """What the model of ``region`` is built from: its candidates and their price tables (worked out in
+    ``processes`` processes, ``pricing_pool.fork_map``), and which maps it decides."""
     sgi, lo, hi, ext_lo, ext_hi = region.sg_index, region.lo, region.hi, region.ext_lo, region.ext_hi
     facts = net.facts(sgi)
     sg = facts.sg
@@ -385,16 +389,25 @@ def region_data(net: NetworkFacts, region: Region, references: tuple[Schedule, .
         ending_at.setdefault(c.end, []).append(k)
         for fm in c.internal:
             rolling.setdefault(fm, []).append(k)
-    slack_out = tuple(net.pricer.price(sg.ops, c, {}, 0.0)[1] for c in candidates)  # placement-independent
+    # Placement-independent; worked out here, so that the processes pricing the tables inherit what it priced.
+    slack_out = tuple(net.pricer.price(sg.ops, c, {}, 0.0)[1] for c in candidates)
     incoming_slack = slack_before(net, runs, sgi, ext_lo)
     slack_classes = {pos: sorted({slack_out[k] for k in ending_at.get(pos - 1, [])}) if pos > ext_lo
                      else [incoming_slack] for pos in positions}
-    tables = []
-    for k, c in enumerate(candidates):
-        if k % 16 == 0:
-            _check(deadline)
-        tables.append(_price_table(net, sg, c, [fm for fm in c.boundary if fm in movable], slack_classes[c.start],
-                                   kept))
+
+    def boundary(k: int) -> list[FeatureMap]:
+        return [fm for fm in candidates[k].boundary if fm in movable]
+
+    def portable_table(k: int) -> tuple[tuple[int, ...], Any, Any, bool]:
+        # maps by index: another process's copies are not the model's keys
+        found = _price_table(net, sg, candidates[k], boundary(k), slack_classes[candidates[k].start], kept)
+        return tuple(boundary(k).index(fm) for fm in found.movable), found.groups, found.rows, found.artefact
+
+    answers = fork_map(portable_table, range(len(candidates)), processes, deadline, CHUNK_CANDIDATES)
+    if answers is None:
+        raise OutOfTime
+    tables = [PriceTable(tuple(boundary(k)[b] for b in bits), groups, rows, artefact)
+              for k, (bits, groups, rows, artefact) in enumerate(answers)]
     excluded = frozenset(k for k, (c, table) in enumerate(zip(candidates, tables, strict=True))
                          if k >= len(fixed) and (table.artefact or c.internal & layout.grouped))
     prebuffer_after = next((run.mem_before for run in runs if run.start == ext_hi + 1), 0)

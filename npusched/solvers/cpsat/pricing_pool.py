@@ -1,9 +1,10 @@
-"""Pricing a subgraph's passes in several processes.
+"""Pricing in several processes.
 
-Pricing every pass of a large network (``candidates.price_pass_choices``: its block configs, weight encodings
-and stripes) takes most of the time before any search starts, and each pass is priced on its own, so the
-passes are shared out among forked processes. Each answer is what the pass's pricing gives in one process,
-so the candidate space, and every schedule drawn from it, does not depend on how many processes priced it.
+Pricing a large network's candidate space takes most of the time before any search starts: every pass's block
+configs, weight encodings and stripes (``candidates.price_pass_choices``), then every candidate's price table.
+Each pass and each candidate is priced on its own, so the work is shared out among forked processes
+(``fork_map``). Every answer is what pricing gives in one process, so the candidate space, and every schedule
+drawn from it, does not depend on how many processes priced it.
 """
 
 from __future__ import annotations
@@ -11,19 +12,24 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from typing import Any
+from typing import Any, TypeVar
 
 from npusched.solvers.cpsat.candidates import SubgraphFacts, price_pass_choices
 from npusched.target import weights as wts
 from npusched.target.arch import ArchitectureFeatures
 
-# Passes per task: small enough that a run out of time waits little for the tasks under way.
-CHUNK_PASSES = 8
+Item = TypeVar("Item")
 
-# What the forked processes price: set before the pool forks (the processes inherit it), cleared after.
-_WORK: tuple[ArchitectureFeatures, SubgraphFacts] | None = None
+# Items per task of a pool: passes, and candidates' price tables. Small enough that a run out of time waits little
+# for the tasks under way; a pool is worth its fork only for a few tasks per process.
+CHUNK_PASSES = 8
+CHUNK_CANDIDATES = 64
+MIN_CHUNKS = 2
+
+# What the forked processes do to each item: set before the pool forks (the processes inherit it), cleared after.
+_WORK: Callable[[Any], Any] | None = None
 
 
 def usable_processes(workers: int) -> int:
@@ -35,43 +41,59 @@ def usable_processes(workers: int) -> int:
     return max(1, min(workers, cpus))
 
 
-def _price_chunk(positions: Sequence[int]) -> tuple[list[tuple[int, Any]], list]:
-    """The passes' pricing and the weight encodings' sizes it found (the caller encodes the chosen ones again)."""
-    assert _WORK is not None  # set by price_in_processes before the fork
-    arch, facts = _WORK
-    priced = [(pos, price_pass_choices(arch, facts.sg.ops[pos], facts.stripe_heights[pos])) for pos in positions]
-    digests = {wts.weights_digest(op.weights) for pos in positions if (op := facts.sg.ops[pos]).weights is not None}
-    return priced, wts.known_stream_sizes(digests)
+def _run_chunk(items: Sequence[Any]) -> list[Any]:
+    assert _WORK is not None  # set by fork_map before the fork
+    return [_WORK(item) for item in items]
+
+
+def fork_map(work: Callable[[Item], Any], items: Sequence[Item], processes: int, deadline: float | None,
+             chunk: int) -> list[Any] | None:
+    """``[work(item) for item in items]``, in ``processes`` forked processes, ``chunk`` items per task (by the
+    caller alone where fewer than ``MIN_CHUNKS`` tasks per process would be shared out). Answers must pickle; they
+    come back as copies. None where ``deadline`` (a ``time.monotonic`` reading) passed first."""
+    global _WORK
+    if processes < 2 or len(items) < MIN_CHUNKS * processes * chunk:
+        out = []
+        for k, item in enumerate(items):
+            if k % chunk == 0 and deadline is not None and time.monotonic() > deadline:
+                return None
+            out.append(work(item))
+        return out
+    _WORK = work
+    pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork"))
+    try:
+        starts = {pool.submit(_run_chunk, items[k:k + chunk]): k for k in range(0, len(items), chunk)}
+        in_order: list[Any] = [None] * len(items)
+        pending: set[Future] = set(starts)
+        while pending:
+            timeout = None if deadline is None else deadline - time.monotonic()
+            if timeout is not None and timeout <= 0:
+                return None
+            done, pending = wait(pending, timeout=timeout, return_when=FIRST_COMPLETED)
+            for future in done:
+                answers = future.result()
+                in_order[starts[future]:starts[future] + len(answers)] = answers
+        return in_order
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+        _WORK = None
 
 
 def price_in_processes(arch: ArchitectureFeatures, facts: SubgraphFacts, positions: Sequence[int], processes: int,
                        deadline: float | None) -> bool:
-    """Price the passes at ``positions`` not priced yet into ``facts.priced``, in ``processes`` forked processes
-    (by the caller alone where one would do as well). False where ``deadline`` (a ``time.monotonic`` reading)
-    passed first: what was priced by then is kept."""
-    global _WORK
+    """Price the passes at ``positions`` not priced yet into ``facts.priced`` (``fork_map``). The processes hand
+    back the weight encodings' sizes they found, so that the caller need not encode the chosen ones again. False
+    where ``deadline`` passed first (what was priced by then is kept where one process priced it)."""
     todo = [pos for pos in positions if pos not in facts.priced]
-    if processes < 2 or len(todo) < 2 * CHUNK_PASSES:
-        for pos in todo:
-            if deadline is not None and time.monotonic() > deadline:
-                return False
-            facts.priced[pos] = price_pass_choices(arch, facts.sg.ops[pos], facts.stripe_heights[pos])
-        return True
-    _WORK = (arch, facts)
-    pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork"))
-    try:
-        pending: set[Future] = {pool.submit(_price_chunk, todo[k:k + CHUNK_PASSES])
-                                for k in range(0, len(todo), CHUNK_PASSES)}
-        while pending:
-            timeout = None if deadline is None else deadline - time.monotonic()
-            if timeout is not None and timeout <= 0:
-                return False
-            done, pending = wait(pending, timeout=timeout, return_when=FIRST_COMPLETED)
-            for future in done:
-                priced, sizes = future.result()
-                facts.priced.update(priced)
-                wts.remember_stream_sizes(sizes)
-        return True
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
-        _WORK = None
+
+    def price(pos: int) -> tuple[Any, list]:
+        choices = facts.priced[pos] = price_pass_choices(arch, facts.sg.ops[pos], facts.stripe_heights[pos])
+        return choices, wts.take_new_stream_sizes()
+
+    answers = fork_map(price, todo, processes, deadline, CHUNK_PASSES)
+    if answers is None:
+        return False
+    for pos, (choices, sizes) in zip(todo, answers, strict=True):
+        facts.priced[pos] = choices
+        wts.remember_stream_sizes(sizes)
+    return True
