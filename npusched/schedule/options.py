@@ -20,6 +20,7 @@ block depth; whole results are memoised per (architecture, op, stripe heights, p
 :func:`clear_caches` empties that memo. Which blocks fit does not depend on the stripe height except through
 the cap a stripe puts on the block height, so the whole OFM's block list is searched once per op and capped per
 stripe; Vela's own choice is searched per stripe, since its ranking does depend on the stripe.
+:func:`cheapest_options` gives what a candidate space takes of that answer without pricing every block config.
 """
 
 from __future__ import annotations
