@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -30,6 +31,7 @@ MIN_CHUNKS = 2
 
 # What the forked processes do to each item: set before the pool forks (the processes inherit it), cleared after.
 _WORK: Callable[[Any], Any] | None = None
+_FORKING = threading.Lock()  # one pool at a time: _WORK is the forked processes' only instruction
 
 
 def usable_processes(workers: int) -> int:
@@ -59,24 +61,31 @@ def fork_map(work: Callable[[Item], Any], items: Sequence[Item], processes: int,
                 return None
             out.append(work(item))
         return out
-    _WORK = work
-    pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork"))
-    try:
-        starts = {pool.submit(_run_chunk, items[k:k + chunk]): k for k in range(0, len(items), chunk)}
-        in_order: list[Any] = [None] * len(items)
-        pending: set[Future] = set(starts)
-        while pending:
-            timeout = None if deadline is None else deadline - time.monotonic()
-            if timeout is not None and timeout <= 0:
-                return None
-            done, pending = wait(pending, timeout=timeout, return_when=FIRST_COMPLETED)
-            for future in done:
-                answers = future.result()
-                in_order[starts[future]:starts[future] + len(answers)] = answers
-        return in_order
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
-        _WORK = None
+    with _FORKING:
+        _WORK = work
+        pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork"))
+        try:
+            return _gather(pool, items, deadline, chunk)
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+            _WORK = None
+
+
+def _gather(pool: ProcessPoolExecutor, items: Sequence[Any], deadline: float | None, chunk: int
+            ) -> list[Any] | None:
+    """``fork_map``'s answers from ``pool``, in order; None past ``deadline``."""
+    starts = {pool.submit(_run_chunk, items[k:k + chunk]): k for k in range(0, len(items), chunk)}
+    in_order: list[Any] = [None] * len(items)
+    pending: set[Future] = set(starts)
+    while pending:
+        timeout = None if deadline is None else deadline - time.monotonic()
+        if timeout is not None and timeout <= 0:
+            return None
+        done, pending = wait(pending, timeout=timeout, return_when=FIRST_COMPLETED)
+        for future in done:
+            answers = future.result()
+            in_order[starts[future]:starts[future] + len(answers)] = answers
+    return in_order
 
 
 def price_in_processes(arch: ArchitectureFeatures, facts: SubgraphFacts, positions: Sequence[int], processes: int,
