@@ -315,9 +315,10 @@ def cascade_candidate(arch: ArchitectureFeatures, facts: SubgraphFacts, start: i
 
 def price_positions(arch: ArchitectureFeatures, facts: SubgraphFacts, positions: Iterable[int]
                ) -> tuple[dict[int, dict[bool, tuple[OpOption, ...]]], dict[tuple[int, bool, int], Any]]:
-    """Every pass's options at full height (per weight buffering) and, for every stripe a cascade may give it,
-    the cheapest block config that fits ((position, buffered, height) -> config). Each pass's block configs are
-    priced once per weight buffering, for all its heights together, and kept in ``facts`` for other windows."""
+    """Every pass's options at full height that single candidates are made of (per weight buffering) and, for
+    every stripe a cascade may give it, the cheapest block config that fits ((position, buffered, height) ->
+    config). Each pass's block configs are priced once per weight buffering, for all its heights together, and
+    kept in ``facts`` for other windows."""
     full: dict[int, dict[bool, tuple[OpOption, ...]]] = {}
     fastest: dict[tuple[int, bool, int], Any] = {}
     for pos in positions:
