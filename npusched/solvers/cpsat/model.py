@@ -394,19 +394,17 @@ def region_data(net: NetworkFacts, region: Region, references: tuple[Schedule, .
     incoming_slack = slack_before(net, runs, sgi, ext_lo)
     slack_classes = {pos: sorted({slack_out[k] for k in ending_at.get(pos - 1, [])}) if pos > ext_lo
                      else [incoming_slack] for pos in positions}
-
-    def boundary(k: int) -> list[FeatureMap]:
-        return [fm for fm in candidates[k].boundary if fm in movable]
+    boundaries = [[fm for fm in c.boundary if fm in movable] for c in candidates]
 
     def portable_table(k: int) -> tuple[tuple[int, ...], Any, Any, bool]:
         # maps by index: another process's copies are not the model's keys
-        found = _price_table(net, sg, candidates[k], boundary(k), slack_classes[candidates[k].start], kept)
-        return tuple(boundary(k).index(fm) for fm in found.movable), found.groups, found.rows, found.artefact
+        found = _price_table(net, sg, candidates[k], boundaries[k], slack_classes[candidates[k].start], kept)
+        return tuple(boundaries[k].index(fm) for fm in found.movable), found.groups, found.rows, found.artefact
 
     answers = fork_map(portable_table, range(len(candidates)), processes, deadline, CHUNK_CANDIDATES)
     if answers is None:
         raise OutOfTime
-    tables = [PriceTable(tuple(boundary(k)[b] for b in bits), groups, rows, artefact)
+    tables = [PriceTable(tuple(boundaries[k][b] for b in bits), groups, rows, artefact)
               for k, (bits, groups, rows, artefact) in enumerate(answers)]
     excluded = frozenset(k for k, (c, table) in enumerate(zip(candidates, tables, strict=True))
                          if k >= len(fixed) and (table.artefact or c.internal & layout.grouped))

@@ -56,8 +56,8 @@ def fork_map(work: Callable[[Item], Any], items: Sequence[Item], processes: int,
     global _WORK
     if processes < 2 or len(items) < MIN_CHUNKS * processes * chunk:
         out = []
-        for k, item in enumerate(items):
-            if k % chunk == 0 and deadline is not None and time.monotonic() > deadline:
+        for item in items:
+            if deadline is not None and time.monotonic() > deadline:
                 return None
             out.append(work(item))
         return out

@@ -42,6 +42,7 @@ from npusched.solvers.cpsat.solver import (
     Progress,
     SearchBudget,
     new_solver,
+    objective_of,
     relative_gap,
     stopped_by_clock,
 )
@@ -49,7 +50,7 @@ from npusched.solvers.cpsat.windows import search_windows
 from npusched.solvers.max_schedule import max_schedule
 from npusched.solvers.peak_floor import network_floor
 from npusched.target.arch import ArchitectureFeatures, OptimisationStrategy
-from npusched.target.estimators import Estimator, objective_cycles
+from npusched.target.estimators import Estimator
 
 # Networks with more passes than this are improved window by window instead of in one model.
 FULL_MODEL_MAX_PASSES = 120
@@ -133,13 +134,8 @@ def solve_cpsat(network: Network, arch: ArchitectureFeatures, *, time_limit_seco
     if any_bound:
         answer = result.schedule
         result = with_any_schedule_bound(result, any_schedule_bound(net),
-                                         lambda: _objective_of(evaluate(network, arch, answer), arch))
+                                         lambda: objective_of(evaluate(network, arch, answer), arch))
     return replace(result, strategy="Size" if _size_first(arch) else "Performance")
-
-
-def _objective_of(evaluation: Evaluation, arch: ArchitectureFeatures) -> float:
-    """What the search minimises, of an evaluated schedule (``objective_cycles``)."""
-    return objective_cycles(arch, evaluation.total_cycles, evaluation.parts)
 
 
 def with_any_schedule_bound(result: CpSatResult, any_bound_cycles: float, answer_objective: Callable[[], float]
@@ -161,7 +157,7 @@ def _size_first(arch: ArchitectureFeatures) -> bool:
 def objective_rank(evaluation: Evaluation, arch: ArchitectureFeatures) -> tuple[float, ...]:
     """What the objective compares: cycles (under ``Estimator.BOTH``, with the excess over the cap penalised),
     or (peak fast storage, cycles) when optimising for size."""
-    cycles = _objective_of(evaluation, arch)
+    cycles = objective_of(evaluation, arch)
     if _size_first(arch):
         return evaluation.peak_fast_storage, cycles
     return (cycles,)
@@ -315,7 +311,7 @@ def _path_result(net: NetworkFacts, relaxed: _Relaxed, start: float, stats: dict
 
 def _bounded_result(net: NetworkFacts, schedule: Schedule, evaluation: Evaluation, bound: float,
                     least_peak_bytes: int | None, why: str, start: float, stats: dict[str, Any]) -> CpSatResult:
-    objective = _objective_of(evaluation, net.arch)
+    objective = objective_of(evaluation, net.arch)
     gap = relative_gap(objective, bound)
     status = "optimal" if gap <= CLOSED_GAP else "feasible"
     reason = why + (f"; path bound {bound:.0f} cycles, gap {gap:.2%}" if not math.isnan(bound) else "")
@@ -345,7 +341,7 @@ class _Relaxed:
         """The start meets the bound by the objective (the over-cap penalty included)."""
         if self.start is None:
             return False
-        return relative_gap(_objective_of(self.start[1], arch), self.bound_cycles()) <= CLOSED_GAP
+        return relative_gap(objective_of(self.start[1], arch), self.bound_cycles()) <= CLOSED_GAP
 
 
 def _bound_cycles(bound: PathBound | None) -> float:
@@ -432,7 +428,7 @@ def _path_bound(net: NetworkFacts, datas: Sequence[RegionData], limit: int, uppe
     by iterations alone (the deadline a safety net)."""
     deadline = budget.deadline if budget.deterministic else \
         min(budget.deadline, time.monotonic() + PATH_BOUND_SHARE * budget.seconds_left())
-    upper_scaled = _objective_of(upper, net.arch) * SCALE if upper is not None else None
+    upper_scaled = objective_of(upper, net.arch) * SCALE if upper is not None else None
     bound = path_bound(net, datas, limit, upper_scaled, deadline)
     stats["path_bound"] = {"bound_cycles": round(bound.scaled / SCALE, 1) if bound.feasible else None,
                            "exact": bound.exact, "iterations": bound.iterations, "seconds": round(bound.seconds, 3)}
@@ -481,7 +477,7 @@ def _verified_result(net: NetworkFacts, found: tuple[Schedule, int], hint: Sched
                        peak_bound_bytes=peak.bound_bytes, peak_proven_minimal=peak.proven)
     if problems:
         raise ScheduleError(f"the CP-SAT schedule fails verification: {problems[0]}")
-    objective = _objective_of(evaluation, net.arch)
+    objective = objective_of(evaluation, net.arch)
     gap = 0.0 if status == cp_model.OPTIMAL else relative_gap(objective, bound)
     label = "optimal" if status == cp_model.OPTIMAL or gap <= CLOSED_GAP else "feasible"
     within = ""

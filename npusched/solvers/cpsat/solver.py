@@ -9,7 +9,10 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from npusched.schedule.evaluator import Evaluation
 from npusched.solvers.cpsat.model import SCALE, Log
+from npusched.target.arch import ArchitectureFeatures
+from npusched.target.estimators import objective_cycles
 
 # A gap this small is closed: the bound and the answer differ by the per-pass rounding of the scaled prices.
 CLOSED_GAP = 1e-6
@@ -20,6 +23,11 @@ def relative_gap(objective: float, bound: float) -> float:
     if math.isnan(bound):
         return math.nan
     return max(0.0, (objective - bound) / objective) if objective else 0.0
+
+
+def objective_of(evaluation: Evaluation, arch: ArchitectureFeatures) -> float:
+    """What the search minimises, of an evaluated schedule (``objective_cycles``)."""
+    return objective_cycles(arch, evaluation.total_cycles, evaluation.parts)
 
 
 @dataclass(frozen=True)

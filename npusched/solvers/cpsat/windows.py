@@ -30,9 +30,8 @@ from npusched.solvers.cpsat.model import (
     incumbent_runs,
     slack_before,
 )
-from npusched.solvers.cpsat.solver import CLOSED_GAP, SearchBudget, new_solver, relative_gap
+from npusched.solvers.cpsat.solver import CLOSED_GAP, SearchBudget, new_solver, objective_of, relative_gap
 from npusched.target.arch import OptimisationStrategy
-from npusched.target.estimators import objective_cycles
 
 # Passes a window decides at first (it grows when a sweep over the network finds nothing better).
 WINDOW_PASSES = 16
@@ -148,8 +147,7 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
         return True
 
     while time.monotonic() < budget.deadline and moves_left > 0:
-        if relative_gap(objective_cycles(net.arch, verified_eval.total_cycles, verified_eval.parts),
-                        bound_cycles) <= CLOSED_GAP:
+        if relative_gap(objective_of(verified_eval, net.arch), bound_cycles) <= CLOSED_GAP:
             stats["gap_closed"] = True
             break
         if not stages:
