@@ -3,7 +3,8 @@
 
 Usage: python scripts/never_slower.py [--archs a,b] [--styles plain,keras,torch] [--configs c1,c2] [--passes 60]
            [--seed 0] [--time-limit 30] [--workers N] [--deterministic] [--objective O] [--estimator E]
-           [--int16] [--without REWRITES] [--csv PATH] [--resume] [--summary-only] [--table LABEL=CSV ...]
+           [--int16] [--without REWRITES] [--size] [--cores-from CSV] [--csv PATH] [--resume] [--summary-only]
+           [--table LABEL=CSV ...]
 
 For every netgen architecture x export style (plain, Keras-style, PyTorch-style) x golden configuration (the grid
 of scripts/normalise_figures.py), or with --corpus every corpus model x configuration, it runs, on the same file:
@@ -19,6 +20,8 @@ Size configurations ``peak_vs_min`` is npusched's fast storage (its allocation, 
 operators keep more live) against the smaller of the two cores' SRAM. A cell where the default core leaves fewer
 operators on the CPU than npusched's graph is marked ``excluded`` (it runs work npusched cannot yet express; the
 coverage issue's cases): its ratios are printed but not counted. Failures are rows with their reason.
+``--size`` runs each configuration's Size variant (arena limit dropped); ``--cores-from`` reuses both cores'
+columns of an earlier grid, so that a change to npusched is measured without running Vela again.
 """
 
 from __future__ import annotations
@@ -95,11 +98,23 @@ def npusched_run(model: Path, config: dict[str, Any], args: argparse.Namespace) 
             "ns_cpu": len(result.network.cpu_ops), "ns_subgraphs": len(result.network.subgraphs)}
 
 
-def cell(arch: str, style: str, name: str, config: dict[str, Any], model: Path,
-         args: argparse.Namespace) -> dict[str, Any]:
+def size_variant(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` under ``--optimise Size``, without its arena limit (so that every core reports its peak)."""
+    extra = list(config.get("extra_args", ()))
+    if "--arena-cache-size" in extra:
+        at = extra.index("--arena-cache-size")
+        del extra[at:at + 2]
+    return {**config, "extra_args": extra + ["--optimise", "Size"]}
+
+
+def cell(arch: str, style: str, name: str, config: dict[str, Any], model: Path, args: argparse.Namespace,
+         cores: dict[str, str] | None = None) -> dict[str, Any]:
+    """One cell; ``cores``: both cores' columns from an earlier grid (not run again)."""
     start = time.monotonic()
     row: dict[str, Any] = {"arch": arch, "style": style, "config": name}
-    for core in ("legacy", "default"):
+    if cores is not None:
+        row.update({k: _number(v) for k, v in cores.items() if v not in (None, "")})
+    for core in ("legacy", "default") if cores is None else ():
         done = core_run(model, config, core)
         if "error" in done:
             row[f"{core}_cycles"] = done["error"][:120]
@@ -120,6 +135,17 @@ def cell(arch: str, style: str, name: str, config: dict[str, Any], model: Path,
         row["excluded"] = f"default core runs {row['ns_cpu'] - row['default_cpu']} more operators on the NPU"
     row["seconds"] = round(time.monotonic() - start, 1)
     return row
+
+
+def _number(text: str) -> float | int | str:
+    """A CSV cell as the grid wrote it: cycles are floats, bytes and counts ints, failures text."""
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            return text
 
 
 def geomean(values: list[float]) -> float:
@@ -196,6 +222,11 @@ def main() -> int:
     parser.add_argument("--without", default="",
                         help="comma-separated always-applied rewrites left out of normalisation (e.g. "
                              "dilated_convolution,nearest_upsampling: npusched as it was before them)")
+    parser.add_argument("--size", action="store_true",
+                        help="each configuration's --optimise Size variant, its arena limit dropped (named NAME_size): "
+                             "the peaks against both cores'")
+    parser.add_argument("--cores-from", type=Path, metavar="CSV",
+                        help="take both cores' columns from an earlier grid's CSV (same cells), running npusched only")
     parser.add_argument("--csv", type=Path, help="write the rows here (and read them back with --resume)")
     parser.add_argument("--resume", action="store_true", help="keep the cells --csv already holds")
     parser.add_argument("--summary-only", action="store_true", help="summarise --csv without running anything")
@@ -205,6 +236,10 @@ def main() -> int:
     args = parser.parse_args()
     configs = json.loads(CONFIGS.read_text())
     names = args.configs.split(",") if args.configs else list(configs)
+    if args.size:
+        configs.update({f"{name}_size": size_variant(configs[name]) for name in names
+                        if name in configs and not name.endswith("_size")})
+        names = [name if name.endswith("_size") else f"{name}_size" for name in names]
     styles = args.styles.split(",")
     archs = args.archs.split(",")
     unknown = [a for a in archs if a not in ARCHITECTURES] + [n for n in names if n not in configs] \
@@ -225,6 +260,8 @@ def main() -> int:
     if args.table:
         print(table(dict(item.split("=", 1) for item in args.table)))
         return 0
+    cores = {(r["arch"], r["style"], r["config"]): {k: v for k, v in r.items() if k.startswith(("legacy_", "default_"))}
+             for r in csv.DictReader(args.cores_from.open())} if args.cores_from else {}
     keys = {(r["arch"], r["style"], r["config"]) for r in done}
     rows = list(done)
     handle = args.csv.open("w", newline="") if args.csv is not None else None
@@ -237,7 +274,7 @@ def main() -> int:
             for name in names:
                 if (arch, style, name) in keys:
                     continue
-                row = cell(arch, style, name, configs[name], model, args)
+                row = cell(arch, style, name, configs[name], model, args, cores.get((arch, style, name)))
                 rows.append(row)
                 print("  ".join(f"{k}={row[k]}" for k in COLUMNS if k in row), flush=True)
                 if writer is not None and handle is not None:

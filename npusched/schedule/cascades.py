@@ -298,29 +298,35 @@ def schedule_memory_estimate(sched_ops: Sequence[SchedOp], costs: Mapping[int, S
     return peak
 
 
-def cascadable_kind(op: NpuOp, held_operands: bool = False) -> bool:
+def cascadable_kind(op: NpuOp, held_operands: bool = False, joins: bool = False) -> bool:
     """The parts of Vela's cascadability test that depend on the pass alone, not on its stripe
-    (``held_operands``: see ``elementwise_cascadable``)."""
+    (``held_operands``, ``joins``: see ``elementwise_cascadable``)."""
     if op.npu_block_type in _NEVER_CASCADED:
         return False
     if op.ifm.offset is not None or (op.ifm2 is not None and op.ifm2.offset is not None):
         return False
     if op.op_type == "Conv2DBackpropInputSwitchedBias" or op.attr("padding") == "TILE":
         return False
-    return elementwise_cascadable(op, held_operands)
+    return elementwise_cascadable(op, held_operands, joins)
 
 
-def elementwise_cascadable(op: NpuOp, held_operands: bool = False) -> bool:
+# Binary elementwise passes that may join a cascade holding a feature map as second operand: MULs with
+# ``held_operands``, residual joins as well with ``joins``.
+_HELD_GATES = ("Mul",)
+_HELD_JOINS = ("Add", "Sub", "Mul")
+
+
+def elementwise_cascadable(op: NpuOp, held_operands: bool = False, joins: bool = False) -> bool:
     """A binary elementwise pass cascades only when its first operand (in the TFLite order) is a full-size
     feature map and its second a constant or scalar (Vela's rule).
 
-    ``held_operands`` (npusched's own schedules) lets the second operand of a MUL be a feature map too, held whole
-    for the cascade: a swish or squeeze-excite gate, as the default core cascades them. It is made before the
-    cascade starts (inside one, every OFM but the last has the next pass as its only reader), and Vela's backend
-    reads it per stripe from the whole map as it reads a constant one; not where the operands are swapped, as
-    the backend would then follow the cascade through the second. Residual ADDs compile the same way but are
-    left out: on a MobileNet-V2 they gained nothing and their many extra cascades slowed CP-SAT's search (15 s:
-    13% worse)."""
+    ``held_operands`` (npusched's own schedules) lets the second operand of a MUL be a feature map too: a swish or
+    squeeze-excite gate, as the default core cascades them. Made before the cascade starts, it is held whole and
+    Vela's backend reads it per stripe as it reads a constant one; made inside the cascade (``joins`` only), it is
+    read from its producer's rolling buffer (``rules.reads_lagged``). Not where the operands are swapped, as the
+    backend would then follow the cascade through the second. ``joins`` (``--optimise Size``, or where nothing
+    fits without them) lets residual ADDs and SUBs join the same way; under Performance they gained nothing on a
+    MobileNet-V2 and their many extra cascades slowed CP-SAT's search (15 s: 13% worse)."""
     if op.npu_block_type != NpuBlockType.ElementWise or op.ifm2 is None:
         return True
     first, second = (op.ifm2, op.ifm) if op.reversed_operands else (op.ifm, op.ifm2)
@@ -328,8 +334,8 @@ def elementwise_cascadable(op: NpuOp, held_operands: bool = False) -> bool:
                     != _declared_shape(op.ofm.tensor))
     if second.tensor.is_const or _is_scalar(second.tensor):
         return first_ok
-    return (first_ok and held_operands and op.op_type == "Mul" and not op.reversed_operands
-            and second.tensor != first.tensor)
+    kinds = _HELD_JOINS if joins else _HELD_GATES if held_operands else ()
+    return first_ok and op.op_type in kinds and not op.reversed_operands and second.tensor != first.tensor
 
 
 def _is_scalar(fm: FeatureMap) -> bool:

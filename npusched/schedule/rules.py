@@ -134,15 +134,58 @@ class CascadePass(Protocol):
     def requires_full_ofm(self) -> bool: ...
 
 
-def may_cascade(producer: CascadePass, consumer: CascadePass) -> bool:
+def may_cascade(producer: CascadePass, consumer: CascadePass, later_readers: bool = False) -> bool:
     """Whether ``consumer`` may follow ``producer`` in a cascade, by Vela's rules that do not depend on the
     stripe: both kinds cascade, the consumer comes next and is the producer's only reader, reading its OFM as
-    IFM at the same shape, and neither needs the feature map between them whole."""
-    return (producer.cascadable_kind and consumer.cascadable_kind
-            and tuple(producer.dependants) == (consumer.pos,) and consumer.pos == producer.pos + 1
+    IFM at the same shape, and neither needs the feature map between them whole.
+
+    ``later_readers`` (npusched's joins) lets passes after the consumer read the OFM too; the cascade must then
+    reach them and each must read it lagged (``reads_lagged``), which the caller checks."""
+    readers = tuple(producer.dependants)
+    only_reader = readers == (consumer.pos,) or (later_readers and readers[:1] == (consumer.pos,)
+                                                 and all(r > consumer.pos for r in readers[1:]))
+    return (producer.cascadable_kind and consumer.cascadable_kind and only_reader
+            and consumer.pos == producer.pos + 1
             and consumer.op.ifm.tensor == producer.op.ofm.tensor
             and producer.op.ofm.shape == consumer.op.ifm.shape
             and not consumer.requires_full_ifm and not producer.requires_full_ofm)
+
+
+def reads_lagged(producer: NpuOp, reader: CascadePass, between: Sequence[NpuOp]) -> bool:
+    """Whether ``reader``, later in a cascade than the pass after ``producer``, may read ``producer``'s OFM as its
+    second operand from the producer's rolling buffer made deep enough for the rows the passes ``between`` them
+    run ahead (``lagged_buffer_height``): the skip of a residual block, or the gated map of a swish, taken inside
+    the cascade. The reader is a binary elementwise pass that cascades with a feature map as its second operand,
+    reading the OFM at its full shape; every pass between keeps the height (no stride, no upscaling), which
+    bounds the lag by their kernels."""
+    op = reader.op
+    height = producer.ofm.shape.height
+    return (reader.cascadable_kind and op.ifm2 is not None and not op.reversed_operands
+            and op.ifm2.tensor == producer.ofm.tensor and op.ifm.tensor != producer.ofm.tensor
+            and op.ifm2.shape == producer.ofm.shape
+            and all(p.ofm.shape.height == height and p.kernel.stride_y == 1
+                    and p.resampling_mode == ResamplingMode.NONE for p in between))
+
+
+def lagged_buffer_height(stripe_heights: Sequence[int], kernel_heights: Sequence[int], full_height: int) -> int:
+    """Rows a rolling buffer must hold when a pass of its cascade reads it as second operand while the passes
+    between run ahead: ``stripe_heights`` are the OFM stripe heights of the producer, the passes between and
+    the reader, ``kernel_heights`` the dilated kernel heights of the passes between (their padding ignored, so
+    the bound holds whatever it is).
+
+    The cascade runs pull-wise from its last pass: before the reader's stripe ending at row ``e`` runs, each pass
+    between has written whole stripes up to the rows the next one reads, so the producer has written up to
+    ``front(e)`` while the reader still needs row ``e - s`` (its stripe height ``s``). A buffer of
+    ``max(front(e) - (e - s))`` rows (addressed modulo its height, as Vela's rolling buffers are) overwrites no
+    row before the reader has read it."""
+    producer, *between, reader = stripe_heights
+    need = 0
+    for start in range(0, full_height, reader):
+        front = min(start + reader, full_height)
+        for stripe, kernel in zip(reversed(between), reversed(kernel_heights), strict=True):
+            front = min(min(round_up(front, stripe), full_height) + kernel - 1, full_height)
+        need = max(need, min(round_up(front, producer), full_height) - start)
+    return min(need, full_height)
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from npusched.schedule.allocation import Allocation, allocate_ranges, fast_stora
 from npusched.schedule.memory_model import cascade_rolling_buffers
 from npusched.schedule.pass_costs import Evaluation, evaluate
 from npusched.schedule.pricing import block_depth, staging_limit
-from npusched.schedule.rules import ifm_stripes, weights_need_dma
+from npusched.schedule.rules import ifm_stripes, lagged_buffer_height, weights_need_dma
 from npusched.schedule.schedule import OpSchedule, Schedule
 from npusched.schedule.tensor_use import feature_map_label, subgraphs_of
 from npusched.target import weights as wts
@@ -68,6 +68,27 @@ def _cascade_problems(sg: NpuSubgraph, schedule: Schedule) -> Iterable[str]:
                 yield (f"{label}: rolling buffer {buffer} cannot hold its IFM stripe {stripe} and the producer's "
                        f"OFM stripe {prev_sched.ofm_stripe}")
         prev, prev_sched = op, op_sched
+    yield from _lagged_read_problems(ops, schedule, rolling)
+
+
+def _lagged_read_problems(ops: list[NpuOp], schedule: Schedule, rolling: dict[int, Any]) -> Iterable[str]:
+    """A pass reading as second operand a map made earlier in its own cascade reads it from the rolling buffer
+    after its producer, which must hold the rows the passes between run ahead (``rules.lagged_buffer_height``)."""
+    made_at = {op.ofm.tensor: k for k, op in enumerate(ops)}
+    for q, op in enumerate(ops):
+        second = op.ifm2
+        p = made_at.get(second.tensor) if second is not None else None
+        cascade = schedule.op(op.index).cascade
+        if second is None or p is None or cascade is None or q - p < 2 \
+                or any(schedule.op(o.index).cascade != cascade for o in ops[p:q]):
+            continue
+        heights = [schedule.op(o.index).ofm_stripe.height for o in ops[p:q + 1]]
+        kernels = [o.kernel.area_height() for o in ops[p + 1:q]]
+        need = lagged_buffer_height(heights, kernels, ops[p].ofm.shape.height)
+        buffer = rolling.get(ops[p + 1].index)
+        if buffer is None or buffer.height < need:
+            yield (f"op {op.index} ({op.name}): reads {feature_map_label(second.tensor)} {q - p} passes after it is "
+                   f"made in its cascade, which needs a rolling buffer of {need} rows, not {buffer}")
 
 
 def _weight_problems(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule) -> Iterable[str]:

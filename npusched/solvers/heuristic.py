@@ -118,10 +118,11 @@ class _Context:
 
 
 def sched_ops_of(sg: NpuSubgraph, use: TensorUse, formats: Mapping[FeatureMap, TensorFormat],
-                 held_operands: bool = False) -> tuple[SchedOp, ...]:
+                 held_operands: bool = False, joins: bool = False) -> tuple[SchedOp, ...]:
     """Each pass of ``sg`` with the facts Vela's scheduler derives from the graph (which operands must be whole,
     who reads the OFM, whether the OFM may overwrite the IFM); ``held_operands`` lets MULs with a second feature-map
-    operand (a gate) cascade (``cascades.elementwise_cascadable``), which Vela's rules do not."""
+    operand (a gate) cascade, ``joins`` residual ADDs and SUBs too (``cascades.elementwise_cascadable``), which
+    Vela's rules do not."""
     inputs = set(sg.inputs)
     outputs = set(sg.outputs)
     ops = list(sg.ops)
@@ -138,8 +139,12 @@ def sched_ops_of(sg: NpuSubgraph, use: TensorUse, formats: Mapping[FeatureMap, T
     for pos, op in enumerate(ops):
         ifm, ofm = op.ifm.tensor, op.ofm.tensor
         ifm2 = op.ifm2.tensor if op.ifm2 is not None else None
+        # Read more than once: whole, unless with joins every reader is a pass of the subgraph (whether the later
+        # ones may read it lagged is the cascade's to check: ``rules.may_cascade``, ``rules.reads_lagged``).
+        readers_here = len(readers.get(ofm, ()))
+        read_twice = use.consumer_count(ofm) > 1 and not (joins and use.consumer_count(ofm) == readers_here)
         full_ofm = (ofm in outputs or fmt(ofm) == TensorFormat.NHWC
-                    or op.attr("memory_function") == "ConcatSliceWrite" or use.consumer_count(ofm) > 1)
+                    or op.attr("memory_function") == "ConcatSliceWrite" or read_twice)
         result.append(SchedOp(
             pos=pos,
             op=op,
@@ -153,7 +158,7 @@ def sched_ops_of(sg: NpuSubgraph, use: TensorUse, formats: Mapping[FeatureMap, T
             ifm_consumers=len(readers.get(ifm, ())),
             ofm_reuses_ifm=fusable_ifm(op, use, formats) is not None,
             binary_elementwise=op.npu_block_type == NpuBlockType.ElementWise and op.ifm2 is not None,
-            cascadable_kind=cascadable_kind(op, held_operands),
+            cascadable_kind=cascadable_kind(op, held_operands, joins),
         ))
     return tuple(result)
 

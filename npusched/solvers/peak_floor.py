@@ -20,7 +20,9 @@ these over every run containing ``p``, and the subgraph's floor the largest ``fl
 
 ``held_operands`` also lets a MUL whose second operand is a feature map (a swish or squeeze-excite gate) join a
 cascade, that operand held whole, as CP-SAT's candidate space does (``cascades.elementwise_cascadable``) and
-Vela's rules do not: the floor of npusched's own schedules.
+Vela's rules do not: the floor of npusched's own schedules. ``joins`` (with ``held_operands``) adds what CP-SAT's
+candidate space has under ``--optimise Size``: residual ADDs and SUBs held the same way, and maps read again later
+in a cascade (``rules.may_cascade`` with later readers): counted with their one-row rolling buffers, a floor still.
 """
 
 from __future__ import annotations
@@ -73,7 +75,8 @@ def minimal_rolling_bytes(producer: NpuOp, consumer: NpuOp) -> int:
 
 
 def subgraph_floor(sg: NpuSubgraph, use: TensorUse, formats: Mapping[FeatureMap, TensorFormat],
-                   live_throughout: frozenset[Any] = frozenset(), held_operands: bool = False) -> PeakFloor:
+                   live_throughout: frozenset[Any] = frozenset(), held_operands: bool = False,
+                   joins: bool = False) -> PeakFloor:
     """The floor of one subgraph whose feature maps all live in fast storage, laid out in ``formats``; the
     buffers of ``live_throughout`` (storage keys) are live at every step of it, whatever it touches."""
     def size(fm: FeatureMap) -> int:
@@ -85,9 +88,9 @@ def subgraph_floor(sg: NpuSubgraph, use: TensorUse, formats: Mapping[FeatureMap,
         ranges = {key: replace(r, start=-1, end=len(ops) + 1) if key in live_throughout else r
                   for key, r in layout.ranges.items()}
         layout = replace(layout, ranges=ranges)
-    sched_ops = sched_ops_of(sg, use, formats, held_operands=held_operands)
-    joins = [False] + [may_cascade(sched_ops[i - 1], sched_ops[i]) for i in range(1, len(ops))]
-    floors = [_least_at(pos, ops, joins, layout, use, formats, size) for pos in range(len(ops))]
+    sched_ops = sched_ops_of(sg, use, formats, held_operands=held_operands, joins=joins)
+    links = [False] + [may_cascade(sched_ops[i - 1], sched_ops[i], later_readers=joins) for i in range(1, len(ops))]
+    floors = [_least_at(pos, ops, links, layout, use, formats, size) for pos in range(len(ops))]
     pos = max(range(len(ops)), key=lambda p: floors[p][0])
     total, run, parts = floors[pos]
     return PeakFloor(total, sg.name, pos, ops[pos].name, run, parts)
@@ -148,14 +151,15 @@ class NetworkFloor:
     whole_bytes: int
 
 
-def network_floor(network: Network, arch: ArchitectureFeatures, held_operands: bool = False) -> NetworkFloor:
+def network_floor(network: Network, arch: ArchitectureFeatures, held_operands: bool = False,
+                  joins: bool = False) -> NetworkFloor:
     """The floors of ``network`` under ``arch``, whose feature-map storage must be its fast storage."""
     if arch.feature_map_storage_mem_area != arch.fast_storage_mem_area:
         raise ValueError("the floor assumes every feature map in fast storage (Shared_Sram or SRAM only)")
     use = tensor_use(network)
     formats = {fm: place.format for fm, place in vela_tensor_placements(network, arch, use)}
     subgraphs = [sg for sg in subgraphs_of(network) if sg.ops]
-    npu = max((subgraph_floor(sg, use, formats, held_operands=held_operands) for sg in subgraphs),
+    npu = max((subgraph_floor(sg, use, formats, held_operands=held_operands, joins=joins) for sg in subgraphs),
               key=lambda f: f.floor_bytes)
     # What the rest of the inference holds does not depend on the NPU schedule: take it from any schedule. At a
     # CPU operator's (even) step no weight or rolling buffer is live; the buffers live from before a subgraph's
@@ -171,5 +175,5 @@ def network_floor(network: Network, arch: ArchitectureFeatures, held_operands: b
         inside = {access.tensor for op in sg.ops for access in (op.ifm, op.ifm2, op.ofm) if access is not None}
         touched = frozenset(use.storage_key(fm) for r in spanning for fm in r.feature_maps if fm in inside)
         around = sum(r.size for r in spanning if not inside.intersection(r.feature_maps))
-        whole = max(whole, subgraph_floor(sg, use, formats, touched, held_operands).floor_bytes + around)
+        whole = max(whole, subgraph_floor(sg, use, formats, touched, held_operands, joins).floor_bytes + around)
     return NetworkFloor(npu, whole)

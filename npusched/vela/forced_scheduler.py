@@ -1,7 +1,8 @@
 """Vela 5.2.0's scheduling step with npusched's decisions: the part of the backend bridge that patches Vela.
 
 ``patched_vela`` swaps Vela's ``schedule_passes`` for a ``ForcedScheduler`` for one compilation and records Vela's
-per-op estimate; the scheduler takes every decision from npusched's ``Schedule`` (block configs, stripes,
+per-op estimate, and replays each command stream for reads of rolling-buffer rows no longer held
+(``rolling_check``); the scheduler takes every decision from npusched's ``Schedule`` (block configs, stripes,
 cascades and rolling buffers, weight encodings and buffering, feature-map placement, in-place writes) and refuses,
 with a ``VelaRefusal`` naming the op, a decision Vela's rules do not accept. Only Vela's public modules are used.
 """
@@ -28,6 +29,7 @@ from npusched.schedule.memory_layout import LiveRange
 from npusched.schedule.schedule import OpSchedule, Schedule
 from npusched.target import codec
 from npusched.target.arch import ArchitectureFeatures
+from npusched.vela.rolling_check import rolling_buffer_problems
 
 
 class VelaRefusal(ScheduleError):
@@ -64,6 +66,7 @@ def patched_vela(forcing: ForcedScheduler) -> Iterator[None]:
     different addresses cannot be assigned to the same tensor"). Vela's main sets the recursion limit; the
     caller's is restored. Vela's weight compressor encodes through npusched's codec memo
     (``npusched.target.codec``), which holds the streams the run encoded while scheduling."""
+    from ethosu.vela import high_level_command_stream_generator as hlcs
     from ethosu.vela import npu_performance, scheduler, weight_compressor
     from ethosu.vela.tensor import create_equivalence_id
     from ethosu.vela.weight_compressor import CompressedWeightCache
@@ -75,7 +78,17 @@ def patched_vela(forcing: ForcedScheduler) -> Iterator[None]:
         forcing.record(sched_op, float(cycles[npu_performance.PassCycles.Total]))
         return bws, macs, cycles
 
+    original_stream = hlcs.generate_high_level_command_stream_for_schedule
+
+    def checked_stream(nng: Any, sg: Any, arch: Any, verbose: bool) -> None:
+        original_stream(nng, sg, arch, verbose)
+        problems = rolling_buffer_problems(sg.high_level_command_stream)
+        if problems:
+            raise VelaRefusal(f"a rolling buffer is too shallow: {problems[0]}"
+                              + (f" (and {len(problems) - 1} more reads)" if len(problems) > 1 else ""))
+
     scheduler.schedule_passes = forcing.schedule_passes
+    hlcs.generate_high_level_command_stream_for_schedule = checked_stream
     npu_performance.estimate_full_op_performance = recording_estimate
     original_codec = weight_compressor.mlw_codec
     weight_compressor.mlw_codec = types.SimpleNamespace(reorder_encode=codec.reorder_encode)
@@ -86,6 +99,7 @@ def patched_vela(forcing: ForcedScheduler) -> Iterator[None]:
         yield
     finally:
         scheduler.schedule_passes, npu_performance.estimate_full_op_performance = original_schedule, original_estimate
+        hlcs.generate_high_level_command_stream_for_schedule = original_stream
         weight_compressor.mlw_codec = original_codec
         CompressedWeightCache.cache.clear()
         create_equivalence_id.cache_clear()

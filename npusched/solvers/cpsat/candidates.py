@@ -18,10 +18,15 @@ Where candidates come from (and how many, per subgraph of n passes):
   heights (1..``SMALL_STRIPES`` and the ``STRIPE_HEIGHTS`` largest powers of two above, below the OFM height),
   each pass with Vela's block config for its stripe or the fastest one that fits it, weights all buffered or all
   in place: <= n x (MAX_CASCADE_LENGTH - 1) x (SMALL_STRIPES + STRIPE_HEIGHTS) x 4;
+* with ``joins`` (``--optimise Size``, or where nothing fits without them), runs also through residual joins and
+  gates: an ADD/SUB/MUL holding a second operand made before the run, or reading one made inside it from its
+  producer's rolling buffer, deepened for the rows between (``rules.reads_lagged``), so that the skip of a
+  residual block or the gated map of a swish need not be whole;
 * and every such run with smallest stripes, for memory (Vela's block configs, weights buffered or in place:
-  <= n x (MAX_CASCADE_LENGTH - 1) x 4): Vela's minimal stripes (each pass as many rows as the next pass's vertical
-  stride: the stripes of its ``--optimise Size`` schedule) and one-row stripes (two for an upscaling pass), which
-  give the smallest rolling buffers; Vela never proposes them, but its backend compiles them.
+  <= n x (MAX_CASCADE_LENGTH - 1) x 4; with joins up to ``MAX_JOINED_LENGTH`` passes long): Vela's minimal
+  stripes (each pass as many rows as the next pass's vertical stride: the stripes of its ``--optimise Size``
+  schedule) and one-row stripes (two for an upscaling pass), which give the smallest rolling buffers; Vela never
+  proposes them, but its backend compiles them.
 
 Generated buffered weights are not pre-buffered (their buffer is live from their own step): Vela's estimate
 credits the prefetch under the previous pass either way, so a pre-buffered variant would cost the same and only
@@ -54,8 +59,10 @@ from npusched.schedule.pricing import BlendedPrice, PartialPrice, Slack, partial
 from npusched.schedule.rules import (
     cascade_stripes,
     ifm_stripes,
+    lagged_buffer_height,
     may_cascade,
     minimal_stripe_height,
+    reads_lagged,
     rolling_buffer_bytes,
     weights_need_dma,
 )
@@ -67,6 +74,8 @@ from npusched.target.performance import BufferKind
 
 BLOCK_CONFIGS_PER_OP = 3
 MAX_CASCADE_LENGTH = 8
+# With joins, runs with smallest stripes reach this far: a stage of residual blocks from the network input.
+MAX_JOINED_LENGTH = 24
 STRIPE_HEIGHTS = 3
 SMALL_STRIPES = 8
 
@@ -125,6 +134,7 @@ class SubgraphFacts:
     sched_ops: tuple[SchedOp, ...]
     use: TensorUse
     reuse: dict[int, tuple[FeatureMap, FeatureMap, int]]  # position -> (ifm, ofm, bytes) when fusable
+    joins: bool = False  # cascades through residual joins and gates (``sched_ops`` built with ``joins`` too)
     # position -> its options at full height per weight buffering, and (buffered, height) -> fastest block config
     priced: dict[int, PassChoices] = field(default_factory=dict)
     # Cascades share their passes' stripes, so each is worked out once: (position, OFM stripe) -> its IFM stripes
@@ -147,16 +157,37 @@ class SubgraphFacts:
         return frozenset(run for run, derived in self._run_kinds.items() if not derived)
 
     @cached_property
+    def link_reach(self) -> tuple[int | None, ...]:
+        """Per position k < n - 1: None when pass k + 1 may not follow pass k in a cascade, else the last position
+        a cascade through them must reach (k + 1, or with ``joins`` the last pass reading k's OFM lagged)."""
+        sops = self.sched_ops
+        reach: list[int | None] = []
+        for k in range(len(sops) - 1):
+            later = sops[k].dependants[1:]
+            if not may_cascade(sops[k], sops[k + 1], later_readers=self.joins):
+                reach.append(None)
+            elif all(reads_lagged(sops[k].op, sops[q], [s.op for s in sops[k + 1:q]]) for q in later):
+                reach.append(max(later, default=k + 1))
+            else:
+                reach.append(None)
+        return tuple(reach)
+
+    @cached_property
     def _run_kinds(self) -> dict[tuple[int, int, tuple[Shape4D, ...]], bool]:
         """Every run of ``cascade_runs`` -> whether a final stripe height gives its stripes."""
         n = len(self.sg.ops)
-        links = cascade_links(self)
+        reach = self.link_reach
         runs: dict[tuple[int, int, tuple[Shape4D, ...]], bool] = {}
+        longest = MAX_JOINED_LENGTH if self.joins else MAX_CASCADE_LENGTH
         for start in range(n):
-            end = start
-            while end + 1 < n and end - start + 1 < MAX_CASCADE_LENGTH and links[end]:
+            end = must_reach = start
+            while end + 1 < n and end - start + 1 < longest and (link := reach[end]) is not None:
                 end += 1
-                for h in stripe_heights(self.sched_ops[end].ofm_shape.height):
+                must_reach = max(must_reach, link)
+                if end < must_reach:
+                    continue  # a pass reading a map of the run lagged is not in it yet
+                for h in stripe_heights(self.sched_ops[end].ofm_shape.height) \
+                        if end - start < MAX_CASCADE_LENGTH else ():
                     if (stripes := _cascade_stripes(self, start, end, h)) is not None:
                         runs[start, end, tuple(stripes)] = True
                 for follow_stride in (True, False):
@@ -188,7 +219,7 @@ def make_candidate(facts: SubgraphFacts, start: int, ops: Sequence[OpSchedule], 
             if k > 0:
                 internal.add(sg_ops[start + k].ifm.tensor)
                 if rolling is None:
-                    rolling = rolling_buffer_shape(ops[k - 1].ofm_stripe, op_sched.ifm_stripe)
+                    rolling = _rolling_buffer(facts, start, ops, k)
             else:
                 rolling = None
             op_sched = replace(op_sched, cascade=cascade, rolling_buffer=rolling)
@@ -219,6 +250,21 @@ def make_candidate(facts: SubgraphFacts, start: int, ops: Sequence[OpSchedule], 
     key = (start, tuple(fixed))
     return Candidate(facts.index, start, end, tuple(fixed), source, tuple(boundary), frozenset(internal),
                      before, at, after, reuse, key)
+
+
+def _rolling_buffer(facts: SubgraphFacts, start: int, ops: Sequence[OpSchedule], k: int) -> Shape4D:
+    """The rolling buffer pass ``start + k`` of a cascade reads its IFM from: Vela's size, deepened to the rows
+    the passes reading it lagged, later in the cascade, still need (``rules.lagged_buffer_height``)."""
+    shape = rolling_buffer_shape(ops[k - 1].ofm_stripe, ops[k].ifm_stripe)
+    producer = start + k - 1
+    full_height = facts.sg.ops[producer].ofm.shape.height
+    for reader in facts.sched_ops[producer].dependants[1:]:
+        if reader > start + len(ops) - 1:
+            continue  # not in this cascade: make_candidate's caller keeps such runs out
+        heights = [ops[p - start].ofm_stripe.height for p in range(producer, reader + 1)]
+        kernels = [facts.sg.ops[p].kernel.area_height() for p in range(producer + 1, reader)]
+        shape = shape.with_height(max(shape.height, lagged_buffer_height(heights, kernels, full_height)))
+    return shape
 
 
 def single_candidates(arch: ArchitectureFeatures, facts: SubgraphFacts, pos: int,
@@ -256,9 +302,9 @@ def vela_single_candidates(arch: ArchitectureFeatures, facts: SubgraphFacts, pos
 
 
 def cascade_links(facts: SubgraphFacts) -> list[bool]:
-    """links[k]: may pass k+1 join a cascade with pass k (Vela's rules that do not depend on the stripe)."""
-    sops = facts.sched_ops
-    return [may_cascade(sops[k], sops[k + 1]) for k in range(len(sops) - 1)]
+    """links[k]: may pass k+1 join a cascade with pass k (Vela's rules that do not depend on the stripe, with
+    the facts' joins)."""
+    return [reach is not None for reach in facts.link_reach]
 
 
 def _cascade_stripes(facts: SubgraphFacts, start: int, end: int, final_height: int) -> list[Shape4D] | None:

@@ -80,7 +80,7 @@ from npusched.solvers.cpsat.candidates import (
 from npusched.solvers.cpsat.pricing_pool import CHUNK_CANDIDATES, fork_map, price_in_processes
 from npusched.solvers.heuristic import sched_ops_of
 from npusched.solvers.max_schedule import vela_tensor_placements
-from npusched.target.arch import ArchitectureFeatures
+from npusched.target.arch import ArchitectureFeatures, OptimisationStrategy
 from npusched.target.estimators import OVER_CAP_PENALTY, Estimator
 
 # Prices are in cycles with fractions; the objective counts 1/SCALE cycles (rounded per pass).
@@ -169,9 +169,11 @@ class NetworkFacts:
     """What every region of one network needs: tensor use, Vela's placements, a shared pricer, and per subgraph
     the scheduler's view of its passes and its live ranges (computed on first use)."""
 
-    def __init__(self, network: Network, arch: ArchitectureFeatures) -> None:
+    def __init__(self, network: Network, arch: ArchitectureFeatures, joins: bool | None = None) -> None:
         self.network = network
         self.arch = arch
+        # Cascades through residual joins and gates (``candidates.SubgraphFacts.joins``): for Size by default.
+        self.joins = arch.optimise is OptimisationStrategy.SIZE if joins is None else joins
         self.subgraphs = subgraphs_of(network)
         self.use = tensor_use(network)
         self.base: dict[FeatureMap, TensorPlacement] = dict(vela_tensor_placements(network, arch, self.use))
@@ -197,8 +199,8 @@ class NetworkFacts:
                 if (src is not None and src is not op.ofm.tensor and self.use.storage_key(src) == src
                         and self.use.storage_key(op.ofm.tensor) == op.ofm.tensor):
                     reuse[pos] = (src, op.ofm.tensor, storage_size(src, self.base[src].format))
-            self._facts[sgi] = SubgraphFacts(sgi, sg, sched_ops_of(sg, self.use, formats, held_operands=True),
-                                          self.use, reuse)
+            sched_ops = sched_ops_of(sg, self.use, formats, held_operands=True, joins=self.joins)
+            self._facts[sgi] = SubgraphFacts(sgi, sg, sched_ops, self.use, reuse, self.joins)
         return self._facts[sgi]
 
     def layout(self, sgi: int) -> MemoryLayout:

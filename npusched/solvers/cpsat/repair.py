@@ -101,7 +101,7 @@ def _floor_over_limit(built: CpSatModel, evaluation: Evaluation, size: int) -> t
     it. None when the floor fits, or when feature maps may leave fast storage (then there is no such floor)."""
     net, limit = built.net, built.limit
     try:
-        floor = network_floor(net.network, net.arch).whole_bytes
+        floor = network_floor(net.network, net.arch, held_operands=True, joins=net.joins).whole_bytes
     except ValueError:
         return None
     if floor <= limit:

@@ -112,7 +112,8 @@ def solve_cpsat(network: Network, arch: ArchitectureFeatures, *, time_limit_seco
     from the hint. With ``any_bound`` the any-schedule bound is worked out after the search, within the limit
     (``any_schedule_bound_seconds`` is kept back from the search, its work budget too); a caller that searches
     several graphs works it out once, for the one it returns. Raises ScheduleError when no candidate schedule
-    fits the fast storage.
+    fits the fast storage; where nothing fits within Vela's cascade rules (with held gates), the search is made
+    again with cascades through joins (``NetworkFacts.joins``, which Size has from the start).
     """
     start = time.monotonic()
     if time_limit_seconds <= 0 and hint is not None:
@@ -127,8 +128,17 @@ def solve_cpsat(network: Network, arch: ArchitectureFeatures, *, time_limit_seco
     if work_limit_seconds is not None:
         work_limit_seconds = max(work_limit_seconds - kept_back, MIN_SEARCH_SECONDS)
     net = NetworkFacts(network, arch)
-    result = _search(net, start, time_limit_seconds, work_limit_seconds, workers or os.cpu_count() or 1, seed,
-                     deterministic, hint, hint_evaluation, log)
+    workers = workers or os.cpu_count() or 1
+    try:
+        result = _search(net, start, time_limit_seconds, work_limit_seconds, workers, seed, deterministic, hint,
+                         hint_evaluation, log)
+    except ScheduleError as exc:
+        if net.joins or exc.needed_bytes is None:
+            raise
+        # Nothing fits within Vela's cascade rules: cascades through joins may fit (Size has them from the start).
+        net = NetworkFacts(network, arch, joins=True)
+        result = _search(net, start, time_limit_seconds, work_limit_seconds, workers, seed, deterministic, hint,
+                         hint_evaluation, log)
     if result.model_stats.get("stopped_by_clock"):
         result = replace(result, reason="; ".join(filter(None, (result.reason, STOPPED_BY_CLOCK))))
     if any_bound:
@@ -405,21 +415,22 @@ def _smallest_fit_error(net: NetworkFacts, datas: Sequence[RegionData], limit: i
 
 
 def _what_sets(net: NetworkFacts, least: int) -> str:
-    """Whether Vela's cascade rules (with held operands, as the candidate space) or the network itself set the
-    floor ``least``: the least any schedule those rules allow needs (shared fast storage only)."""
+    """Whether the cascade rules of the candidate space (Vela's, with held operands, and with joins where it has
+    them) or the network itself set the floor ``least``: the least any schedule those rules allow needs (shared
+    fast storage only)."""
     try:
-        floor = network_floor(net.network, net.arch, held_operands=True).npu
+        floor = network_floor(net.network, net.arch, held_operands=True, joins=net.joins).npu
     except ValueError:
         return ""  # feature maps may leave fast storage: no such floor
     first, last = floor.run
+    rules = "the cascade rules (Vela's, and cascades through joins)" if net.joins else "Vela's cascade rules"
     if floor.floor_bytes < least:
-        return (f"; Vela's cascade rules allow schedules down to {floor.describe()}, with stripes outside the "
-                "candidate space")
+        return f"; {rules} allow schedules down to {floor.describe()}, with stripes outside the candidate space"
     if first == last:
         return (f"; the network itself sets that floor: pass {floor.position} ({floor.op_name}) needs it with its "
-                "operands whole, and no cascade Vela's rules allow can stripe it")
-    return (f"; Vela's cascade rules set that floor: no schedule they allow needs less (passes {first}..{last} "
-            "cascaded, at least)")
+                f"operands whole, and no cascade {rules} allow can stripe it")
+    return (f"; {rules} set that floor: no schedule they allow needs less (passes {first}..{last} cascaded, at "
+            "least)")
 
 
 def _path_bound(net: NetworkFacts, datas: Sequence[RegionData], limit: int, upper: Evaluation | None,
