@@ -3,7 +3,8 @@
 
 Usage: python scripts/never_slower.py [--archs a,b] [--styles plain,keras,torch] [--configs c1,c2] [--passes 60]
            [--seed 0] [--time-limit 30] [--workers N] [--deterministic] [--objective O] [--estimator E]
-           [--int16] [--without REWRITES] [--size] [--cores-from CSV] [--csv PATH] [--resume] [--summary-only]
+           [--int16] [--without REWRITES] [--size] [--compile] [--cores-from CSV] [--csv PATH] [--resume]
+           [--summary-only]
            [--table LABEL=CSV ...]
 
 For every netgen architecture x export style (plain, Keras-style, PyTorch-style) x golden configuration (the grid
@@ -45,6 +46,7 @@ from npusched.errors import NpuschedError  # noqa: E402
 from npusched.frontend import normalise as normalisation  # noqa: E402
 from npusched.frontend.tflite_reader import parse_tflite  # noqa: E402
 from npusched.netgen import ARCHITECTURES, generate  # noqa: E402
+from npusched.vela.backend import compile_schedule  # noqa: E402
 from npusched.vela.command import last_line, run_options_from_vela_args, run_vela  # noqa: E402
 from npusched.vela.report import read_summary  # noqa: E402
 
@@ -56,7 +58,7 @@ VELA_TIMEOUT_SECONDS = 900.0
 COLUMNS = ["arch", "style", "config", "legacy_cycles", "legacy_sram", "legacy_cpu", "default_cycles",
            "default_sram", "default_cpu", "status", "note", "ns_legacy_cycles", "ns_default_cycles", "ns_sram",
            "ns_cpu", "ns_subgraphs", "ratio_legacy", "ratio_default", "ratio_max", "peak_vs_min", "excluded",
-           "seconds", "legacy_subgraphs", "default_subgraphs"]
+           "seconds", "legacy_subgraphs", "default_subgraphs", "compiled"]
 
 
 def core_run(model: Path, config: dict[str, Any], core: str) -> dict[str, Any]:
@@ -91,7 +93,15 @@ def npusched_run(model: Path, config: dict[str, Any], args: argparse.Namespace) 
         return {"status": "error", "note": str(exc)[:200]}
     _, evaluation = result.solved()
     note = result.solver_report.reason if result.solver_report is not None else ""
-    return {"status": result.status, "note": note[:200],
+    compiled = ""
+    if args.compile:
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                done = compile_schedule(result, Path(tmp))
+                compiled = "yes" if done.agreed and done.allocation_fits else "; ".join(done.warnings())[:200]
+            except NpuschedError as exc:
+                compiled = f"refused: {exc}"[:200]
+    return {"status": result.status, "note": note[:200], "compiled": compiled,
             "ns_legacy_cycles": result.cycles_by_estimator["vela-legacy"],
             "ns_default_cycles": result.cycles_by_estimator["vela-default"],
             "ns_sram": max(evaluation.allocation.size_bytes, evaluation.network_peak_fast_storage),
@@ -225,6 +235,9 @@ def main() -> int:
     parser.add_argument("--size", action="store_true",
                         help="each configuration's --optimise Size variant, its arena limit dropped (named NAME_size): "
                              "the peaks against both cores'")
+    parser.add_argument("--compile", action="store_true",
+                        help="compile each schedule with Vela's backend (--output-dir): 'compiled' is yes when Vela's "
+                             "estimate agrees and its allocation is within the limit, else why not")
     parser.add_argument("--cores-from", type=Path, metavar="CSV",
                         help="take both cores' columns from an earlier grid's CSV (same cells), running npusched only")
     parser.add_argument("--csv", type=Path, help="write the rows here (and read them back with --resume)")

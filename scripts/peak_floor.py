@@ -7,8 +7,9 @@
 Corpus (default): per model under u55-128_hee_shared_size, the floor no schedule Vela's cascade rules allow can
 go below (``npusched.solvers.peak_floor``; NPU subgraphs, and the whole inference), next to npusched's least peak
 (docs/size_vs_vela.csv, made by scripts/size_vs_vela.py) and both Vela cores' SRAM used (tests/data/baselines),
-with geomeans. --held-operands: the floor when gate MULs holding a second feature map join cascades
-too, as CP-SAT's may (Vela's rules forbid it). --generated: networks of npusched.netgen under the same
+with geomeans. --held-operands: the floor of CP-SAT's own Size rules (gate MULs and residual joins holding a
+second feature map or reading it lagged, rolling buffers sized in Vela's pull order; Vela's rules forbid them).
+--generated: networks of npusched.netgen under the same
 configuration; checks the floor is at or below the heuristic's and CP-SAT's (--optimise Size, deterministic)
 peaks and counts where CP-SAT meets it.
 """
@@ -58,7 +59,7 @@ def corpus(args: argparse.Namespace) -> int:
     rows = []
     for path in sorted((DATA / "corpus").glob("*.tflite")):
         arch, network, _ = load_network(run_options_from_vela_args(path, config()))
-        floor = network_floor(network, arch, args.held_operands)
+        floor = network_floor(network, arch, args.held_operands, joins=args.held_operands)
         legacy = vela[path.stem]["legacy"]
         peak, net_peak = int(ours[path.stem]["peak"]), int(ours[path.stem]["net_peak"])
         rows.append({"model": path.stem, "floor": floor.npu.floor_bytes, "net_floor": floor.whole_bytes,
@@ -99,9 +100,10 @@ def generated(args: argparse.Namespace) -> int:
                 result = solve_cpsat(network, arch, time_limit_seconds=args.time_limit, workers=2,
                                      deterministic=True, hint=heuristic)
                 peaks = []
-                # each against the floor of its own cascade rules: Vela's, and CP-SAT's (gate MULs held)
-                for schedule, held in ((heuristic, False), (result.schedule, True)):
-                    floor = network_floor(network, arch, held)
+                # each against the floor of its own cascade rules: Vela's, and CP-SAT's Size rules (gates and
+                # joins held or read lagged, rolling buffers sized in Vela's pull order)
+                for schedule, own in ((heuristic, False), (result.schedule, True)):
+                    floor = network_floor(network, arch, held_operands=own, joins=own)
                     evaluation = evaluate(network, arch, schedule)
                     peaks.append(evaluation.peak_fast_storage)
                     if evaluation.peak_fast_storage < floor.npu.floor_bytes or \

@@ -24,8 +24,10 @@ from npusched.vela.command import run_options_from_vela_args
 SIZE = "u55-128_hee_shared_size"
 
 
-def _assert_above_floor(network, arch, schedules, held_operands: bool = False) -> None:
-    floor = network_floor(network, arch, held_operands)
+def _assert_above_floor(network, arch, schedules, joins: bool = False) -> None:
+    """Vela's rules' floor, or with ``joins`` the floor of CP-SAT's own Size rules (held operands, joins, rolling
+    buffers sized in Vela's pull order)."""
+    floor = network_floor(network, arch, held_operands=joins, joins=joins)
     for schedule in schedules:
         evaluation = evaluate(network, arch, schedule)
         assert floor.npu.floor_bytes <= evaluation.peak_fast_storage, schedule.solver
@@ -49,14 +51,14 @@ def test_no_schedule_goes_below_the_floor(model):
 @pytest.mark.parametrize("model", ["resnet8_ic_int8", "vww_96_int8", "person_detect", "dtln"])
 def test_cpsat_smallest_schedule_meets_the_floor(model):
     """CP-SAT proves its least peak over its own candidate space; the floor holds over every schedule whose
-    cascades CP-SAT's rules allow (Vela's, and residual adds held whole). Where the two meet, CP-SAT's schedule is
-    the smallest there is."""
+    cascades CP-SAT's Size rules allow (Vela's, gates and residual joins held or read lagged, rolling buffers
+    sized in Vela's pull order). Where the two meet, CP-SAT's schedule is the smallest there is."""
     arch, network = load_corpus(model, SIZE)
     result = solve_cpsat(network, arch, time_limit_seconds=60, workers=2, deterministic=True,
                          hint=heuristic_schedule(network, arch, "Size"))
     assert result.peak_proven_minimal
     evaluation = evaluate(network, arch, result.schedule)
-    floor = network_floor(network, arch, held_operands=True)
+    floor = network_floor(network, arch, held_operands=True, joins=True)
     assert evaluation.peak_fast_storage == floor.npu.floor_bytes
     assert evaluation.network_peak_fast_storage == floor.whole_bytes
 
@@ -80,15 +82,14 @@ def test_resnet8_floor_by_hand():
 @pytest.mark.parametrize("architecture", ["mixed", "resnet", "mobilenet_v2", "nasnet", "densenet"])
 def test_floor_holds_on_generated_networks(tmp_path: Path, architecture: str):
     """Networks the corpus does not have (CPU operators mid-graph, branching cells, concatenations): the floors
-    stay below the heuristic's smallest schedule (Vela's rules) and CP-SAT's (its own, residual adds held whole
-    in cascades)."""
+    stay below the heuristic's smallest schedule (Vela's rules) and CP-SAT's (its own Size rules, joins)."""
     path = tmp_path / f"{architecture}.tflite"
     path.write_bytes(generate(architecture, 40, 5))
     arch, network, _ = load_network(run_options_from_vela_args(path, CONFIGS[SIZE]))
     heuristic = heuristic_schedule(network, arch, "Size")
     result = solve_cpsat(network, arch, time_limit_seconds=20, workers=2, deterministic=True, hint=heuristic)
     _assert_above_floor(network, arch, [heuristic])
-    _assert_above_floor(network, arch, [result.schedule], held_operands=True)
+    _assert_above_floor(network, arch, [result.schedule], joins=True)
 
 
 @pytest.mark.slow

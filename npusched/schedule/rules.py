@@ -167,6 +167,28 @@ def reads_lagged(producer: NpuOp, reader: CascadePass, between: Sequence[NpuOp])
                     and p.resampling_mode == ResamplingMode.NONE for p in between))
 
 
+def pulled_buffer_height(producer_rows: int, consumer_ifm_rows: int, full_height: int) -> int:
+    """Rows a rolling buffer needs in the order Vela's command stream runs a cascade: pull-wise, the producer
+    writes whole stripes of ``producer_rows`` only until the consumer's next IFM stripe of ``consumer_ifm_rows``
+    is there, so it runs at most ``producer_rows - 1`` rows ahead of what the consumer reads. Vela sizes the buffer
+    at the consumer's IFM stripe plus one producer stripe in whole consumer stripes (``rolling_buffer_shape``),
+    up to twice this; npusched's own cascades (with joins) take this size, which each compilation's replay
+    (``npusched.vela.rolling_check``) confirms."""
+    return min(consumer_ifm_rows + producer_rows - 1, full_height)
+
+
+def cascade_reach(passes: Sequence[CascadePass], k: int, later_readers: bool = False) -> int | None:
+    """None when pass ``k + 1`` may not follow pass ``k`` in a cascade (``may_cascade``), else the last position
+    a cascade through them must reach: ``k + 1``, or with ``later_readers`` the last pass reading ``k``'s OFM
+    lagged (``reads_lagged``; a later reader that may not makes the link None)."""
+    producer, later = passes[k], passes[k].dependants[1:]
+    if not may_cascade(producer, passes[k + 1], later_readers):
+        return None
+    if not all(reads_lagged(producer.op, passes[q], [p.op for p in passes[k + 1:q]]) for q in later):
+        return None
+    return max(later, default=k + 1)
+
+
 def lagged_buffer_height(stripe_heights: Sequence[int], kernel_heights: Sequence[int], full_height: int) -> int:
     """Rows a rolling buffer must hold when a pass of its cascade reads it as second operand while the passes
     between run ahead: ``stripe_heights`` are the OFM stripe heights of the producer, the passes between and

@@ -168,7 +168,8 @@ def pareto_frontier(network: Network, arch_at: Callable[[int], ArchitectureFeatu
 
     references = tuple(s for s in (top_hint, _max_schedule(network, top_arch)) if s is not None)
     seconds = budget.next(shares=2)
-    fit = smallest_fast_storage(NetworkFacts(network, top_arch), references, time.monotonic() + seconds,
+    # The low end with cascades through joins: the limits below Vela's rules' least are solved with them too.
+    fit = smallest_fast_storage(NetworkFacts(network, top_arch, joins=True), references, time.monotonic() + seconds,
                                 deterministic)
     smallest, proven = fit.needed_bytes, fit.proven
     notes = []

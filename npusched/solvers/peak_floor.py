@@ -22,7 +22,8 @@ these over every run containing ``p``, and the subgraph's floor the largest ``fl
 cascade, that operand held whole, as CP-SAT's candidate space does (``cascades.elementwise_cascadable``) and
 Vela's rules do not: the floor of npusched's own schedules. ``joins`` (with ``held_operands``) adds what CP-SAT's
 candidate space has under ``--optimise Size``: residual ADDs and SUBs held the same way, and maps read again later
-in a cascade (``rules.may_cascade`` with later readers): counted with their one-row rolling buffers, a floor still.
+in a cascade (``rules.may_cascade`` with later readers): counted with their one-row rolling buffers, a floor still;
+and rolling buffers sized in Vela's pull order (``rules.pulled_buffer_height``), half Vela's for one-row stripes.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from npusched.ir import FeatureMap, NpuOp, TensorFormat, round_up
 from npusched.lowering.graph import Network, NpuSubgraph
 from npusched.schedule.memory_layout import MemoryLayout, memory_layout
 from npusched.schedule.memory_model import network_memory, reusable_ifm
-from npusched.schedule.rules import BRICK_DEPTH, ifm_stripes, may_cascade, storage_size
+from npusched.schedule.rules import BRICK_DEPTH, cascade_reach, ifm_stripes, storage_size
 from npusched.schedule.tensor_use import TensorUse, feature_map_label, subgraphs_of, tensor_use
 from npusched.solvers.heuristic import sched_ops_of
 from npusched.solvers.max_schedule import max_schedule, vela_tensor_placements
@@ -65,13 +66,15 @@ class PeakFloor:
                 f"least {run}: {parts}")
 
 
-def minimal_rolling_bytes(producer: NpuOp, consumer: NpuOp) -> int:
+def minimal_rolling_bytes(producer: NpuOp, consumer: NpuOp, pulled: bool = False) -> int:
     """The smallest rolling buffer Vela's sizing allows between two cascaded passes (a one-row consumer
-    stripe and at least one producer row: twice the rows that one row reads)."""
+    stripe and at least one producer row: twice the rows that one row reads); ``pulled``: the size in Vela's pull
+    order, npusched's with joins (``rules.pulled_buffer_height``: the rows that one row reads)."""
     ofm = consumer.ofm.shape
     rows = ifm_stripes(consumer, ofm.with_hw(1, ofm.width))[0].height
     produced = producer.ofm.shape
-    return 2 * rows * produced.width * round_up(produced.depth, BRICK_DEPTH) * producer.ofm.tensor.dtype.size_in_bytes
+    return (1 if pulled else 2) * rows * produced.width * round_up(produced.depth, BRICK_DEPTH) \
+        * producer.ofm.tensor.dtype.size_in_bytes
 
 
 def subgraph_floor(sg: NpuSubgraph, use: TensorUse, formats: Mapping[FeatureMap, TensorFormat],
@@ -89,24 +92,25 @@ def subgraph_floor(sg: NpuSubgraph, use: TensorUse, formats: Mapping[FeatureMap,
                   for key, r in layout.ranges.items()}
         layout = replace(layout, ranges=ranges)
     sched_ops = sched_ops_of(sg, use, formats, held_operands=held_operands, joins=joins)
-    links = [False] + [may_cascade(sched_ops[i - 1], sched_ops[i], later_readers=joins) for i in range(1, len(ops))]
-    floors = [_least_at(pos, ops, links, layout, use, formats, size) for pos in range(len(ops))]
+    links = [False] + [cascade_reach(sched_ops, i - 1, joins) is not None for i in range(1, len(ops))]
+    floors = [_least_at(pos, ops, links, layout, use, formats, size, joins) for pos in range(len(ops))]
     pos = max(range(len(ops)), key=lambda p: floors[p][0])
     total, run, parts = floors[pos]
     return PeakFloor(total, sg.name, pos, ops[pos].name, run, parts)
 
 
-def _least_at(pos: int, ops: tuple[NpuOp, ...], joins: list[bool], layout: MemoryLayout, use: TensorUse,
-              formats: Mapping[FeatureMap, TensorFormat], size: Callable[[FeatureMap], int]
+def _least_at(pos: int, ops: tuple[NpuOp, ...], links: list[bool], layout: MemoryLayout, use: TensorUse,
+              formats: Mapping[FeatureMap, TensorFormat], size: Callable[[FeatureMap], int], pulled: bool
               ) -> tuple[int, tuple[int, int], tuple[tuple[str, int], ...]]:
-    """(bytes, run, parts) of the run containing ``pos`` that needs the least fast storage."""
+    """(bytes, run, parts) of the run containing ``pos`` that needs the least fast storage (``pulled``: rolling
+    buffers sized in Vela's pull order, as npusched's own with joins)."""
     lo, hi = pos, pos  # the longest chain of passes that may cascade through ``pos``
-    while lo > 0 and joins[lo]:
+    while lo > 0 and links[lo]:
         lo -= 1
-    while hi + 1 < len(ops) and joins[hi + 1]:
+    while hi + 1 < len(ops) and links[hi + 1]:
         hi += 1
     options = [_alone(pos, ops[pos], layout, use, formats, size)]
-    options += [_cascade(first, last, ops, layout, size)
+    options += [_cascade(first, last, ops, layout, size, pulled)
                 for first in range(lo, pos + 1) for last in range(max(pos, first + 1), hi + 1)]
     return min(options, key=lambda o: (o[0], o[1]))
 
@@ -128,11 +132,11 @@ def _alone(pos: int, op: NpuOp, layout: MemoryLayout, use: TensorUse, formats: M
     return sum(b for _, b in listed), (pos, pos), tuple(listed)
 
 
-def _cascade(first: int, last: int, ops: tuple[NpuOp, ...], layout: MemoryLayout, size: Callable[[FeatureMap], int]
-             ) -> tuple[int, tuple[int, int], tuple[tuple[str, int], ...]]:
+def _cascade(first: int, last: int, ops: tuple[NpuOp, ...], layout: MemoryLayout, size: Callable[[FeatureMap], int],
+             pulled: bool) -> tuple[int, tuple[int, int], tuple[tuple[str, int], ...]]:
     listed = [(feature_map_label(ops[first].ifm.tensor), size(ops[first].ifm.tensor)),
               (feature_map_label(ops[last].ofm.tensor), size(ops[last].ofm.tensor))]
-    listed += [(f"rolling buffer after pass {i}", minimal_rolling_bytes(ops[i], ops[i + 1]))
+    listed += [(f"rolling buffer after pass {i}", minimal_rolling_bytes(ops[i], ops[i + 1], pulled))
                for i in range(first, last)]
     # A second operand that is a feature map from outside the run (held operands only) is held whole.
     produced = {op.ofm.tensor for op in ops[first:last + 1]}

@@ -21,7 +21,8 @@ Where candidates come from (and how many, per subgraph of n passes):
 * with ``joins`` (``--optimise Size``, or where nothing fits without them), runs also through residual joins and
   gates: an ADD/SUB/MUL holding a second operand made before the run, or reading one made inside it from its
   producer's rolling buffer, deepened for the rows between (``rules.reads_lagged``), so that the skip of a
-  residual block or the gated map of a swish need not be whole;
+  residual block or the gated map of a swish need not be whole; such runs take one-row stripes only, and every
+  rolling buffer the rows Vela's pull order needs (``rules.pulled_buffer_height``);
 * and every such run with smallest stripes, for memory (Vela's block configs, weights buffered or in place:
   <= n x (MAX_CASCADE_LENGTH - 1) x 4; with joins up to ``MAX_JOINED_LENGTH`` passes long): Vela's minimal
   stripes (each pass as many rows as the next pass's vertical stride: the stripes of its ``--optimise Size``
@@ -51,18 +52,18 @@ from typing import Any
 
 from npusched.ir import FeatureMap, NpuOp, Shape4D
 from npusched.lowering.graph import NpuSubgraph
-from npusched.schedule.cascades import SchedOp, rolling_buffer_shape
+from npusched.schedule.cascades import SchedOp, elementwise_cascadable, rolling_buffer_shape
 from npusched.schedule.evaluator import TensorUse
 from npusched.schedule.memory_layout import weight_buffer_bytes
 from npusched.schedule.options import OpOption, cheapest_options, drop_dominated
 from npusched.schedule.pricing import BlendedPrice, PartialPrice, Slack, partial_price_op
 from npusched.schedule.rules import (
+    cascade_reach,
     cascade_stripes,
     ifm_stripes,
     lagged_buffer_height,
-    may_cascade,
     minimal_stripe_height,
-    reads_lagged,
+    pulled_buffer_height,
     rolling_buffer_bytes,
     weights_need_dma,
 )
@@ -75,7 +76,7 @@ from npusched.target.performance import BufferKind
 BLOCK_CONFIGS_PER_OP = 3
 MAX_CASCADE_LENGTH = 8
 # With joins, runs with smallest stripes reach this far: a stage of residual blocks from the network input.
-MAX_JOINED_LENGTH = 24
+MAX_JOINED_LENGTH = 16
 STRIPE_HEIGHTS = 3
 SMALL_STRIPES = 8
 
@@ -160,17 +161,7 @@ class SubgraphFacts:
     def link_reach(self) -> tuple[int | None, ...]:
         """Per position k < n - 1: None when pass k + 1 may not follow pass k in a cascade, else the last position
         a cascade through them must reach (k + 1, or with ``joins`` the last pass reading k's OFM lagged)."""
-        sops = self.sched_ops
-        reach: list[int | None] = []
-        for k in range(len(sops) - 1):
-            later = sops[k].dependants[1:]
-            if not may_cascade(sops[k], sops[k + 1], later_readers=self.joins):
-                reach.append(None)
-            elif all(reads_lagged(sops[k].op, sops[q], [s.op for s in sops[k + 1:q]]) for q in later):
-                reach.append(max(later, default=k + 1))
-            else:
-                reach.append(None)
-        return tuple(reach)
+        return tuple(cascade_reach(self.sched_ops, k, self.joins) for k in range(len(self.sched_ops) - 1))
 
     @cached_property
     def _run_kinds(self) -> dict[tuple[int, int, tuple[Shape4D, ...]], bool]:
@@ -179,18 +170,24 @@ class SubgraphFacts:
         reach = self.link_reach
         runs: dict[tuple[int, int, tuple[Shape4D, ...]], bool] = {}
         longest = MAX_JOINED_LENGTH if self.joins else MAX_CASCADE_LENGTH
+        # Passes that cascade only with joins (residual ADDs and SUBs holding a map).
+        joined = [self.joins and sop.cascadable_kind and not elementwise_cascadable(sop.op, held_operands=True)
+                  for sop in self.sched_ops]
         for start in range(n):
             end = must_reach = start
+            through_join = joined[start]
             while end + 1 < n and end - start + 1 < longest and (link := reach[end]) is not None:
                 end += 1
                 must_reach = max(must_reach, link)
+                through_join = through_join or joined[end] or link > end
                 if end < must_reach:
                     continue  # a pass reading a map of the run lagged is not in it yet
+                # Runs through joins are there for memory: smallest stripes only (cheap to consider).
                 for h in stripe_heights(self.sched_ops[end].ofm_shape.height) \
-                        if end - start < MAX_CASCADE_LENGTH else ():
+                        if end - start < MAX_CASCADE_LENGTH and not through_join else ():
                     if (stripes := _cascade_stripes(self, start, end, h)) is not None:
                         runs[start, end, tuple(stripes)] = True
-                for follow_stride in (True, False):
+                for follow_stride in (False,) if through_join else (True, False):  # Vela's has no joins
                     if (stripes := _minimal_stripes(self, start, end, follow_stride)) is not None:
                         runs.setdefault((start, end, tuple(stripes)), False)
         return runs
@@ -253,11 +250,15 @@ def make_candidate(facts: SubgraphFacts, start: int, ops: Sequence[OpSchedule], 
 
 
 def _rolling_buffer(facts: SubgraphFacts, start: int, ops: Sequence[OpSchedule], k: int) -> Shape4D:
-    """The rolling buffer pass ``start + k`` of a cascade reads its IFM from: Vela's size, deepened to the rows
-    the passes reading it lagged, later in the cascade, still need (``rules.lagged_buffer_height``)."""
+    """The rolling buffer pass ``start + k`` of a cascade reads its IFM from: Vela's size; with joins the rows
+    Vela's pull order needs (``rules.pulled_buffer_height``), deepened to the rows the passes reading it lagged,
+    later in the cascade, still need (``rules.lagged_buffer_height``)."""
     shape = rolling_buffer_shape(ops[k - 1].ofm_stripe, ops[k].ifm_stripe)
     producer = start + k - 1
     full_height = facts.sg.ops[producer].ofm.shape.height
+    if facts.joins:
+        shape = shape.with_height(pulled_buffer_height(ops[k - 1].ofm_stripe.height, ops[k].ifm_stripe.height,
+                                                       full_height))
     for reader in facts.sched_ops[producer].dependants[1:]:
         if reader > start + len(ops) - 1:
             continue  # not in this cascade: make_candidate's caller keeps such runs out
