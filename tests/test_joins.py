@@ -40,7 +40,7 @@ def test_lagged_buffer_height_counts_the_rows_the_passes_between_run_ahead() -> 
     assert lagged_buffer_height([8, 8, 8], [1], 8) == 8
 
 
-def _stripe(tensor: object, rows: tuple[int, int]) -> SimpleNamespace:
+def _stripe(rows: tuple[int, int]) -> SimpleNamespace:
     return SimpleNamespace(start_coord=[0, rows[0], 0, 0], end_coord=[1, rows[1], 4, 16])
 
 
@@ -51,10 +51,10 @@ def test_the_replay_finds_a_read_of_an_overwritten_row() -> None:
 
     def command(name: str, reads: tuple[int, int] | None, writes: tuple[int, int] | None) -> SimpleNamespace:
         return SimpleNamespace(is_npu_pass_command=lambda: True, ps=SimpleNamespace(name=name),
-                               ifm_tensor=buffer if reads else None, ifm_box=_stripe(buffer, reads or (0, 0)),
+                               ifm_tensor=buffer if reads else None, ifm_box=_stripe(reads or (0, 0)),
                                ifm2_tensor=None, ifm2_box=None,
                                ofm_tensor=buffer if writes else SimpleNamespace(sub_purpose=None),
-                               ofm_box=_stripe(buffer, writes or (0, 0)))
+                               ofm_box=_stripe(writes or (0, 0)))
 
     fine = [command("make", None, (0, 1)), command("make", None, (1, 2)), command("read", (0, 2), None)]
     assert rolling_buffer_problems(fine) == []
@@ -90,7 +90,8 @@ def test_a_residual_block_cascades_with_its_skip_in_a_deepened_rolling_buffer(bl
     network, arch = result.network, result.arch
     skip_reader = network.npu_ops[BLOCK[0] + 1]
     buffer = schedule.op(skip_reader.index).rolling_buffer
-    # A 1x1 pass reads one row a stripe: Vela's buffer would be 2 rows; the depthwise pass between needs 3.
+    # A 1x1 pass reads one row a stripe: Vela's buffer would be 2 rows, the pull order's 1; the add reads the skip
+    # after the expansion and the depthwise pass between have run ahead of it: 3 (lagged_buffer_height's bound).
     assert buffer is not None and buffer.height == 3
     evaluation = evaluate(network, arch, schedule)
     assert verify(network, arch, schedule, evaluation) == []
