@@ -17,7 +17,7 @@ from npusched.frontend.tflite_reader import read_tflite
 from npusched.ir import MemArea
 from npusched.lowering.graph import lower_model
 from npusched.schedule.evaluator import evaluate, verify
-from npusched.schedule.schedule import WeightBuffering
+from npusched.schedule.schedule import TensorPlacement, WeightBuffering
 from npusched.solvers.max_schedule import max_schedule
 from npusched.target.arch import load_architecture
 from npusched.target.performance import Direction, Purpose
@@ -171,6 +171,13 @@ def test_verify_reports_broken_schedules():
     resliced = schedule.with_ops([dataclasses.replace(
         buffered, weight_buffering=dataclasses.replace(buffered.weight_buffering, depth_slices=(0, 32, 64)))])
     assert any("differ from the encoded" in p for p in verify(network, arch, resliced))
+
+    # Flash is read-only to the NPU (a window search once left three OFMs there; Vela's backend refused them).
+    ofm = first.ofm.tensor
+    in_flash = dataclasses.replace(schedule, tensors=tuple(
+        (fm, TensorPlacement(MemArea.OffChipFlash, place.format) if fm == ofm else place)
+        for fm, place in schedule.tensors))
+    assert any("placed in read-only OffChipFlash" in p for p in verify(network, arch, in_flash))
 
     limit = evaluation.peak_fast_storage - 1
     assert any("exceeds the limit" in p for p in verify(network, arch, schedule, evaluation, limit=limit))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from npusched.ir import NpuOp
+from npusched.ir import MemArea, NpuOp
 from npusched.lowering.graph import Network, NpuSubgraph
 from npusched.schedule.allocation import Allocation, allocate_ranges, fast_storage_ranges
 from npusched.schedule.memory_model import cascade_rolling_buffers
@@ -122,6 +122,15 @@ def _weight_problems(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule
         yield f"{label}: weights are buffered although they need no DMA"
 
 
+def _flash_problems(sg: NpuSubgraph, schedule: Schedule) -> Iterable[str]:
+    """Flash is read-only to the NPU: no map it writes may be placed there (Vela's backend refuses it)."""
+    for op in sg.ops:
+        place = schedule.placement(op.ofm.tensor)
+        if place is not None and place.mem_area in (MemArea.OnChipFlash, MemArea.OffChipFlash):
+            yield f"op {op.index} ({op.name}): its OFM {feature_map_label(op.ofm.tensor)} is placed in read-only " \
+                  f"{place.mem_area.value}"
+
+
 def _boundary_problems(sg: NpuSubgraph, arch: ArchitectureFeatures, schedule: Schedule) -> Iterable[str]:
     """A subgraph's inputs and outputs are what the CPU (or the application) writes and reads: with fast storage
     of its own (Dedicated_Sram), which only the NPU addresses, they must stay in the feature-map memory."""
@@ -166,6 +175,7 @@ def verify(network: Network | NpuSubgraph, arch: ArchitectureFeatures, schedule:
                                 f"{op_sched.ofm_stripe.depth}")
         problems.extend(_cascade_problems(sg, schedule))
         problems.extend(_boundary_problems(sg, arch, schedule))
+        problems.extend(_flash_problems(sg, schedule))
     evaluation = evaluation if evaluation is not None else evaluate(network, arch, schedule)
     budget = staging_limit(arch) if limit is None else int(limit)
     for memory in evaluation.memory:
