@@ -21,6 +21,7 @@ from npusched.schedule.rules import lagged_buffer_height
 from npusched.schedule.verification import verify
 from npusched.solvers.cpsat.candidates import cascade_candidate, vela_single_candidates
 from npusched.solvers.cpsat.model import NetworkFacts
+from npusched.solvers.peak_floor import network_floor
 from npusched.vela.backend import VelaRefusal, compile_schedule
 from npusched.vela.command import run_options_from_vela_args
 from npusched.vela.rolling_check import rolling_buffer_problems
@@ -126,3 +127,25 @@ def test_vela_compiles_the_join_cascade_and_refuses_a_shallow_buffer(block_sched
     with pytest.raises(VelaRefusal, match="rolling buffer is too shallow"):
         compile_schedule(replace(result, schedule=shallow, evaluation=evaluate(network, arch, shallow)),
                          tmp_path / "shallow")
+
+
+@pytest.mark.slow
+def test_a_network_neither_core_fits_fits_with_joins(tmp_path: Path) -> None:
+    """The generated MobileNet-V2 in a 128 KiB shared arena (ethos-u55-256, the default objective): both Vela cores'
+    schedules over-run it (legacy's smallest, under --optimise Size, needs 141,312 bytes), nothing fits within
+    Vela's cascade rules, so the search is made again with joins and fits; Vela's backend compiles it within the
+    arena with its estimate equal."""
+    path = tmp_path / "mobilenet_v2.tflite"
+    path.write_bytes(generate("mobilenet_v2", 60, 0))
+    arena = 128 * 1024
+    result = run(run_options_from_vela_args(path, CONFIGS["u55-256_hee_shared_arena128k"], solver="cpsat",
+                                            time_limit_seconds=60, workers=1, deterministic=True))
+    assert len(result.floors) == 2 and all(floor.peak_fast_storage_bytes > arena for floor in result.floors)
+    # No schedule Vela's cascade rules allow fits (their floor, gates held as CP-SAT's own space holds them).
+    assert network_floor(result.network, result.arch, held_operands=True).npu.floor_bytes > arena
+    _, evaluation = result.solved()
+    assert verify(result.network, result.arch, result.schedule, evaluation) == []
+    assert evaluation.allocation.size_bytes <= arena
+    assert any(op.cascade is not None and op.rolling_buffer is not None for op in result.schedule.ops)
+    compiled = compile_schedule(result, tmp_path / "out")
+    assert compiled.agreed and compiled.allocation_fits, compiled.warnings()
