@@ -25,11 +25,13 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from never_slower import compile_verdict, without_arena  # noqa: E402
 
 from npusched.app.pipeline import run  # noqa: E402
 from npusched.errors import NpuschedError  # noqa: E402
 from npusched.netgen import generate  # noqa: E402
-from npusched.vela.backend import compile_schedule  # noqa: E402
 from npusched.vela.command import run_options_from_vela_args  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "tests" / "data" / "golden" / "configs.json"
@@ -45,10 +47,7 @@ def arenas_for(legacy_bytes: int) -> list[int]:
 
 
 def fit(model: Path, config: dict[str, Any], arena: int, args: argparse.Namespace) -> dict[str, Any]:
-    extra = [a for a in config.get("extra_args", ()) if a not in ("--optimise", "Size")]
-    if "--arena-cache-size" in extra:
-        at = extra.index("--arena-cache-size")
-        del extra[at:at + 2]
+    extra = [a for a in without_arena(config) if a not in ("--optimise", "Size")]
     options = run_options_from_vela_args(model, {**config, "extra_args": extra + ["--arena-cache-size", str(arena)]},
                                          solver="cpsat", time_limit_seconds=args.time_limit, workers=args.workers)
     try:
@@ -61,14 +60,7 @@ def fit(model: Path, config: dict[str, Any], arena: int, args: argparse.Namespac
                 "what_sets": (sets.group(1) if sets else text)[:160]}
     _, evaluation = result.solved()
     row: dict[str, Any] = {"status": "fits", "allocation": evaluation.allocation.size_bytes}
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            compiled = compile_schedule(result, Path(tmp))
-        except NpuschedError as exc:
-            return {**row, "compiled": f"refused: {exc}"[:160]}
-    row["vela_allocation"] = compiled.vela_allocation_bytes
-    row["compiled"] = "yes" if compiled.agreed and compiled.allocation_fits else \
-        "; ".join(compiled.warnings())[:160] or "allocation over the arena"
+    row["compiled"], row["vela_allocation"] = compile_verdict(result)
     return row
 
 

@@ -93,14 +93,7 @@ def npusched_run(model: Path, config: dict[str, Any], args: argparse.Namespace) 
         return {"status": "error", "note": str(exc)[:200]}
     _, evaluation = result.solved()
     note = result.solver_report.reason if result.solver_report is not None else ""
-    compiled = ""
-    if args.compile:
-        with tempfile.TemporaryDirectory() as tmp:
-            try:
-                done = compile_schedule(result, Path(tmp))
-                compiled = "yes" if done.agreed and done.allocation_fits else "; ".join(done.warnings())[:200]
-            except NpuschedError as exc:
-                compiled = f"refused: {exc}"[:200]
+    compiled = compile_verdict(result)[0] if args.compile else ""
     return {"status": result.status, "note": note[:200], "compiled": compiled,
             "ns_legacy_cycles": result.cycles_by_estimator["vela-legacy"],
             "ns_default_cycles": result.cycles_by_estimator["vela-default"],
@@ -108,13 +101,31 @@ def npusched_run(model: Path, config: dict[str, Any], args: argparse.Namespace) 
             "ns_cpu": len(result.network.cpu_ops), "ns_subgraphs": len(result.network.subgraphs)}
 
 
-def size_variant(config: dict[str, Any]) -> dict[str, Any]:
-    """``config`` under ``--optimise Size``, without its arena limit (so that every core reports its peak)."""
+def compile_verdict(result: Any) -> tuple[str, int | None]:
+    """Vela's backend compiling ``result`` (``--output-dir``, into a scratch directory): "yes" when Vela's estimate
+    agrees and its allocation is within the limit, else why not; and the fast storage Vela's allocator used."""
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            done = compile_schedule(result, Path(tmp))
+        except NpuschedError as exc:
+            return f"refused: {exc}"[:200], None
+    verdict = "yes" if done.agreed and done.allocation_fits else \
+        "; ".join(done.warnings())[:200] or "allocation over the limit"
+    return verdict, done.vela_allocation_bytes
+
+
+def without_arena(config: dict[str, Any]) -> list[str]:
+    """``config``'s extra Vela arguments without its arena limit."""
     extra = list(config.get("extra_args", ()))
     if "--arena-cache-size" in extra:
         at = extra.index("--arena-cache-size")
         del extra[at:at + 2]
-    return {**config, "extra_args": extra + ["--optimise", "Size"]}
+    return extra
+
+
+def size_variant(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` under ``--optimise Size``, without its arena limit (so that every core reports its peak)."""
+    return {**config, "extra_args": without_arena(config) + ["--optimise", "Size"]}
 
 
 def cell(arch: str, style: str, name: str, config: dict[str, Any], model: Path, args: argparse.Namespace,

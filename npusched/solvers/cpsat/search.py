@@ -127,18 +127,21 @@ def solve_cpsat(network: Network, arch: ArchitectureFeatures, *, time_limit_seco
     time_limit_seconds = max(time_limit_seconds - kept_back, MIN_SEARCH_SECONDS)
     if work_limit_seconds is not None:
         work_limit_seconds = max(work_limit_seconds - kept_back, MIN_SEARCH_SECONDS)
-    net = NetworkFacts(network, arch)
     workers = workers or os.cpu_count() or 1
+
+    def search(net: NetworkFacts) -> CpSatResult:
+        return _search(net, start, time_limit_seconds, work_limit_seconds, workers, seed, deterministic, hint,
+                       hint_evaluation, log)
+
+    net = NetworkFacts(network, arch)
     try:
-        result = _search(net, start, time_limit_seconds, work_limit_seconds, workers, seed, deterministic, hint,
-                         hint_evaluation, log)
+        result = search(net)
     except ScheduleError as exc:
         if net.joins or exc.needed_bytes is None:
             raise
         # Nothing fits within Vela's cascade rules: cascades through joins may fit (Size has them from the start).
         net = NetworkFacts(network, arch, joins=True)
-        result = _search(net, start, time_limit_seconds, work_limit_seconds, workers, seed, deterministic, hint,
-                         hint_evaluation, log)
+        result = search(net)
     if result.model_stats.get("stopped_by_clock"):
         result = replace(result, reason="; ".join(filter(None, (result.reason, STOPPED_BY_CLOCK))))
     if any_bound:
