@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from npusched.errors import ScheduleError
-from npusched.frontend.normalise import Normalisation, Site, counted
+from npusched.frontend.normalise import SOFTMAX_SPLIT_BYTES, Normalisation, Site, counted, split_bytes_for
 from npusched.lowering.graph import Network
 from npusched.schedule.evaluator import Evaluation
 from npusched.schedule.schedule import Schedule
-from npusched.target.arch import ArchitectureFeatures
+from npusched.target.arch import ArchitectureFeatures, OptimisationStrategy
 
 # A fast-storage limit no schedule reaches: verifying against it checks everything but the limit.
 UNLIMITED = 1 << 62
@@ -73,6 +73,13 @@ class RunOptions:
         """Whether the run's own graph may stage channel-poor maps (``normalise``'s ``stage``): where feature maps
         live off fast storage, for the solvers that schedule npusched's own graph."""
         return self.schedules_own_graph and arch.feature_map_storage_mem_area != arch.fast_storage_mem_area
+
+    def softmax_split_bytes(self, arch: ArchitectureFeatures) -> int:
+        """The int32 map over which the run's own graph may compute a SOFTMAX in row bands (``normalise``'s
+        ``softmax_split_bytes``; Vela's graph keeps Vela's)."""
+        if not self.schedules_own_graph:
+            return SOFTMAX_SPLIT_BYTES
+        return split_bytes_for(int(arch.arena_cache_size), arch.optimise is OptimisationStrategy.SIZE)
 
     @property
     def lowers_default_core_graph(self) -> bool:
@@ -143,6 +150,10 @@ class NormalisationReport:
         row bands is said after the folding)."""
         n = self.normalisation
         parts = [f"folded {counted(n.folded_operators, 'shape operator')}"] if n.folded else []
+        if n.constant_operators:
+            parts.append(f"computed {counted(n.constant_operators, 'operator')} of constants")
+        if n.broadcast_operands:
+            parts.append(f"{counted(n.broadcast_operands, 'broadcast constant')} written at the output's shape")
         if n.split_softmaxes:
             parts.append(n.describe_softmax_bands())
         if self.subgraphs_before < 0:  # -1: the original model does not lower, so there is nothing to count

@@ -42,7 +42,8 @@ from npusched.vela.report import read_cpu_operator_count, read_verbose_schedule
 SMALL_PASSES = 40
 # What Vela 5.2.0's legacy core leaves on the CPU in a generated transformer: BATCH_MATMUL and GELU (no NPU
 # implementation), MULs with neither input of the OFM's shape, and TRANSPOSEs by [0, 2, 3, 1].
-TRANSFORMER_CPU_OPERATORS = frozenset({"BATCH_MATMUL", "GELU", "MUL", "TRANSPOSE"})
+# What stays on the CPU of a transformer once normalised (its layer norms' [1, T, 1] x [D] MULs run on the NPU).
+TRANSFORMER_CPU_OPERATORS = frozenset({"BATCH_MATMUL", "GELU", "TRANSPOSE"})
 
 
 def _write(tmp_path: Path, arch: str, passes: int, seed: int, torch_style: bool = False) -> Path:
@@ -67,9 +68,9 @@ def test_every_architecture_is_read_and_lowered(tmp_path, arch):
     # The size knob is an estimate; small budgets round up to one block per stage (a transformer block with its
     # 31-pass SOFTMAX and 7-pass SQUARED_DIFFERENCEs is about 90 passes).
     assert SMALL_PASSES / 2 <= passes <= (120 if arch == "transformer" else 2 * SMALL_PASSES), passes
-    if arch == "transformer":  # attention's BATCH_MATMULs, GELU and the layer norms' [1, T, 1] x [D] MULs
+    if arch == "transformer":  # attention's BATCH_MATMULs, GELU
         assert len(network.subgraphs) > 1
-        assert {"BATCH_MATMUL", "MUL"} <= {op.tflite_op for op in network.cpu_ops} <= TRANSFORMER_CPU_OPERATORS
+        assert {"BATCH_MATMUL"} <= {op.tflite_op for op in network.cpu_ops} <= TRANSFORMER_CPU_OPERATORS
     elif arch in SPLIT_BY_DEFAULT:
         assert len(network.subgraphs) > 1 and len(network.cpu_ops) >= 2
         assert {op.tflite_op for op in network.cpu_ops} <= {"L2_NORMALIZATION", "SPACE_TO_DEPTH", "DEPTH_TO_SPACE"}
@@ -424,7 +425,8 @@ def test_16x8_networks_run_in_the_reference_interpreter_and_on_the_npu(tmp_path,
     # Vela legacy's RSQRT is an int8 lookup table only: a 16x8 layer norm's runs on the CPU.
     rsqrts = [op.opcode for op in model.main.operators if op.opcode == "RSQRT"]
     assert sorted(op.tflite_op for op in ops16.cpu_ops) == sorted([op.tflite_op for op in ops8.cpu_ops] + rsqrts)
-    assert len(ops16.subgraphs) == len(ops8.subgraphs)
+    # Each CPU RSQRT may split one more NPU subgraph off.
+    assert len(ops8.subgraphs) <= len(ops16.subgraphs) <= len(ops8.subgraphs) + len(rsqrts)
 
 
 @pytest.mark.slow

@@ -19,6 +19,7 @@ from conftest import CONFIGS
 from npusched.app.cli import main
 from npusched.errors import NpuschedError
 from npusched.frontend.normalise import ALWAYS_REWRITES, PRICED_REWRITES, normalise
+from npusched.frontend.normalise.constant_operators import CONSTANT_OPERATORS
 from npusched.frontend.normalise.flatbuffer import pack_model, unpack_model
 from npusched.frontend.normalise.folding import FOLDING, fix_batch
 from npusched.frontend.normalise.rewrite import Rewrite
@@ -29,7 +30,7 @@ from npusched.netgen import generate
 from npusched.target.arch import load_architecture
 from npusched.vela.command import vela_hardware_args
 
-_BY_NAME = {rewrite.name: rewrite for rewrite in (FOLDING, *ALWAYS_REWRITES, *PRICED_REWRITES)}
+_BY_NAME = {rewrite.name: rewrite for rewrite in (FOLDING, CONSTANT_OPERATORS, *ALWAYS_REWRITES, *PRICED_REWRITES)}
 # rewrite -> (a model where it finds a site, whether the model is normalised with ``stage``)
 MODELS: dict[str, tuple[Callable[[], bytes], bool]] = {
     "fold": (lambda: generate("mobilenet_v3", 40, 1, keras_style=True), False),
@@ -44,6 +45,8 @@ MODELS: dict[str, tuple[Callable[[], bytes], bool]] = {
     "staged_output": (lambda: generate("unet", 40, 1, torch_style=True), True),
     "softmax_bands": (lambda: generate("unet", 40, 1, segmentation=True), False),
     "causal_convolution": (lambda: generate("tcn", 40, 1), False),
+    "constant": (lambda: generate("gru", 40, 1), False),
+    "broadcast_operand": (lambda: generate("transformer", 40, 1), False),
 }
 
 

@@ -113,7 +113,7 @@ def solve(data: bytes, options: RunOptions, arch: ArchitectureFeatures, *, start
     compile started ahead); the time limit counts from ``started``."""
     start = time.monotonic()
     graphs = Graphs(data, str(options.model_path), arch, normalise_model=options.normalise,
-                    stage=options.stages_maps(arch))
+                    stage=options.stages_maps(arch), softmax_split_bytes=options.softmax_split_bytes(arch))
     compile_seconds = estimated_compile_seconds(graphs.own.network, started_ahead=options.compile_started_ahead) \
         if options.compile_follows else 0.0
     if compile_seconds and log is not None:

@@ -131,7 +131,11 @@ def _floor(name: str, network: Network, arch: ArchitectureFeatures, schedule: Sc
 
 
 def with_vela_formats(schedule: Schedule, network: Network, arch: ArchitectureFeatures) -> Schedule:
-    """``schedule`` with every feature map laid out as Vela legacy's scheduler lays it out (its memory kept)."""
-    formats = {fm: place.format for fm, place in vela_tensor_placements(network, arch)}
-    return replace(schedule, tensors=tuple((fm, TensorPlacement(place.mem_area, formats.get(fm, place.format)))
-                                           for fm, place in schedule.tensors))
+    """``schedule`` with every feature map laid out as Vela legacy's scheduler lays it out (its memory kept), and
+    placed as Vela places it where ``schedule`` says nothing (a map of npusched's graph the read-back did not pair
+    with one of the default core's: a softmax band's)."""
+    vela = dict(vela_tensor_placements(network, arch))
+    given = dict(schedule.tensors)
+    kept = tuple((fm, TensorPlacement(place.mem_area, vela[fm].format if fm in vela else place.format))
+                 for fm, place in schedule.tensors)
+    return replace(schedule, tensors=kept + tuple((fm, place) for fm, place in vela.items() if fm not in given))

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from npusched.frontend.normalise import Normalisation, Site, normalise
+from npusched.frontend.normalise import SOFTMAX_SPLIT_BYTES, Normalisation, Site, normalise
 from npusched.frontend.tflite_reader import parse_tflite
 from npusched.frontend.validate import validate_model
 from npusched.lowering.graph import Network, lower_model
@@ -57,9 +57,10 @@ class Graphs:
     """The variants of one model a run may schedule, built on demand and kept (each is lowered once)."""
 
     def __init__(self, data: bytes, source: str, arch: ArchitectureFeatures, *, normalise_model: bool, stage: bool,
-                 in_place: bool = True) -> None:
+                 in_place: bool = True, softmax_split_bytes: int = SOFTMAX_SPLIT_BYTES) -> None:
         self.data, self.source, self.arch = data, source, arch
         self.normalise_model, self.stage, self.in_place = normalise_model, stage, in_place
+        self.softmax_split_bytes = softmax_split_bytes
         self._built: dict[tuple[frozenset[str], bool], Variant] = {}
         self.own = self.variant(frozenset(), in_place)
         # Every priced site npusched's graph has (with the in-place writes, when it has any).
@@ -75,7 +76,8 @@ class Graphs:
         in_place = in_place and IN_PLACE_WRITES.key not in skipped
         key = (skipped, in_place)
         if key not in self._built:
-            model_bytes, record = (normalise(self.data, self.source, stage=self.stage, skip=skipped)
+            model_bytes, record = (normalise(self.data, self.source, stage=self.stage, skip=skipped,
+                                             softmax_split_bytes=self.softmax_split_bytes)
                                    if self.normalise_model else (self.data, None))
             model = parse_tflite(model_bytes, self.source)
             validate_model(model)

@@ -67,7 +67,7 @@ def load_normalised_network(options: RunOptions, skipped: frozenset[str] = froze
     if options.normalise:
         start = time.monotonic()
         normalised, record = normalise(data, str(options.model_path), stage=options.stages_maps(arch),
-                                       skip=skipped)
+                                       skip=skipped, softmax_split_bytes=options.softmax_split_bytes(arch))
         if record.changed:
             report = _normalisation_report(model, arch, normalised, record)
             model = parse_tflite(normalised, str(options.model_path))

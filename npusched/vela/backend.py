@@ -289,7 +289,8 @@ def scheduled_model_bytes(options: RunOptions, arch: ArchitectureFeatures) -> by
     data = read_model_bytes(options.model_path)
     if not options.normalise:
         return data
-    return normalise(data, str(options.model_path), stage=options.stages_maps(arch))[0]
+    return normalise(data, str(options.model_path), stage=options.stages_maps(arch),
+                     softmax_split_bytes=options.softmax_split_bytes(arch))[0]
 
 
 def _legacy(arch: ArchitectureFeatures) -> ArchitectureFeatures:

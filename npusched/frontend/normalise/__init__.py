@@ -4,10 +4,13 @@ Two kinds of rewrite (``rewrite.Rewrite``; one module each):
 
 * what changes what the NPU can run, always applied: ``folding`` (a dynamic batch fixed at 1 and the run-time
   shape arithmetic Keras and PyTorch exports write, evaluated; what becomes dead dropped),
+  ``constant_operators`` (quantised operators of constants, an RNN's zero state through its recurrent
+  FULLY_CONNECTED, computed by the reference interpreter),
   ``dilated_convolutions`` (TF's SPACE_TO_BATCH_ND form of a dilated convolution as one),
   ``nearest_upsampling`` (Keras 3's EXPAND_DIMS -> TILE -> RESHAPE repeats as RESIZE_NEAREST_NEIGHBOR),
-  ``stacking`` (UNPACK and PACK of activations, an unrolled RNN's, as SPLIT and CONCATENATION) and
-  ``grouped_convolutions`` (Keras's Conv2D(groups=G) as convolutions of whole groups);
+  ``stacking`` (UNPACK and PACK of activations, an unrolled RNN's, as SPLIT and CONCATENATION),
+  ``grouped_convolutions`` (Keras's Conv2D(groups=G) as convolutions of whole groups) and ``broadcast_operands``
+  (a layer norm's constant broadcast both ways written at the output's shape);
 * what changes only what a schedule costs or needs in fast storage, *priced*: ``widened_outputs``,
   ``gates_first``, ``relayout`` (channel-poor element-wise chains on a deep view), ``staged_inputs`` and
   ``staged_outputs`` (channel-poor maps copied in full bursts where feature maps live in DRAM),
@@ -29,7 +32,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from npusched.errors import ModelError
+from npusched.frontend.normalise.broadcast_operands import BROADCAST_OPERANDS
 from npusched.frontend.normalise.causal_convolutions import CAUSAL_CONVOLUTIONS
+from npusched.frontend.normalise.constant_operators import CONSTANT_OPERATORS
 from npusched.frontend.normalise.dilated_convolutions import DILATED_CONVOLUTIONS
 from npusched.frontend.normalise.flatbuffer import (
     SubGraphT,
@@ -49,6 +54,8 @@ from npusched.frontend.normalise.softmax_bands import (
     SOFTMAX_BANDS,
     SOFTMAX_SPLIT_BYTES,
     softmax_bands,
+    softmax_bands_splitting,
+    split_bytes_for,
 )
 from npusched.frontend.normalise.stacking import STACKING
 from npusched.frontend.normalise.staged_inputs import STAGED_INPUTS
@@ -56,17 +63,17 @@ from npusched.frontend.normalise.staged_outputs import STAGED_OUTPUTS
 from npusched.frontend.normalise.widened_outputs import WIDENED_OUTPUTS
 
 __all__ = ["ALWAYS_REWRITES", "PRICED_REWRITES", "SOFTMAX_BAND_BYTES", "SOFTMAX_SPLIT_BYTES", "Normalisation", "Site",
-           "counted", "normalise", "repack", "softmax_bands"]
+           "counted", "normalise", "repack", "softmax_bands", "split_bytes_for"]
 
 # The priced rewrites, in the order they are applied (to the first subgraph, the one the NPU runs).
 RELAYOUT_REWRITES = (WIDENED_OUTPUTS, GATES_FIRST, RELAYOUT)
 STAGING_REWRITES = (STAGED_INPUTS, STAGED_OUTPUTS)
 PRICED_REWRITES: tuple[Rewrite, ...] = (*RELAYOUT_REWRITES, *STAGING_REWRITES, SOFTMAX_BANDS, CAUSAL_CONVOLUTIONS)
 # After folding, in every subgraph: what changes what the NPU can run.
-ALWAYS_REWRITES = (DILATED_CONVOLUTIONS, NEAREST_UPSAMPLING, STACKING, GROUPED_CONVOLUTIONS)
+ALWAYS_REWRITES = (DILATED_CONVOLUTIONS, NEAREST_UPSAMPLING, STACKING, GROUPED_CONVOLUTIONS, BROADCAST_OPERANDS)
 # The order the summary names what changed in.
-_DESCRIBED = (RELAYOUT, WIDENED_OUTPUTS, GATES_FIRST, *ALWAYS_REWRITES, STAGED_INPUTS, STAGED_OUTPUTS, SOFTMAX_BANDS,
-              CAUSAL_CONVOLUTIONS)
+_DESCRIBED = (CONSTANT_OPERATORS, RELAYOUT, WIDENED_OUTPUTS, GATES_FIRST, *ALWAYS_REWRITES, STAGED_INPUTS,
+              STAGED_OUTPUTS, SOFTMAX_BANDS, CAUSAL_CONVOLUTIONS)
 
 
 @dataclass(frozen=True)
@@ -128,6 +135,15 @@ class Normalisation:
         return self.operators_of(SOFTMAX_BANDS)
 
     @property
+    def constant_operators(self) -> int:
+        """Operators of constants computed when compiling (the reference interpreter's values)."""
+        return self.operators_of(CONSTANT_OPERATORS)
+
+    @property
+    def broadcast_operands(self) -> int:
+        return self.sites_of(BROADCAST_OPERANDS)
+
+    @property
     def changed(self) -> bool:
         return bool(self.folded or self.fixed_batch_inputs or self.rewritten)
 
@@ -156,19 +172,22 @@ class Normalisation:
                 "gates_first": self.gates_first, "split_grouped_convolutions": self.split_grouped_convolutions,
                 "staged_inputs": self.staged_inputs, "staged_outputs": self.staged_outputs,
                 "split_softmaxes": self.split_softmaxes, "softmax_bands": self.softmax_bands,
+                "constant_operators": self.constant_operators, "broadcast_operands": self.broadcast_operands,
                 "sites_applied": [site.key for site in self.applied],
                 "sites_skipped": [site.key for site in self.skipped]}
 
 
 def normalise(data: bytes, source: str = "<bytes>", relayout: bool = True, band_softmax: bool = True,
-              stage: bool = False, skip: Collection[str] = ()) -> tuple[bytes, Normalisation]:
+              stage: bool = False, skip: Collection[str] = (), softmax_split_bytes: int = SOFTMAX_SPLIT_BYTES
+              ) -> tuple[bytes, Normalisation]:
     """The normalised model's bytes and what changed; ``data`` itself when nothing changed.
 
     Folding and grouped convolutions always apply. Of the priced rewrites, ``relayout`` enables the widened
     outputs, the gate order and the channel-poor re-layout, in any model (the default core re-lays such work out
-    too); ``band_softmax`` the softmax bands; ``stage`` the staged inputs and outputs, for schedules that keep
-    feature maps off fast storage. A site whose key (``Site.key``) is in ``skip`` is left as it is. A dynamic
-    batch dimension is fixed at 1 (and the record says so) only in a model where something else changes.
+    too); ``band_softmax`` the softmax bands, of every SOFTMAX whose int32 map is over ``softmax_split_bytes``;
+    ``stage`` the staged inputs and outputs, for schedules that keep feature maps off fast storage. A site whose key
+    (``Site.key``) is in ``skip`` is left as it is. A dynamic batch dimension is fixed at 1 (and the record says
+    so) only in a model where something else changes.
     """
     try:
         model = unpack_model(data)
@@ -196,11 +215,12 @@ def normalise(data: bytes, source: str = "<bytes>", relayout: bool = True, band_
     for subgraph in model.subgraphs or []:
         fixed += fix_batch(subgraph)
         folded.update(plan.opcode for plan in rewrite(subgraph, FOLDING))
+        rewrite(subgraph, CONSTANT_OPERATORS)
         removed += drop_dead_tensors(model, subgraph)
         for each in ALWAYS_REWRITES:
             rewrite(subgraph, each)
     enabled = (RELAYOUT_REWRITES if relayout else ()) + (STAGING_REWRITES if stage else ()) \
-        + ((SOFTMAX_BANDS,) if band_softmax else ()) + (CAUSAL_CONVOLUTIONS,)
+        + ((softmax_bands_splitting(softmax_split_bytes),) if band_softmax else ()) + (CAUSAL_CONVOLUTIONS,)
     for each in enabled:
         for subgraph in (model.subgraphs or [])[:1]:
             rewrite(subgraph, each)

@@ -12,7 +12,8 @@ band's are made. Each band adds two copies, though, which is why it is priced.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
@@ -40,13 +41,24 @@ from npusched.frontend.supported import npu_support
 
 # A SOFTMAX is split when its decomposition's int32 map (one int32 per IFM element) is over this size: five such
 # maps are live at its peak, each stored 16 deep (a 4-class map takes 64 bytes a pixel), so over 1.25 MiB; a
-# classifier's or an attention layer's softmax (tens of KiB) is left as Vela compiles it.
+# classifier's or an attention layer's softmax (tens of KiB) is left as Vela compiles it, but where fast storage is
+# short (``split_bytes_for``).
 SOFTMAX_SPLIT_BYTES = 64 * 1024
 # Each band's int32 map is at most this. At 32 KiB a 128 x 128 x 4 segmentation head becomes 8 bands and its peak
 # falls from 5 MiB to below its U-Net body's (docs/results.md), for 33 passes a band (the decomposition's 31, a
 # slice copy, a concatenation copy); 16 KiB doubles the passes and lowers no peak there.
 SOFTMAX_BAND_BYTES = 32 * 1024
 _SOFTMAX_TYPES = frozenset({schema.TensorType.INT8, schema.TensorType.UINT8, schema.TensorType.INT16})
+
+
+def split_bytes_for(fast_storage_limit_bytes: int, least_memory: bool) -> int:
+    """The int32 map over which a SOFTMAX may be split (the site is priced either way): every one larger than a band
+    under `--optimise Size`; else the large maps, and those whose decomposition would not fit the fast storage (at
+    its peak two of its int32 maps are whole, 16 deep, and more are live: about four maps' bytes). An attention
+    layer's softmax, a band of heads each, takes a transformer's peak below both cores' (docs/results.md)."""
+    if least_memory:
+        return SOFTMAX_BAND_BYTES
+    return max(SOFTMAX_BAND_BYTES, min(SOFTMAX_SPLIT_BYTES, fast_storage_limit_bytes // 4))
 
 
 @dataclass(frozen=True)
@@ -72,10 +84,11 @@ def softmax_bands(height: int, row_bytes: int, band_bytes: int = SOFTMAX_BAND_BY
     return tuple(height // count + (k < height % count) for k in range(count))
 
 
-def find_large_softmaxes(model: ModelT, subgraph: SubGraphT) -> list[BandPlan]:
+def find_large_softmaxes(model: ModelT, subgraph: SubGraphT, split_bytes: int = SOFTMAX_SPLIT_BYTES
+                         ) -> list[BandPlan]:
     """8- and 16-bit SOFTMAXes over [1, H, W, C] or [1, N, C] of one batch whose int32 map exceeds
-    ``SOFTMAX_SPLIT_BYTES``, split along H (or N), and only those Vela runs on the NPU (one left to the CPU gains
-    nothing, and NPU copies around it would split the NPU work)."""
+    ``split_bytes``, split along H (or N: an attention layer's heads), and only those Vela runs on the NPU (one left
+    to the CPU gains nothing, and NPU copies around it would split the NPU work)."""
     plans: list[BandPlan] = []
     for position, op in enumerate(subgraph.operators or []):
         inputs, outputs = ints(op.inputs), ints(op.outputs)
@@ -90,7 +103,7 @@ def find_large_softmaxes(model: ModelT, subgraph: SubGraphT) -> list[BandPlan]:
             continue
         row_bytes = int(np.prod(shape[2:], dtype=np.int64)) * 4
         rows = softmax_bands(shape[1], row_bytes)
-        if shape[1] * row_bytes > SOFTMAX_SPLIT_BYTES and len(rows) > 1:
+        if shape[1] * row_bytes > split_bytes and len(rows) > 1:
             plans.append(BandPlan(Site("softmax_bands", name(subgraph.tensors[outputs[0]])), position, shape, rows))
     if plans:
         # Vela's placement, judged on the model as it is now (folded).
@@ -134,3 +147,10 @@ def _describe(sites: int, operators: int) -> str:
 
 SOFTMAX_BANDS = Rewrite("softmax_bands", priced=True, find=find_large_softmaxes, apply=band_softmaxes,
                         describe=_describe)
+
+
+def softmax_bands_splitting(split_bytes: int) -> Rewrite:
+    """``SOFTMAX_BANDS`` splitting the softmaxes whose int32 map is over ``split_bytes`` (same sites, by name)."""
+    if split_bytes == SOFTMAX_SPLIT_BYTES:
+        return SOFTMAX_BANDS
+    return replace(SOFTMAX_BANDS, find=partial(find_large_softmaxes, split_bytes=split_bytes))
