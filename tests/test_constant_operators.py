@@ -44,6 +44,14 @@ def test_a_zero_states_recurrent_fully_connected_is_computed_exactly_when_compil
     assert _assert_exact(raw, normalised) > 20
 
 
+def test_a_16x8_grus_state_is_computed_exactly_too() -> None:
+    """16x8 quantisation (int16 activations, int64 biases): the interpreter's int16 kernels give the constants."""
+    raw = generate("gru", 60, 0, int16=True)
+    normalised, record = normalise(raw)
+    assert record.sites_of(CONSTANT_OPERATORS) == 2 * GRU_LAYERS
+    assert _assert_exact(raw, normalised) > 20
+
+
 def test_a_keras_rnns_folded_fill_is_computed_onwards() -> None:
     """Keras writes the zero state as a FILL at the run-time batch; once folded, the same operators follow it."""
     _, record = normalise(generate("gru", 60, 0, keras_style=True))

@@ -15,7 +15,6 @@ from (or a few KiB), kept in flash beside them, never in fast storage.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 from ai_edge_litert import interpreter as litert
@@ -27,13 +26,13 @@ from npusched.frontend.normalise.flatbuffer import (
     SubGraphT,
     constant,
     ints,
-    make_constant,
     name,
     opcode,
     pack_model,
     static_shape,
     well_formed,
 )
+from npusched.frontend.normalise.folding import MAX_GROWTH_BYTES, FoldPlan, apply_folds
 from npusched.frontend.normalise.rewrite import Rewrite, Site, counted
 
 # The operators evaluated: deterministic kernels without state or subgraphs that the reference interpreter runs.
@@ -42,24 +41,9 @@ FOLDED_OPERATORS = frozenset({
     "TANH", "RELU", "RELU6", "SPLIT", "SPLIT_V", "CONCATENATION", "RESHAPE", "QUANTIZE", "DEQUANTIZE", "PAD",
     "STRIDED_SLICE", "SLICE", "PACK", "UNPACK", "TRANSPOSE",
 })
-# As in shape folding: a constant may outgrow the constants it comes from only up to this size.
-_MAX_GROWTH_BYTES = 4096
 
 
-@dataclass(frozen=True)
-class ConstantOperator:
-    """An operator all of whose inputs are constants (or computed from constants): its position, its outputs and
-    their values."""
-
-    site: Site
-    position: int
-    outputs: tuple[int, ...]
-    values: tuple[np.ndarray, ...]
-    opcode: str
-    operators: int = 1
-
-
-def find_constant_operators(model: ModelT, subgraph: SubGraphT) -> list[ConstantOperator]:
+def find_constant_operators(model: ModelT, subgraph: SubGraphT) -> list[FoldPlan]:
     """Every operator of constants this rewrite computes, in execution order; none where the reference
     interpreter cannot run them (the file is then left as it is)."""
     tensors = subgraph.tensors or []
@@ -76,31 +60,23 @@ def find_constant_operators(model: ModelT, subgraph: SubGraphT) -> list[Constant
             continue
         input_bytes = sum(_bytes(tensors[i]) or 0 for i in inputs)
         sizes = [_bytes(tensors[i]) for i in outputs]
-        if any(size is None or size > max(_MAX_GROWTH_BYTES, input_bytes) for size in sizes):
+        if any(size is None or size > max(MAX_GROWTH_BYTES, input_bytes) for size in sizes):
             continue
         known.update(outputs)
         found.append((position, tuple(outputs), code))
     values = _values(model, subgraph, found) if found else None
     if values is None:
         return []
-    return [ConstantOperator(Site("constant", name(tensors[outputs[0]])), position, outputs,
-                             tuple(values[i] for i in outputs), code) for position, outputs, code in found]
-
-
-def apply_constant_operators(model: ModelT, subgraph: SubGraphT, plans: Sequence[ConstantOperator]) -> None:
-    """Each operator's outputs become constants with the values the interpreter computed; the operators go."""
-    for plan in plans:
-        for index, value in zip(plan.outputs, plan.values, strict=True):
-            make_constant(model, subgraph.tensors[index], value)
-    folded = {plan.position for plan in plans}
-    subgraph.operators = [op for position, op in enumerate(subgraph.operators or []) if position not in folded]
+    return [FoldPlan(Site("constant", name(tensors[outputs[0]])), position, outputs,
+                     tuple(values[i] for i in outputs), code) for position, outputs, code in found]
 
 
 def _describe(sites: int, operators: int) -> str:
     return f"computed {counted(operators, 'operator')} of constants when compiling"
 
 
-CONSTANT_OPERATORS = Rewrite("constant", priced=False, find=find_constant_operators, apply=apply_constant_operators,
+# Applied as shape folding's plans are: each operator's outputs become constants and the operator goes.
+CONSTANT_OPERATORS = Rewrite("constant", priced=False, find=find_constant_operators, apply=apply_folds,
                              describe=_describe)
 
 

@@ -36,7 +36,7 @@ from npusched.frontend.normalise.rewrite import Rewrite, Site, counted
 
 # A folded constant may be larger than its inputs only up to this size: folding is for shapes and small tables,
 # not for materialising FILL/TILE results the size of feature maps into the file.
-_MAX_GROWTH_BYTES = 4096
+MAX_GROWTH_BYTES = 4096
 _INTEGER_TYPES = frozenset({schema.TensorType.INT32, schema.TensorType.INT64})
 
 
@@ -159,7 +159,7 @@ def _evaluate(code: str, op: Any, tensors: Sequence[TensorT], values: dict[int, 
         if value.dtype != target and not np.can_cast(value.dtype, target, "same_kind"):
             return None
         value = value.astype(target)
-        if value.nbytes > max(_MAX_GROWTH_BYTES, input_bytes):
+        if value.nbytes > max(MAX_GROWTH_BYTES, input_bytes):
             return None
         declared = static_shape(tensor)
         if declared and declared != value.shape:
@@ -198,7 +198,7 @@ def _no_activation(options: Any) -> None:
 
 def _at_most_growth(size_bytes: int) -> None:
     """Refuse before allocating a result that could not be kept (a FILL or RANGE the size of a feature map)."""
-    if size_bytes > _MAX_GROWTH_BYTES:
+    if size_bytes > MAX_GROWTH_BYTES:
         raise _CannotFold("result too large")
 
 
