@@ -45,6 +45,7 @@ MODELS: dict[str, tuple[Callable[[], bytes], bool]] = {
     "staged_output": (lambda: generate("unet", 40, 1, torch_style=True), True),
     "softmax_bands": (lambda: generate("unet", 40, 1, segmentation=True), False),
     "causal_convolution": (lambda: generate("tcn", 40, 1), False),
+    "dilated_sequence": (lambda: generate("tcn", 60, 0), False),
     "constant": (lambda: generate("gru", 40, 1), False),
     "broadcast_operand": (lambda: generate("transformer", 40, 1), False),
 }
@@ -113,7 +114,8 @@ def test_a_mutated_site_is_an_error_line_or_left_alone(name: str, mutation: str)
 
 @pytest.mark.parametrize("where", [1, 2], ids=["middle", "last"])
 @pytest.mark.parametrize("mutation", sorted(MUTATIONS))
-@pytest.mark.parametrize("name", ["dilated_convolution", "nearest_upsampling", "causal_convolution"])
+@pytest.mark.parametrize("name", ["dilated_convolution", "nearest_upsampling", "causal_convolution",
+                                  "dilated_sequence"])
 def test_a_chain_mutated_inside_is_an_error_line_or_left_alone(name: str, mutation: str, where: int) -> None:
     """The rewrites of operator chains read every operator of the chain defensively, not only its first."""
     make, stage = MODELS[name]

@@ -36,6 +36,7 @@ from npusched.frontend.normalise.broadcast_operands import BROADCAST_OPERANDS
 from npusched.frontend.normalise.causal_convolutions import CAUSAL_CONVOLUTIONS
 from npusched.frontend.normalise.constant_operators import CONSTANT_OPERATORS
 from npusched.frontend.normalise.dilated_convolutions import DILATED_CONVOLUTIONS
+from npusched.frontend.normalise.dilated_sequences import DILATED_SEQUENCES
 from npusched.frontend.normalise.flatbuffer import (
     SubGraphT,
     drop_dead_tensors,
@@ -68,12 +69,13 @@ __all__ = ["ALWAYS_REWRITES", "PRICED_REWRITES", "SOFTMAX_BAND_BYTES", "SOFTMAX_
 # The priced rewrites, in the order they are applied (to the first subgraph, the one the NPU runs).
 RELAYOUT_REWRITES = (WIDENED_OUTPUTS, GATES_FIRST, RELAYOUT)
 STAGING_REWRITES = (STAGED_INPUTS, STAGED_OUTPUTS)
-PRICED_REWRITES: tuple[Rewrite, ...] = (*RELAYOUT_REWRITES, *STAGING_REWRITES, SOFTMAX_BANDS, CAUSAL_CONVOLUTIONS)
+PRICED_REWRITES: tuple[Rewrite, ...] = (*RELAYOUT_REWRITES, *STAGING_REWRITES, SOFTMAX_BANDS, DILATED_SEQUENCES,
+                                        CAUSAL_CONVOLUTIONS)
 # After folding, in every subgraph: what changes what the NPU can run.
 ALWAYS_REWRITES = (DILATED_CONVOLUTIONS, NEAREST_UPSAMPLING, STACKING, GROUPED_CONVOLUTIONS, BROADCAST_OPERANDS)
 # The order the summary names what changed in.
 _DESCRIBED = (CONSTANT_OPERATORS, RELAYOUT, WIDENED_OUTPUTS, GATES_FIRST, *ALWAYS_REWRITES, STAGED_INPUTS,
-              STAGED_OUTPUTS, SOFTMAX_BANDS, CAUSAL_CONVOLUTIONS)
+              STAGED_OUTPUTS, SOFTMAX_BANDS, DILATED_SEQUENCES, CAUSAL_CONVOLUTIONS)
 
 
 @dataclass(frozen=True)
@@ -220,7 +222,8 @@ def normalise(data: bytes, source: str = "<bytes>", relayout: bool = True, band_
         for each in ALWAYS_REWRITES:
             rewrite(subgraph, each)
     enabled = (RELAYOUT_REWRITES if relayout else ()) + (STAGING_REWRITES if stage else ()) \
-        + ((softmax_bands_splitting(softmax_split_bytes),) if band_softmax else ()) + (CAUSAL_CONVOLUTIONS,)
+        + ((softmax_bands_splitting(softmax_split_bytes),) if band_softmax else ()) \
+        + (DILATED_SEQUENCES, CAUSAL_CONVOLUTIONS)
     for each in enabled:
         for subgraph in (model.subgraphs or [])[:1]:
             rewrite(subgraph, each)
