@@ -8,7 +8,7 @@ t // d, column t % d, puts the steps a dilation apart one row apart; the k taps 
 undilated, and the causal padding (k - 1) x d steps before the sequence becomes k - 1 rows above it, which Vela
 folds into the convolution's hardware padding. RESHAPE -> PAD (rows) -> CONV_2D or DEPTHWISE_CONV_2D (k x 1,
 VALID) -> RESHAPE: every output sums the same products as before. Priced (``npusched.app.graph_choice``): the
-views keep the maps around the convolution in the linear layout, which may cost more than the zero taps save.
+views may keep the maps around the convolution in the linear layout, which can cost more than the zero taps save.
 """
 
 from __future__ import annotations
