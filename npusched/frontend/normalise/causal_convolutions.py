@@ -41,7 +41,7 @@ from npusched.frontend.normalise.flatbuffer import (
     opcode,
     options,
     readers,
-    replace_operators,
+    replace_chains,
     reshape_op,
     same_quantisation,
     sole_reader,
@@ -131,11 +131,7 @@ def _plan(model: ModelT, subgraph: SubGraphT, operators: list[OperatorT], read: 
 
 
 def rewrite_causal_convolutions(model: ModelT, subgraph: SubGraphT, plans: Sequence[CausalPlan]) -> None:
-    replaced: dict[int, list[OperatorT]] = {}
-    for plan in plans:
-        replaced.update((p, []) for p in plan.positions[:-1])
-        replaced[plan.positions[-1]] = _split(model, subgraph, plan)
-    replace_operators(subgraph, replaced)
+    replace_chains(subgraph, plans, lambda plan: _split(model, subgraph, plan))
 
 
 def _split(model: ModelT, subgraph: SubGraphT, plan: CausalPlan) -> list[OperatorT]:

@@ -37,7 +37,7 @@ from npusched.frontend.normalise.flatbuffer import (
     opcode,
     options,
     readers,
-    replace_operators,
+    replace_chains,
     reshape_op,
     same_quantisation,
     sole_reader,
@@ -167,11 +167,7 @@ def _shapes_agree(model: ModelT, subgraph: SubGraphT, conv: OperatorT, shape: tu
 
 
 def rewrite_dilated_convolutions(model: ModelT, subgraph: SubGraphT, plans: Sequence[DilatedPlan]) -> None:
-    replaced: dict[int, list[OperatorT]] = {}
-    for plan in plans:
-        replaced.update((p, []) for p in plan.positions[:-1])
-        replaced[plan.positions[-1]] = _dilated(model, subgraph, plan)
-    replace_operators(subgraph, replaced)
+    replace_chains(subgraph, plans, lambda plan: _dilated(model, subgraph, plan))
 
 
 def _dilated(model: ModelT, subgraph: SubGraphT, plan: DilatedPlan) -> list[OperatorT]:

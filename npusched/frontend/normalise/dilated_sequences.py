@@ -31,7 +31,7 @@ from npusched.frontend.normalise.flatbuffer import (
     ints,
     name,
     new_operator,
-    replace_operators,
+    replace_chains,
     reshape_op,
     static_shape,
 )
@@ -52,11 +52,7 @@ def find_dilated_sequences(model: ModelT, subgraph: SubGraphT) -> list[CausalPla
 
 
 def rewrite_dilated_sequences(model: ModelT, subgraph: SubGraphT, plans: Sequence[CausalPlan]) -> None:
-    replaced: dict[int, list[OperatorT]] = {}
-    for plan in plans:
-        replaced.update((p, []) for p in plan.positions[:-1])
-        replaced[plan.positions[-1]] = _rows(model, subgraph, plan)
-    replace_operators(subgraph, replaced)
+    replace_chains(subgraph, plans, lambda plan: _rows(model, subgraph, plan))
 
 
 def _rows(model: ModelT, subgraph: SubGraphT, plan: CausalPlan) -> list[OperatorT]:

@@ -9,7 +9,7 @@ as the TFLite converter does.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
@@ -349,6 +349,15 @@ def replace_operators(subgraph: SubGraphT, replaced: dict[int, list[OperatorT]])
     """The subgraph's operators with each position in ``replaced`` replaced by its list (in order)."""
     subgraph.operators = [new for position, op in enumerate(subgraph.operators or [])
                           for new in replaced.get(position, [op])]
+
+
+def replace_chains(subgraph: SubGraphT, plans: Sequence[Any], build: Callable[[Any], list[OperatorT]]) -> None:
+    """Each plan's chain of operators (``plan.positions``) replaced by what ``build(plan)`` makes, at its last."""
+    replaced: dict[int, list[OperatorT]] = {}
+    for plan in plans:
+        replaced.update((p, []) for p in plan.positions[:-1])
+        replaced[plan.positions[-1]] = build(plan)
+    replace_operators(subgraph, replaced)
 
 
 # ---------------------------------------------------------------------------------------------------------------
