@@ -104,26 +104,26 @@ def cuts(sg: NpuSubgraph) -> list[tuple[int, FeatureMap, FeatureMap]]:
         if not _patchable(ops[k - 1]):
             break
         made = {op.ofm.tensor for op in ops[:k]}
-        later = [fm for op in ops[k:] for fm in (op.ifm.tensor, op.ifm2.tensor if op.ifm2 else None) if fm]
+        later = [fm for op in ops[k:] for fm in _inputs(op)]
         crossing = {fm for fm in later if fm in made}
-        outside = {fm for op in ops[:k] for fm in (op.ifm.tensor, op.ifm2.tensor if op.ifm2 else None)
-                   if fm is not None and fm not in made and fm.constant is None}
+        outside = {fm for op in ops[:k] for fm in _inputs(op) if fm not in made and fm.constant is None}
         if len(crossing) == 1 and outside == {stage_input} and stage_input not in later:
             found.append((k, stage_input, crossing.pop()))
     return found
 
 
-def stage_peak(ops: list[NpuOp], stage_in: FeatureMap, stage_out: FeatureMap, patches: int) -> tuple[int, float]:
+def stage_peak(ops: list[NpuOp], stage_in: FeatureMap, stage_out: FeatureMap, patches: int
+               ) -> tuple[int, list[float]]:
     """The stage's largest fast-storage use over every patch and pass, and the factor by which each pass's output
     is computed (the sum of its patches' regions over its size), per pass."""
     height, width = stage_out.shape.height, stage_out.shape.width
     rows = [(height * i // patches, height * (i + 1) // patches) for i in range(patches)]
     cols = [(width * j // patches, width * (j + 1) // patches) for j in range(patches)]
-    last_read = {}
+    made_at: dict[FeatureMap, int] = {}
+    last_read: dict[FeatureMap, int] = {}
     for position, op in enumerate(ops):
-        for fm in (op.ifm.tensor, op.ifm2.tensor if op.ifm2 else None):
-            if fm is not None:
-                last_read[fm] = position
+        made_at.setdefault(op.ofm.tensor, position)
+        last_read.update((fm, position) for fm in _inputs(op))
     # The network's input is stored as it is given (NHWC), every other map in 16-deep bricks.
     whole = _bytes(stage_in, stage_in.shape.height, stage_in.shape.width, bricks=False) \
         + _bytes(stage_out, height, width)
@@ -136,23 +136,22 @@ def stage_peak(ops: list[NpuOp], stage_in: FeatureMap, stage_out: FeatureMap, pa
                 out = region.get(op.ofm.tensor)
                 if out is None:
                     continue
-                for fm in (op.ifm.tensor, op.ifm2.tensor if op.ifm2 else None):
-                    if fm is not None and fm.constant is None:
+                for fm in _inputs(op):
+                    if fm.constant is None:
                         region[fm] = _union(region.get(fm), _input_region(op, out, fm))
             for position, op in enumerate(ops):
                 out = region.get(op.ofm.tensor, (0, 0, 0, 0))
                 computed[position] += (out[1] - out[0]) * (out[3] - out[2])
-                live = [fm for fm, reg in region.items() if fm not in (stage_in, stage_out)
-                        and _made_at(ops, fm) <= position <= last_read.get(fm, -1)]
                 tiles = sum(_bytes(fm, reg[1] - reg[0], reg[3] - reg[2]) for fm, reg in region.items()
-                            if fm in live)
+                            if fm not in (stage_in, stage_out)
+                            and made_at.get(fm, -1) <= position <= last_read.get(fm, -1))
                 peak = max(peak, whole + tiles)
     factors = [computed[p] / max(1, op.ofm.shape.height * op.ofm.shape.width) for p, op in enumerate(ops)]
-    return peak, factors  # type: ignore[return-value]
+    return peak, factors
 
 
-def _made_at(ops: list[NpuOp], fm: FeatureMap) -> int:
-    return next((p for p, op in enumerate(ops) if op.ofm.tensor == fm), -1)
+def _inputs(op: NpuOp) -> list[FeatureMap]:
+    return [op.ifm.tensor] + ([op.ifm2.tensor] if op.ifm2 is not None else [])
 
 
 def plans(result, patch_counts: list[int]) -> list[PatchPlan]:

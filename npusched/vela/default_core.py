@@ -240,6 +240,9 @@ def schedule_from_default_core(network: Network, arch: ArchitectureFeatures,
     unfitted: list[str] = []
     ops: list[OpSchedule] = []
     placements: dict[FeatureMap, TensorPlacement] = {}
+    # Feature maps live in fast or feature-map storage: an operand the core reads from flash is one of its constants
+    # where the op alignment pairs it with a map of npusched's (a fused pad's, say).
+    maps_live_in = (arch.fast_storage_mem_area, arch.feature_map_storage_mem_area)
     groups: dict[tuple[int, int], list[int]] = defaultdict(list)  # (subgraph, default-core cascade) -> op indices
     for sg_pos, sg in enumerate(network.subgraphs):
         for op in sg.ops:
@@ -276,9 +279,6 @@ def schedule_from_default_core(network: Network, arch: ArchitectureFeatures,
             operands = [(op.ifm.tensor, 0), (op.ofm.tensor, 2)]
             if op.ifm2 is not None:
                 operands.append((op.ifm2.tensor, 1))
-            # Feature maps live in fast or feature-map storage: an operand the core reads from flash is one of its
-            # constants where the op alignment pairs it with a map of npusched's (a fused pad's, say).
-            maps_live_in = (arch.fast_storage_mem_area, arch.feature_map_storage_mem_area)
             for fm, slot in operands:
                 area = _MEMORIES.get(core_op.memories[slot])
                 fmt = _FORMATS.get(core_op.formats[slot])

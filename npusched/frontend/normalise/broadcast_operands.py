@@ -83,8 +83,7 @@ def write_broadcast_operands(model: ModelT, subgraph: SubGraphT, plans: Sequence
     for plan in plans:
         op = subgraph.operators[plan.position]
         inputs = ints(op.inputs)
-        inputs[plan.operand] = derived_constant(model, subgraph, inputs[plan.operand], plan.value, "/broadcast",
-                                                   lambda values: values)
+        inputs[plan.operand] = derived_constant(model, subgraph, inputs[plan.operand], plan.value, "/broadcast")
         op.inputs = np.asarray(inputs, dtype=np.int32)
 
 

@@ -161,8 +161,7 @@ def _split(model: ModelT, subgraph: SubGraphT, plan: CausalPlan) -> list[Operato
         first_tap = plan.taps - 1 - segment
         taps = [slice(None)] * 4
         taps[plan.axis] = slice(first_tap, None)
-        kernel = derived_constant(model, subgraph, conv_inputs[1], weights[tuple(taps)], f"/taps{first_tap}",
-                                  lambda values: values)
+        kernel = derived_constant(model, subgraph, conv_inputs[1], weights[tuple(taps)], f"/taps{first_tap}")
         head = add_tensor(subgraph, tensors[plan.source], f"/head{segment}",
                           along((segment + 1) * plan.dilation, plan.view))
         label = name(tensors[head])

@@ -69,9 +69,8 @@ def _rows(model: ModelT, subgraph: SubGraphT, plan: CausalPlan) -> list[Operator
     weights = constant(model, tensors[conv_inputs[1]])
     assert weights is not None  # checked when found
     # [O, 1, k, I] (or depthwise [1, 1, k, C]) as [O, k, 1, I]: the same bytes, the taps now along the rows.
-    kernel = derived_constant(model, subgraph, conv_inputs[1], weights.reshape(weights.shape[0], plan.taps, 1,
-                                                                               weights.shape[3]), "/rows",
-                              lambda values: values)
+    kernel = derived_constant(model, subgraph, conv_inputs[1],
+                              weights.reshape(weights.shape[0], plan.taps, 1, weights.shape[3]), "/rows")
     paddings = const_int32(model, subgraph, f"{name(tensors[grid])}/paddings", [0, 0, plan.taps - 1, 0, 0, 0, 0, 0],
                            (4, 2))
     pad = new_operator(model, schema.BuiltinOperator.PAD, [grid, paddings], [padded],

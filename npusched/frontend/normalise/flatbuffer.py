@@ -239,13 +239,13 @@ def add_tensor(subgraph: SubGraphT, like: TensorT, suffix: str, shape: tuple[int
 
 
 def derived_constant(model: ModelT, subgraph: SubGraphT, index: int, value: np.ndarray, suffix: str,
-                     per_channel: Any) -> int:
+                     per_channel: Callable[[np.ndarray], np.ndarray] | None = None) -> int:
     """A new constant like tensor ``index`` holding ``value``, named with ``suffix``; ``per_channel`` maps its
-    per-channel scales and zero points (a numpy array each) to the new tensor's."""
+    per-channel scales and zero points (a numpy array each) to the new tensor's (None: they stay as they are)."""
     tensor = copy.deepcopy(subgraph.tensors[index])
     tensor.name = name(tensor) + suffix
     quantization = tensor.quantization
-    if quantization is not None:
+    if quantization is not None and per_channel is not None:
         for field_name in ("scale", "zeroPoint"):
             values = getattr(quantization, field_name)
             if values is not None and len(values) > 1:
