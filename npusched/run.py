@@ -92,8 +92,9 @@ OBJECTIVES = ("both", "estimator")
 
 @dataclass(frozen=True)
 class SiteDecision:
-    """A priced rewrite's site (``Site.key``; "in_place_writes:*" for the lowering's in-place writes) and whether
-    the run's graph has it, with why (``npusched.app.graph_choice``)."""
+    """A priced rewrite's site (``Site.key``; "in_place_writes:*" and "softmax_deep_views:*" for the lowering's
+    in-place writes and softmax deep views) and whether the run's graph has it, with why
+    (``npusched.app.graph_choice``)."""
 
     site: Site
     applied: bool
@@ -220,8 +221,8 @@ class RunResult:
     model_bytes: bytes = field(repr=False, default=b"")
     # Both Vela cores' own schedules, priced (CP-SAT runs only).
     floors: tuple[FloorReport, ...] = ()
-    # The priced rewrites' sites (and the in-place writes), each in the scheduled graph or priced out (CP-SAT runs
-    # whose two graphs differ).
+    # The priced rewrites' sites (and the in-place writes and softmax deep views), each in the scheduled graph or
+    # priced out (CP-SAT runs whose two graphs differ).
     sites: tuple[SiteDecision, ...] = ()
 
     @property

@@ -3,8 +3,8 @@
 
 Usage: python scripts/never_slower.py [--archs a,b] [--styles plain,keras,torch] [--configs c1,c2] [--passes 60]
            [--seed 0] [--time-limit 30] [--workers N] [--deterministic] [--objective O] [--estimator E]
-           [--int16] [--without REWRITES] [--size] [--compile] [--cores-from CSV] [--csv PATH] [--resume]
-           [--summary-only]
+           [--int16] [--segmentation] [--without REWRITES] [--size] [--compile] [--cores-from CSV] [--csv PATH]
+           [--resume] [--summary-only]
            [--table LABEL=CSV ...]
 
 For every netgen architecture x export style (plain, Keras-style, PyTorch-style) x golden configuration (the grid
@@ -212,7 +212,8 @@ def _models(args: argparse.Namespace, archs: list[str], styles: list[str], tmp: 
         for style in styles:
             model = tmp / f"{arch}-{args.passes}-s{args.seed}-{style}.tflite"
             model.write_bytes(generate(arch, args.passes, args.seed, keras_style=style == "keras",
-                                       torch_style=style == "torch", int16=args.int16))
+                                       torch_style=style == "torch", int16=args.int16,
+                                       segmentation=args.segmentation and arch == "unet"))
             yield arch, style, model
 
 
@@ -249,6 +250,8 @@ def main() -> int:
     parser.add_argument("--corpus", action="store_true",
                         help="the corpus models (tests/data/corpus) instead of netgen's architectures and styles")
     parser.add_argument("--int16", action="store_true", help="16x8-quantised netgen networks")
+    parser.add_argument("--segmentation", action="store_true",
+                        help="the U-Net ends in a per-pixel SOFTMAX (netgen's --segmentation)")
     parser.add_argument("--without", default="",
                         help="comma-separated always-applied rewrites left out of normalisation (e.g. "
                              "dilated_convolution,nearest_upsampling: npusched as it was before them)")

@@ -1,13 +1,13 @@
 """The graphs a CP-SAT run prices against each other: npusched's own and the one Vela legacy reads.
 
 The priced rewrites of ``npusched.frontend.normalise`` (re-laid-out channel-poor chains, staged inputs and
-outputs, widened outputs, gate order, softmax bands) and the lowering's in-place concatenation writes change only
-what a schedule costs or needs in fast storage, and each can lose: a staged 320 x 320 x 3 input costs its copy
-more than the bursts it saves; a re-laid-out rescaling is a map no convolution cascades from, which a Size
-schedule needs. What a rewrite is worth depends on what CP-SAT makes of it (the heuristic, Vela legacy's rules,
-mostly cannot use it: on mobilenet_v2 it prices a staged input 5-9% worse where CP-SAT gains 0.5-23%), so the
-run searches both graphs, each with part of the time limit, and keeps the better schedule
-(``npusched.app.cpsat_run``): npusched's graph, every site applied and in-place writes on, and Vela's graph, the
+outputs, widened outputs, gate order, softmax bands) and the lowering's in-place concatenation writes and softmax
+row views (``lower_model``) change only what a schedule costs or needs in fast storage, and each can lose: a
+staged 320 x 320 x 3 input costs its copy more than the bursts it saves; a re-laid-out rescaling is a map no
+convolution cascades from, which a Size schedule needs. What a rewrite is worth depends on what CP-SAT makes of it
+(the heuristic, Vela legacy's rules, mostly cannot use it: on mobilenet_v2 it prices a staged input 5-9% worse
+where CP-SAT gains 0.5-23%), so the run searches both graphs, each with part of the time limit, and keeps the
+better schedule (``npusched.app.cpsat_run``): npusched's graph, every site applied, and Vela's graph, the
 unconditional rewrites only (folding, grouped convolutions), which is also the graph of both Vela cores' own
 schedules (``npusched.app.floors``). The sites of a network are priced together (kept or left out as one); the
 decision is recorded per site. ``Graphs.variant`` builds any graph between the two (``--schedule`` rebuilds the
@@ -24,11 +24,13 @@ from npusched.frontend.tflite_reader import parse_tflite
 from npusched.frontend.validate import validate_model
 from npusched.lowering.graph import Network, lower_model
 from npusched.lowering.in_place import IN_PLACE_OF
+from npusched.lowering.softmax import DEEP_VIEW
 from npusched.run import SiteDecision
 from npusched.target.arch import ArchitectureFeatures
 
-# The pseudo-site that stands for the lowering's in-place concatenation writes.
+# The pseudo-sites that stand for the lowering's in-place concatenation writes and its softmax row views.
 IN_PLACE_WRITES = Site("in_place_writes", "*")
+SOFTMAX_DEEP_VIEWS = Site("softmax_deep_views", "*")
 
 
 @dataclass(frozen=True)
@@ -46,11 +48,16 @@ class Variant:
     def sites(self) -> tuple[Site, ...]:
         """The priced sites this graph has (in-place writes included)."""
         applied = self.normalisation.applied if self.normalisation is not None else ()
-        return applied + ((IN_PLACE_WRITES,) if self.writes_in_place else ())
+        return applied + ((IN_PLACE_WRITES,) if self.writes_in_place else ()) + \
+            ((SOFTMAX_DEEP_VIEWS,) if self.has_deep_views else ())
 
     @property
     def writes_in_place(self) -> bool:
         return any(op.attr(IN_PLACE_OF) for op in self.network.npu_ops)
+
+    @property
+    def has_deep_views(self) -> bool:
+        return any(op.attr(DEEP_VIEW) for op in self.network.npu_ops)
 
 
 class Graphs:
@@ -81,7 +88,8 @@ class Graphs:
                                    if self.normalise_model else (self.data, None))
             model = parse_tflite(model_bytes, self.source)
             validate_model(model)
-            network = lower_model(model, self.arch, in_place=in_place)
+            network = lower_model(model, self.arch, in_place=in_place,
+                                  deep_views=SOFTMAX_DEEP_VIEWS.key not in skipped)
             self._built[key] = Variant(model_bytes, record, skipped, in_place, network)
         return self._built[key]
 

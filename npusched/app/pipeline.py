@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from npusched.app import cpsat_run
-from npusched.app.graph_choice import IN_PLACE_WRITES
+from npusched.app.graph_choice import IN_PLACE_WRITES, SOFTMAX_DEEP_VIEWS
 from npusched.errors import ConfigError, NpuschedError, OutputError, ScheduleError, StagingLimitError
 from npusched.frontend.normalise import normalise
 from npusched.frontend.tflite_reader import TfliteModel, parse_tflite, read_model_bytes
@@ -74,7 +74,9 @@ def load_normalised_network(options: RunOptions, skipped: frozenset[str] = froze
             validate_model(model)
         timings["normalise"] = time.monotonic() - start
     start = time.monotonic()
-    network = lower_model(model, arch, in_place=options.schedules_own_graph and IN_PLACE_WRITES.key not in skipped,
+    own = options.schedules_own_graph
+    network = lower_model(model, arch, in_place=own and IN_PLACE_WRITES.key not in skipped,
+                          deep_views=own and SOFTMAX_DEEP_VIEWS.key not in skipped,
                           default_core=options.lowers_default_core_graph)
     timings["lower"] = time.monotonic() - start
     if report is not None:

@@ -60,6 +60,8 @@ class LoweringContext:
     aliases: Mapping[int, FeatureMap] = field(default_factory=dict)
     # the default core's graph (``lower_model``'s ``default_core``): decompositions follow that core's
     default_core: bool = False
+    # a softmax's per-row arithmetic on a deeper view of its maps (``lower_model``'s ``deep_views``)
+    deep_views: bool = False
 
     def tensor(self, index: int) -> TfliteTensor:
         return self.subgraph.tensors[index]

@@ -112,7 +112,7 @@ def _support_reason(top: TfliteOperator | None, tsg: TfliteSubgraph, default_cor
 
 
 def _decompose(op: WorkingOp, top: TfliteOperator | None, model: TfliteModel, tsg: TfliteSubgraph,
-               arch: ArchitectureFeatures, default_core: bool) -> list[NpuOp] | None:
+               arch: ArchitectureFeatures, default_core: bool, deep_views: bool) -> list[NpuOp] | None:
     """Ask the decomposition module for ``op``'s NPU ops; None (op stays on the CPU) if it has none."""
     fn = DECOMPOSERS.get(op.type)
     if top is None or fn is None:
@@ -124,7 +124,8 @@ def _decompose(op: WorkingOp, top: TfliteOperator | None, model: TfliteModel, ts
     for pos, index in enumerate(top.outputs):
         if index >= 0 and pos < len(op.outputs):
             aliases[index] = op.outputs[pos].feature_map()
-    ctx = LoweringContext(model=model, subgraph=tsg, arch=arch, aliases=aliases, default_core=default_core)
+    ctx = LoweringContext(model=model, subgraph=tsg, arch=arch, aliases=aliases, default_core=default_core,
+                          deep_views=deep_views)
     try:
         ops = fn(top, op.ifm.feature_map(), op.ofm.feature_map(), ctx)
     except NotImplementedError:
@@ -257,13 +258,16 @@ RECURSION_LIMIT = 200_000
 
 
 def lower_model(model: TfliteModel, arch: ArchitectureFeatures | None = None, *, in_place: bool = False,
-                default_core: bool = False) -> Network:
+                deep_views: bool = False, default_core: bool = False) -> Network:
     """Lower every subgraph of ``model``; NPU subgraphs are listed in Vela's order (per TFLite subgraph, in
     execution order). Time and memory grow linearly with the size of the model (scripts/bench_lower.py).
 
     ``in_place``: the passes making a concatenation's inputs write their slices themselves where that is exact
     and memory allows (``npusched.lowering.in_place``; the budget is ``arch``'s arena cache where feature maps
     live in fast storage); without it the graph is Vela legacy's, copies and all.
+
+    ``deep_views``: an 8-bit SOFTMAX computes its per-row arithmetic on a 16-deep view of its per-row maps
+    (``softmax.row_view``), as the default core does; without it, at depth 1 as Vela legacy does.
 
     ``default_core``: the graph Vela's default core schedules, which ``--solver vela-default`` reads its schedule
     onto: its int8 -> int16 SOFTMAX and NCHW <-> NHWC TRANSPOSE on the NPU too, its own softmax and LSTM passes
@@ -274,7 +278,7 @@ def lower_model(model: TfliteModel, arch: ArchitectureFeatures | None = None, *,
     # cyclic collector re-scanning it while it grows makes lowering quadratic, and nothing in it is garbage yet.
     gc.disable()
     try:
-        return _lower_model(model, arch, in_place, default_core)
+        return _lower_model(model, arch, in_place, deep_views, default_core)
     except RecursionError:
         raise ModelError(f"{model.path}: the graph is too deep to lower ({RECURSION_LIMIT} nested steps)") from None
     finally:
@@ -283,7 +287,8 @@ def lower_model(model: TfliteModel, arch: ArchitectureFeatures | None = None, *,
             gc.enable()
 
 
-def _lower_model(model: TfliteModel, arch: ArchitectureFeatures, in_place: bool, default_core: bool) -> Network:
+def _lower_model(model: TfliteModel, arch: ArchitectureFeatures, in_place: bool, deep_views: bool,
+                 default_core: bool) -> Network:
     all_ops: list[NpuOp | CpuOp] = []
     subgraphs: list[NpuSubgraph] = []
     for tsg in model.subgraphs:
@@ -294,7 +299,7 @@ def _lower_model(model: TfliteModel, arch: ArchitectureFeatures, in_place: bool,
 
         def decompose(op: WorkingOp, _tsg: TfliteSubgraph = tsg, _idx: dict = by_index) -> list[NpuOp] | None:
             top = _idx.get(op.op_index) if op.op_index is not None else None
-            return _decompose(op, top, model, _tsg, arch, default_core)
+            return _decompose(op, top, model, _tsg, arch, default_core, deep_views)
 
         GraphRewriter(arch=arch, support=support, decompose=decompose).optimise(vsg)
         allowed = brick_allowed(vsg, arch)

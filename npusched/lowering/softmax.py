@@ -30,6 +30,9 @@ from npusched.lowering.context import LoweringContext
 INT32_MIN = -(1 << 31)
 INT32_MAX = (1 << 31) - 1
 TFLITE_OP = "SOFTMAX"
+# Marks a pass computed on a ``deep_view`` of its maps: Vela's backend is given the same views
+# (``npusched.vela.forced_scheduler``).
+DEEP_VIEW = "deep_view"
 
 
 def lower_softmax(op, ifm: FeatureMap, ofm: FeatureMap, ctx: LoweringContext) -> list[NpuOp]:
@@ -51,6 +54,22 @@ def lower_softmax(op, ifm: FeatureMap, ofm: FeatureMap, ctx: LoweringContext) ->
     if ifm.dtype == DataType.int16 and ofm.dtype == DataType.int16:
         return builder.sixteen_bit(beta)
     raise ValueError(f"SOFTMAX {name}: {ifm.dtype.value} -> {ofm.dtype.value} has no NPU decomposition")
+
+
+def deep_view(shape: Shape4D) -> Shape4D | None:
+    """A 16-deep view of the linear bytes of a map of ``shape`` (as Vela's default core sees a softmax's per-row
+    maps), None where its depth is already a multiple of 16 or its size is not.
+
+    A softmax's per-row arithmetic ([1, H, W, 1] int32 maps: 26 of the 8-bit decomposition's passes) and its
+    shift of the whole exp map by a constant are per element, so any view of the same linear bytes computes the
+    same values; at depth 1 (or 4) an elementwise pass fills a sixteenth (a quarter) of the NPU's 16-deep blocks
+    and bricks. On a 128 x 128 segmentation head those passes cost more than all the U-Net's convolutions."""
+    size = shape.elements()
+    if shape.depth % 16 == 0 or size % 16:
+        return None
+    cells = size // 16
+    width = max(d for d in range(1, math.isqrt(cells) + 1) if cells % d == 0)
+    return Shape4D(1, cells // width, width, 16)
 
 
 def _quant_limits(dtype: DataType) -> tuple[int, int]:
@@ -76,6 +95,21 @@ class _SoftmaxBuilder:
         self.q_none = Quantization(scale=(), zero_point=tuple(zero_point))
         self.q_one = Quantization(scale=(1.0,), zero_point=(0,))
         self.q_two = Quantization(scale=(2.0,), zero_point=(0,))
+        self.per_row = Shape4D(1, shape.height, shape.width, 1)
+        # the deeper views of the per-row maps and of the whole map, where the context asks for them (the 8-bit
+        # decomposition only; a softmax over one value has nothing to gain)
+        deep = ctx.deep_views and shape.depth > 1 and ifm.dtype != DataType.int16
+        self.per_row_view = deep_view(self.per_row) if deep else None
+        self.map_view = deep_view(shape) if deep else None
+
+    def seen(self, fm: FeatureMap) -> Shape4D:
+        """How a pass sees ``fm`` by default: a per-row map at its deeper view, when there is one."""
+        return self.per_row_view if self.per_row_view is not None and fm.shape == self.per_row else fm.shape
+
+    def deep_attrs(self, *views: Shape4D | None) -> tuple[tuple[str, object], ...]:
+        """The mark of a pass that sees a map at a deeper view."""
+        deeper = {self.per_row_view, self.map_view} - {None}
+        return ((DEEP_VIEW, True),) if deeper & set(views) else ()
 
     def tag(self, kind: str) -> str:
         return f"{self.name}_{kind}{len(self.ops)}"
@@ -90,6 +124,9 @@ class _SoftmaxBuilder:
 
     def binary(self, kind: str, op_type: str, a: FeatureMap, b: FeatureMap, quantization: Quantization,
                clip: tuple[int, int] | None = None, **kwargs) -> FeatureMap:
+        kwargs.setdefault("ifm_shape", self.seen(a))
+        kwargs.setdefault("ifm2_shape", self.seen(b))
+        kwargs["attrs"] = (*kwargs.get("attrs", ()), *self.deep_attrs(kwargs["ifm_shape"], kwargs["ifm2_shape"]))
         return self.add(elementwise_op(
             op_type, self.tag(kind), a, b, tflite_op=TFLITE_OP, quantization=quantization,
             activation=None if clip is None else "Clip",
@@ -109,16 +146,16 @@ class _SoftmaxBuilder:
 
     def reduce_sum(self, src: FeatureMap, clip: tuple[int, int] | None) -> FeatureMap:
         name = self.tag("reduce_sum")
-        out = self.ctx.new_feature_map(f"{name}_tens0", (1, src.shape.height, src.shape.width, 1), DataType.int32,
-                                       self.q_none)
+        out = self.ctx.new_feature_map(f"{name}_tens0", self.per_row, DataType.int32, self.q_none)
         return self.add(pool_op(
-            "ReduceSum", name, src, out, tflite_op=TFLITE_OP, kernel=Kernel(valid_padding=True),
+            "ReduceSum", name, src, out, tflite_op=TFLITE_OP, kernel=Kernel(valid_padding=True), ifm_shape=self.shape,
             activation=None if clip is None else "Clip", activation_min=None if clip is None else clip[0],
             activation_max=None if clip is None else clip[1]))
 
     def clz(self, src: FeatureMap, clip: tuple[int, int] | None) -> FeatureMap:
         return self.add(elementwise_op(
-            "CLZ", self.tag("clz"), src, None, tflite_op=TFLITE_OP, quantization=self.q_none,
+            "CLZ", self.tag("clz"), src, None, tflite_op=TFLITE_OP, quantization=self.q_none, ifm_shape=self.seen(src),
+            attrs=self.deep_attrs(self.seen(src)),
             activation=None if clip is None else "Clip", activation_min=None if clip is None else clip[0],
             activation_max=None if clip is None else clip[1]))
 
@@ -126,7 +163,7 @@ class _SoftmaxBuilder:
         """The last pass writes the operator's own OFM, seen with the shape of the scaled tensor."""
         self.add(elementwise_op(
             "SHR", self.tag("shr"), src, shift, tflite_op=TFLITE_OP, ofm=self.ofm, ifm_shape=src.shape,
-            ifm2_shape=shift.shape, rounding_mode=rounding_mode))
+            ifm2_shape=self.per_row, rounding_mode=rounding_mode))
 
     def eight_bit(self, beta: float) -> list[NpuOp]:
         ifm = self.ifm
@@ -150,7 +187,7 @@ class _SoftmaxBuilder:
 
         name = self.tag("shr")
         rescaled = self.binary("shr", "SHR", exps, self.const(f"{name}_const", 12), self.q_none, clip,
-                               rounding_mode="HalfUp")
+                               rounding_mode="HalfUp", ifm_shape=self.map_view or exps.shape)
         total = self.reduce_sum(rescaled, clip)
         headroom_plus_one = self.clz(total, clip)
         # 8 (int8 OFM) or 16 (int16 OFM) fraction bits are left after the final shift
@@ -182,10 +219,11 @@ class _SoftmaxBuilder:
             correction = self.binary("mul", "Mul", correction, four, self.q_none, clip)
             estimate = self.binary("add", "Add", estimate, correction, self.q_one, clip)
         if self.ctx.default_core:
-            self.default_core_tail(self.binary("mul", "Mul", exps, estimate, self.q_two, clip2), right_shift)
+            self.default_core_tail(self.binary("mul", "Mul", exps, estimate, self.q_two, clip2,
+                                               ifm2_shape=self.per_row), right_shift)
             return self.ops
         scale_factor = self.binary("mul", "Mul", estimate, self.const("two_const", 2), self.q_one, clip)
-        scaled = self.binary("mul", "Mul", exps, scale_factor, self.q_two, clip2)
+        scaled = self.binary("mul", "Mul", exps, scale_factor, self.q_two, clip2, ifm2_shape=self.per_row)
         self.final_shift(scaled, right_shift, "HalfUp")
         return self.ops
 
@@ -202,7 +240,8 @@ class _SoftmaxBuilder:
         if self.ofm.dtype != DataType.int16:
             self.final_shift(self.binary("add", "Add", row, scaled, self.q_none), right_shift, "HalfUp")
             return
-        shifted = self.binary("shr", "SHR", scaled, right_shift, self.q_none, rounding_mode="HalfUp")
+        shifted = self.binary("shr", "SHR", scaled, right_shift, self.q_none, rounding_mode="HalfUp",
+                              ifm2_shape=self.per_row)
         biased = self.binary("add", "Add", row, shifted, self.q_none)
         self.add(elementwise_op("Add", self.tag("add"), biased, self.const("zero_const", 0), tflite_op=TFLITE_OP,
                                 ofm=self.ofm, ifm_shape=biased.shape, ifm2_shape=Shape4D(1, 1, 1, 1)))

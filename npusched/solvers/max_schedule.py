@@ -71,6 +71,9 @@ def _must_stay_linear(fm: FeatureMap, arch: ArchitectureFeatures, use: TensorUse
             return True
         if op.ofm.offset is not None and op.ofm.offset.depth % 16 != 0:
             return True
+        # a concatenation's copy sees the whole OFM: at a reshape of it (a reshaped concatenation), Vela keeps it linear
+        if op.ofm.offset is not None and op.ofm.shape not in (op.ofm.access_shape, fm.shape):
+            return True
         if op.attr("memory_function") == "VariableTensorWrite":
             return True
         if op.op_type == "DepthwiseConv2DBias" and op.attr("original_type") == "ResizeBilinear":

@@ -23,6 +23,7 @@ from npusched.errors import ScheduleError
 from npusched.ir import NpuOp
 from npusched.lowering.graph import Network
 from npusched.lowering.in_place import IN_PLACE_OF
+from npusched.lowering.softmax import DEEP_VIEW
 from npusched.schedule.allocation import allocate_ranges
 from npusched.schedule.evaluator import cascade_rolling_buffers, placement_of
 from npusched.schedule.memory_layout import LiveRange
@@ -171,6 +172,7 @@ class ForcedScheduler:
                 continue
             subgraph = next(ours)
             in_place = _write_in_place(sg, subgraph)
+            _see_deeper(sg, subgraph, vela_arch)
             vela_scheduler = scheduler.Scheduler(nng, sg, vela_arch, scheduler_options)
             vela_scheduler.create_scheduler_representation(vela_arch)
             for sched_op in vela_scheduler.sched_ops:
@@ -420,6 +422,45 @@ def _write_in_place(sg: Any, subgraph: Any) -> set[str]:
         raise VelaRefusal(f"Vela's graph has no copy '{next(iter(wanted))}' for a pass to write in place of")
     sg.passes = kept
     return writers
+
+
+def _see_deeper(sg: Any, subgraph: Any, vela_arch: Any) -> None:
+    """Make Vela's graph of one NPU subgraph npusched's where a softmax's pass sees its maps at a deeper view of the
+    same bytes (``npusched.lowering.softmax.deep_view``): each such pass sees its operands and OFM at
+    npusched's shapes, a map it makes takes npusched's shape, and the formats of the maps touched are decided again
+    by Vela's own rule (a map seen at two shapes stays linear, so every view reads the same bytes)."""
+    from ethosu.vela.graph_optimiser_util import check_format_restrictions
+    from ethosu.vela.shape4d import Shape4D
+
+    wanted = {op.name: op for op in subgraph.ops if op.attr(DEEP_VIEW)}
+    if not wanted:
+        return
+    touched = []
+    for ps in sg.passes:
+        vela_op = ps.primary_op
+        op = wanted.pop(vela_op.name, None) if vela_op is not None else None
+        if op is None:
+            continue
+        views = {operand.tensor.name: _vela_shape(operand.shape) for operand in (op.ifm, op.ifm2, op.ofm)
+                 if operand is not None}
+        maps = [t for t in (vela_op.ifm, vela_op.ifm2, vela_op.ofm) if t is not None and not t.is_const]
+        if any(t.name not in views or views[t.name].elements() != Shape4D(t.shape).elements() for t in maps):
+            raise VelaRefusal(f"op {op.index} '{op.name}': Vela's pass has other operands than npusched's, so it "
+                              "cannot see them at npusched's views")
+        # constants ([1, 1, 1, 1]) keep their shape
+        seen = {t.name: Shape4D(t.shape) if t.is_const else views[t.name]
+                for t in (*vela_op.inputs, vela_op.ofm, ps.ifm_tensor, ps.ifm2_tensor) if t is not None}
+        vela_op.ifm_shapes = [seen[t.name] for t in vela_op.inputs if t is not None]
+        vela_op.ofm_shapes = [seen[vela_op.ofm.name]]
+        ps.ifm_shapes = [seen[t.name] for t in (ps.ifm_tensor, ps.ifm2_tensor) if t is not None]
+        ps.ofm_shapes = list(vela_op.ofm_shapes)
+        vela_op.ofm.set_all_shapes(op.ofm.tensor.shape.as_list())
+        touched.extend(maps)
+    if wanted:
+        raise VelaRefusal(f"Vela's graph has no pass '{next(iter(wanted))}' to compute at npusched's deeper view")
+    for tens in touched:
+        tens.force_linear_format = None
+        check_format_restrictions(tens, vela_arch)
 
 
 def _vela_shape(shape: Any) -> Any:

@@ -1,0 +1,88 @@
+"""A softmax's per-element passes on 16-deep views of its maps (``lowering.softmax.deep_view``): npusched's own
+graph (the priced pseudo-site ``softmax_deep_views``) against Vela legacy's decomposition at depth 1, and Vela's
+backend compiling the same views."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from npusched.app.graph_choice import SOFTMAX_DEEP_VIEWS
+from npusched.app.pipeline import architecture, run
+from npusched.frontend.normalise import normalise
+from npusched.frontend.tflite_reader import parse_tflite
+from npusched.ir import Shape4D, TensorFormat
+from npusched.lowering.graph import Network, lower_model
+from npusched.lowering.softmax import DEEP_VIEW, deep_view
+from npusched.netgen import generate
+from npusched.run import RunOptions
+from npusched.schedule.evaluator import evaluate
+from npusched.solvers.heuristic import heuristic_schedule
+from npusched.solvers.max_schedule import vela_tensor_placements
+from npusched.target.estimators import Estimator, with_estimator
+from npusched.vela.backend import compile_schedule
+
+HARDWARE = {"accelerator_config": "ethos-u55-128", "config_files": ("Arm/vela.ini",),
+            "system_config": "Ethos_U55_High_End_Embedded", "memory_mode": "Shared_Sram"}
+
+
+def _segmentation_unet(tmp_path: Path) -> Path:
+    """A U-Net ending in a per-pixel SOFTMAX over 4 classes on a 128 x 128 map (netgen --segmentation)."""
+    path = tmp_path / "unet_seg.tflite"
+    path.write_bytes(generate("unet", 40, 0, segmentation=True))
+    return path
+
+
+def test_a_deep_view_holds_the_same_elements_16_deep() -> None:
+    assert deep_view(Shape4D(1, 128, 128, 1)) == Shape4D(1, 32, 32, 16)
+    view = deep_view(Shape4D(1, 16, 128, 4))
+    assert view is not None and view.depth == 16 and view.elements() == 16 * 128 * 4
+    assert deep_view(Shape4D(1, 4, 49, 1)) is None  # 196 elements: no 16-deep view
+    assert deep_view(Shape4D(1, 8, 8, 32)) is None  # already whole bricks
+
+
+def _softmax_cycles(network: Network, arch, estimator: Estimator) -> float:
+    arch = with_estimator(arch, estimator)
+    evaluation = evaluate(network, arch, heuristic_schedule(network, arch))
+    return sum(evaluation.op(op.index).total_cycles for op in network.npu_ops if op.tflite_op == "SOFTMAX")
+
+
+def test_deep_views_price_the_segmentation_head_a_fraction_of_vela_legacys(tmp_path: Path) -> None:
+    """The same 31 passes, each seeing its maps at a view of the same bytes; the per-row passes at depth 1 and the
+    whole map at depth 4 fill a sixteenth and a quarter of the NPU's blocks, so under both cores' models the
+    viewed head costs a fraction. Every map a pass sees at another shape than its own is linear (NHWC), which is
+    what makes every view read the same bytes."""
+    path = _segmentation_unet(tmp_path)
+    arch = architecture(RunOptions(model_path=path, **HARDWARE))
+    whole, _ = normalise(path.read_bytes(), str(path), softmax_split_bytes=1 << 40)  # one softmax, no bands
+    model = parse_tflite(whole, str(path))
+    vela_graph, own = lower_model(model, arch), lower_model(model, arch, deep_views=True)
+    assert [op.name for op in own.npu_ops] == [op.name for op in vela_graph.npu_ops]
+    viewed = [op for op in own.npu_ops if op.attr(DEEP_VIEW)]
+    assert len(viewed) == 26 and not any(op.attr(DEEP_VIEW) for op in vela_graph.npu_ops)
+    assert all(op.ofm.shape.depth == 16 for op in viewed)
+    for estimator in (Estimator.VELA_LEGACY, Estimator.VELA_DEFAULT):
+        assert _softmax_cycles(own, arch, estimator) < 0.2 * _softmax_cycles(vela_graph, arch, estimator)
+    formats = dict(vela_tensor_placements(own, arch))
+    for op in own.npu_ops:
+        for operand in (op.ifm, op.ifm2, op.ofm):
+            if operand is not None and not operand.tensor.is_const and operand.shape != operand.tensor.shape:
+                assert formats[operand.tensor].format == TensorFormat.NHWC, (op.name, operand.tensor.name)
+
+
+@pytest.mark.slow
+def test_a_segmentation_unet_on_deep_views_is_faster_than_both_cores_and_compiles(tmp_path: Path) -> None:
+    """CP-SAT's answer on npusched's graph (the softmax on deep views) is faster than both Vela cores' own
+    schedules, each priced by its own model; Vela's backend, given the same views, compiles it with its estimate
+    equal to npusched's."""
+    path = _segmentation_unet(tmp_path)
+    result = run(RunOptions(model_path=path, **HARDWARE, solver="cpsat", time_limit_seconds=30.0, workers=1,
+                            deterministic=True))
+    assert any(d.site == SOFTMAX_DEEP_VIEWS and d.applied for d in result.sites)
+    floors = {floor.core: floor.total_cycles for floor in result.floors}
+    assert set(floors) == {"vela-legacy", "vela-default"}
+    for core, own in floors.items():
+        assert result.cycles_by_estimator[core] < own, core
+    compiled = compile_schedule(result, tmp_path / "out")
+    assert compiled.agreed, compiled.warnings()
