@@ -155,3 +155,24 @@ def test_an_unrolled_gru_takes_the_default_cores_schedule_as_a_floor(tmp_path: P
     assert floors["vela-default"].fits, floors["vela-default"].note
     for core in ("vela-legacy", "vela-default"):
         assert result.cycles_by_estimator[core] <= floors[core].total_cycles * 1.001, core
+
+
+def test_a_run_whose_graphs_fit_nowhere_names_the_least_only_where_it_is_the_runs() -> None:
+    """Where npusched's graph ended its search without its least peak, Vela's graph's is not the run's (the rewrites
+    may need less): both are said, and no least is claimed. Where both are known the smaller is named."""
+    from types import SimpleNamespace
+
+    from npusched.app.cpsat_run import _no_fit_error
+    from npusched.errors import ScheduleError
+
+    own, vela = object(), object()
+    graphs = SimpleNamespace(own=own)
+    unfound = ScheduleError("no schedule that fits 131072 bytes was found within 16.4 s")
+    vela_least = ScheduleError("the smallest that fits needs 5242880 bytes", needed_bytes=5242880)
+    error = _no_fit_error([(own, unfound), (vela, vela_least)], graphs, None)  # type: ignore[arg-type]
+    assert error.needed_bytes is None
+    assert str(error) == f"{unfound}; on Vela's graph (without npusched's rewrites) the smallest that fits needs " \
+                         "5242880 bytes"
+    own_least = ScheduleError("the smallest that fits needs 262144 bytes", needed_bytes=262144)
+    assert _no_fit_error([(own, own_least), (vela, vela_least)], graphs, None) is own_least  # type: ignore[arg-type]
+    assert _no_fit_error([(vela, vela_least)], graphs, None) is vela_least  # type: ignore[arg-type]

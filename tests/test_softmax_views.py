@@ -1,4 +1,4 @@
-"""A softmax's per-element passes on 16-deep views of its maps (``lowering.softmax.deep_view``): npusched's own
+"""A softmax's per-element passes on deeper views of its maps (``lowering.softmax.deep_view``): npusched's own
 graph (the priced pseudo-site ``softmax_deep_views``) against Vela legacy's decomposition at depth 1, and Vela's
 backend compiling the same views."""
 
@@ -34,12 +34,14 @@ def _segmentation_unet(tmp_path: Path) -> Path:
     return path
 
 
-def test_a_deep_view_holds_the_same_elements_16_deep() -> None:
+def test_a_deep_view_holds_the_same_elements_up_to_16_deep() -> None:
     assert deep_view(Shape4D(1, 128, 128, 1)) == Shape4D(1, 32, 32, 16)
     view = deep_view(Shape4D(1, 16, 128, 4))
     assert view is not None and view.depth == 16 and view.elements() == 16 * 128 * 4
-    assert deep_view(Shape4D(1, 4, 49, 1)) is None  # 196 elements: no 16-deep view
+    assert deep_view(Shape4D(1, 4, 49, 1)) == Shape4D(1, 7, 7, 4)  # an attention layer's rows: 196, 4 deep
+    assert deep_view(Shape4D(1, 4, 49, 49)) is None  # its map fills 49 of 64 lanes; 4 deep would fill fewer
     assert deep_view(Shape4D(1, 8, 8, 32)) is None  # already whole bricks
+    assert deep_view(Shape4D(1, 1, 1, 10)) is None  # a classifier's softmax
 
 
 def _softmax_cycles(network: Network, arch, estimator: Estimator) -> float:

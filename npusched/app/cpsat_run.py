@@ -131,7 +131,7 @@ def solve(data: bytes, options: RunOptions, arch: ArchitectureFeatures, *, start
     hints = {id(variant): _fitting(_starts(variant, graphs, floors, default_run, arch), variant, objective)
              for variant in variants}
     searches: list[Searched] = []
-    errors: list[ScheduleError] = []
+    errors: list[tuple[Variant, ScheduleError]] = []
     # The any-schedule bound is worked out once, for the graph returned: kept back for the larger one.
     bound_seconds = max(any_schedule_bound_seconds(variant.network, objective) for variant in variants)
     shares = (OWN_GRAPH_SHARE, 1.0) if len(variants) == 2 else (1.0,)
@@ -151,14 +151,13 @@ def solve(data: bytes, options: RunOptions, arch: ArchitectureFeatures, *, start
                                  work_limit_seconds=(options.time_limit_seconds - compile_seconds - bound_seconds)
                                  * work_share)
         except ScheduleError as exc:
-            errors.append(exc)
+            errors.append((variant, exc))
             continue
         finally:
             timings[f"search_{'own' if variant is graphs.own else 'vela'}"] = time.monotonic() - search_start
         searches.append(Searched(variant, result, evaluate(variant.network, objective, result.schedule), objective))
     if not searches:
-        legacy = next((e for e in errors if e.needed_bytes is not None), None) or _legacy_error(graphs, arch)
-        raise legacy if legacy is not None else errors[0]
+        raise _no_fit_error(errors, graphs, arch)
     best = min(searches, key=lambda s: s.rank)  # a tie keeps npusched's graph (searched first)
     bound = any_schedule_bound(NetworkFacts(best.variant.network, objective))
     own_start = hints[id(graphs.own)]
@@ -204,6 +203,21 @@ def _starts(variant: Variant, graphs: Graphs, floors: list[Floor], default_run: 
     if not graphs.distinct:
         starts += [f.start for f in floors]
     return [s for s in starts if s is not None]
+
+
+def _no_fit_error(errors: list[tuple[Variant, ScheduleError]], graphs: Graphs,
+                  arch: ArchitectureFeatures) -> ScheduleError:
+    """Why no graph has a schedule within the limit: the least a graph needs where its search found it (the smaller
+    of the two), but not Vela's graph's as the run's where npusched's graph, whose rewrites may need less, ended
+    its search without its own (then both are said); else Vela legacy's staging-limit error."""
+    known = sorted((exc for _, exc in errors if exc.needed_bytes is not None), key=lambda exc: exc.needed_bytes or 0)
+    own = next((exc for variant, exc in errors if variant is graphs.own), None)
+    if own is not None and own.needed_bytes is None and known:
+        return ScheduleError(f"{own}; on Vela's graph (without npusched's rewrites) the smallest that fits needs "
+                             f"{known[0].needed_bytes} bytes")
+    if known:
+        return known[0]
+    return _legacy_error(graphs, arch) or errors[0][1]
 
 
 def _legacy_error(graphs: Graphs, arch: ArchitectureFeatures) -> ScheduleError | None:

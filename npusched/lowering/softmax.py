@@ -7,6 +7,10 @@ CLZ/shift/multiply/add passes on 1-element tensors, and a final multiply and rou
 ``<ofm>`` is the TFLite output tensor name (Vela's op name) and ``n`` counts passes from 0, exactly as Vela
 prints them; intermediates are int32 (which matters for the cost model: 32-bit elementwise passes are slower).
 
+In npusched's own graph (``LoweringContext.deep_views``) the same 8-bit passes see the per-row maps, and the
+shift of the exp map, at a deeper view of the same linear bytes (``deep_view``), as the default core does: a
+fraction of the cycles at depth 1, the same values (each pass is per element).
+
 In Vela's default core's graph (``LoweringContext.default_core``, what ``--solver vela-default`` reads that core's
 schedule onto) the 8-bit chain is 28 passes, and it also runs an int8 -> int16 softmax (29): the passes its debug
 databases list, priced and never compiled.
@@ -57,19 +61,25 @@ def lower_softmax(op, ifm: FeatureMap, ofm: FeatureMap, ctx: LoweringContext) ->
 
 
 def deep_view(shape: Shape4D) -> Shape4D | None:
-    """A 16-deep view of the linear bytes of a map of ``shape`` (as Vela's default core sees a softmax's per-row
-    maps), None where its depth is already a multiple of 16 or its size is not.
+    """The deepest view of the linear bytes of a map of ``shape`` at most 16 deep (as Vela's default core sees a
+    softmax's per-row maps), None where none fills the NPU's 16-deep bricks better than the map's own depth.
 
     A softmax's per-row arithmetic ([1, H, W, 1] int32 maps: 26 of the 8-bit decomposition's passes) and its
     shift of the whole exp map by a constant are per element, so any view of the same linear bytes computes the
     same values; at depth 1 (or 4) an elementwise pass fills a sixteenth (a quarter) of the NPU's 16-deep blocks
     and bricks. On a 128 x 128 segmentation head those passes cost more than all the U-Net's convolutions."""
     size = shape.elements()
-    if shape.depth % 16 == 0 or size % 16:
+    depth = next(d for d in (16, 8, 4, 2, 1) if size % d == 0)
+    if _brick_fill(depth) <= _brick_fill(shape.depth):
         return None
-    cells = size // 16
+    cells = size // depth
     width = max(d for d in range(1, math.isqrt(cells) + 1) if cells % d == 0)
-    return Shape4D(1, cells // width, width, 16)
+    return Shape4D(1, cells // width, width, depth)
+
+
+def _brick_fill(depth: int) -> float:
+    """The part of its 16-deep bricks a map of ``depth`` fills."""
+    return depth / (16 * math.ceil(depth / 16))
 
 
 def _quant_limits(dtype: DataType) -> tuple[int, int]:

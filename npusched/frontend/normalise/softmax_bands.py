@@ -55,10 +55,9 @@ def split_bytes_for(fast_storage_limit_bytes: int, least_memory: bool) -> int:
     """The int32 map over which a SOFTMAX may be split (the site is priced either way): every one larger than a band
     under `--optimise Size`; else those whose decomposition would not fit the fast storage (at its peak about four
     of its int32 maps are live). npusched's own lowering keeps those maps linear, 4 bytes an element
-    (``lowering.softmax.deep_view``), where Vela legacy stores them 16 deep; its bands' copies cost more than the
-    memory they save in a larger arena (a 128 x 128 x 4 segmentation head: 1.23M cycles whole, 1.74M in bands,
-    under the default core's model). An attention layer's softmax, a band of heads each, takes a transformer's
-    peak below both cores' (docs/results.md)."""
+    (``lowering.softmax.deep_view``), where Vela legacy stores them 16 deep; in a larger arena the bands' copies
+    cost more than the memory they save. An attention layer's softmax, a band of heads each, takes a
+    transformer's peak below both cores' (docs/results.md)."""
     if least_memory:
         return SOFTMAX_BAND_BYTES
     return max(SOFTMAX_BAND_BYTES, fast_storage_limit_bytes // 4)
