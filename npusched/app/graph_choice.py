@@ -2,7 +2,7 @@
 
 The priced rewrites of ``npusched.frontend.normalise`` (re-laid-out channel-poor chains, staged inputs and
 outputs, widened outputs, gate order, softmax bands) and the lowering's in-place concatenation writes and softmax
-row views (``lower_model``) change only what a schedule costs or needs in fast storage, and each can lose: a
+deep views (``lower_model``) change only what a schedule costs or needs in fast storage, and each can lose: a
 staged 320 x 320 x 3 input costs its copy more than the bursts it saves; a re-laid-out rescaling is a map no
 convolution cascades from, which a Size schedule needs. What a rewrite is worth depends on what CP-SAT makes of it
 (the heuristic, Vela legacy's rules, mostly cannot use it: on mobilenet_v2 it prices a staged input 5-9% worse
@@ -28,7 +28,7 @@ from npusched.lowering.softmax import DEEP_VIEW
 from npusched.run import SiteDecision
 from npusched.target.arch import ArchitectureFeatures
 
-# The pseudo-sites that stand for the lowering's in-place concatenation writes and its softmax row views.
+# The pseudo-sites that stand for the lowering's in-place concatenation writes and its softmax deep views.
 IN_PLACE_WRITES = Site("in_place_writes", "*")
 SOFTMAX_DEEP_VIEWS = Site("softmax_deep_views", "*")
 
@@ -46,7 +46,7 @@ class Variant:
 
     @property
     def sites(self) -> tuple[Site, ...]:
-        """The priced sites this graph has (in-place writes included)."""
+        """The priced sites this graph has (the lowering's pseudo-sites included)."""
         applied = self.normalisation.applied if self.normalisation is not None else ()
         return applied + ((IN_PLACE_WRITES,) if self.writes_in_place else ()) + \
             ((SOFTMAX_DEEP_VIEWS,) if self.has_deep_views else ())

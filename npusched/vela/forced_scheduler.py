@@ -3,8 +3,9 @@
 ``patched_vela`` swaps Vela's ``schedule_passes`` for a ``ForcedScheduler`` for one compilation and records Vela's
 per-op estimate, and replays each command stream for reads of rolling-buffer rows no longer held
 (``rolling_check``); the scheduler takes every decision from npusched's ``Schedule`` (block configs, stripes,
-cascades and rolling buffers, weight encodings and buffering, feature-map placement, in-place writes) and refuses,
-with a ``VelaRefusal`` naming the op, a decision Vela's rules do not accept. Only Vela's public modules are used.
+cascades and rolling buffers, weight encodings and buffering, feature-map placement, in-place writes, the
+softmax passes' deeper views) and refuses, with a ``VelaRefusal`` naming the op, a decision Vela's rules do not
+accept. Only Vela's public modules are used.
 """
 
 from __future__ import annotations
