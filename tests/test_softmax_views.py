@@ -74,10 +74,15 @@ def test_deep_views_price_the_segmentation_head_a_fraction_of_vela_legacys(tmp_p
 
 
 @pytest.mark.slow
-def test_a_segmentation_unet_on_deep_views_is_faster_than_both_cores_and_compiles(tmp_path: Path) -> None:
+def test_a_segmentation_unet_on_deep_views_is_faster_than_both_cores_and_compiles(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """CP-SAT's answer on npusched's graph (the softmax on deep views) is faster than both Vela cores' own
     schedules, each priced by its own model; Vela's backend, given the same views, compiles it with its estimate
-    equal to npusched's."""
+    equal to npusched's, and in its command stream every pass that reads or writes a map seen at two shapes
+    addresses the map's bytes in one linear order: NHWC, dense strides for the pass's view, one base address."""
+    from ethosu.vela import high_level_command_to_npu_op as to_npu_op
+    from ethosu.vela.high_level_command_stream import NpuStripe
+
     path = _segmentation_unet(tmp_path)
     result = run(RunOptions(model_path=path, **HARDWARE, solver="cpsat", time_limit_seconds=30.0, workers=1,
                             deterministic=True))
@@ -86,5 +91,41 @@ def test_a_segmentation_unet_on_deep_views_is_faster_than_both_cores_and_compile
     assert set(floors) == {"vela-legacy", "vela-default"}
     for core, own in floors.items():
         assert result.cycles_by_estimator[core] < own, core
+
+    stripes: list = []
+    convert = to_npu_op.convert_command_to_npu_op
+
+    def recording(cmd, arch):
+        npu_op = convert(cmd, arch)
+        if isinstance(cmd, NpuStripe):
+            stripes.append((cmd, npu_op))
+        return npu_op
+
+    monkeypatch.setattr(to_npu_op, "convert_command_to_npu_op", recording)
     compiled = compile_schedule(result, tmp_path / "out")
     assert compiled.agreed, compiled.warnings()
+    viewed = {operand.tensor.name for op in result.network.npu_ops if op.attr(DEEP_VIEW)
+              for operand in (op.ifm, op.ifm2, op.ofm) if operand is not None and not operand.tensor.is_const}
+    seen: dict[str, list[tuple]] = {}
+    for cmd, npu_op in stripes:
+        ps = cmd.ps
+        for fm, tensor, box, view in ((npu_op.ifm, cmd.ifm_tensor, cmd.ifm_box, ps.ifm_shapes[0]),
+                                      (npu_op.ifm2, cmd.ifm2_tensor, cmd.ifm2_box,
+                                       ps.ifm_shapes[1] if len(ps.ifm_shapes) > 1 else None),
+                                      (npu_op.ofm, cmd.ofm_tensor, cmd.ofm_box, ps.ofm_shapes[0])):
+            if tensor is None or tensor.name not in viewed:
+                continue
+            element = tensor.element_size()
+            n, y, x, c = box.start_coord
+            first = ((n * view.height + y) * view.width + x) * view.depth + c  # the stripe's first element
+            seen.setdefault(tensor.name, []).append(
+                (ps.name, view, fm.layout.name, fm.strides, fm.region, fm.tiles.addresses[0] - first * element,
+                 (view.width * view.depth * element, view.depth * element, element)))
+    assert len(seen) == len(viewed)
+    # the exp map, its shifted copy, the exp sum, the right shift and the scale factor are seen at two shapes
+    twice_seen = {name: uses for name, uses in seen.items() if len({use[1] for use in uses}) > 1}
+    assert len(twice_seen) == 5, sorted(twice_seen)
+    for name, uses in twice_seen.items():
+        for ps_name, _, layout, strides, _, _, dense in uses:
+            assert layout == "NHWC" and (strides.height, strides.width, strides.depth) == dense, (name, ps_name)
+        assert len({(region, base) for _, _, _, _, region, base, _ in uses}) == 1, (name, uses)
