@@ -120,3 +120,19 @@ def test_large_network_priced_whole_ends_on_the_least_peak_path(corpus_dir, monk
     assert result.model_stats["mode"] == "path" and result.status == "optimal" and result.gap == 0
     assert ev.peak_fast_storage == result.peak_bound_bytes == 23808 and result.peak_proven_minimal
     assert result.bound_cycles == pytest.approx(result.objective_cycles, abs=len(network.npu_ops) / 1000)
+
+
+def test_a_search_that_ends_without_a_fit_says_none_exists_where_the_rules_floor_is_over_the_limit() -> None:
+    """Where the search ends without a schedule within the limit (here asked directly), the floor of every schedule
+    the cascade rules allow decides what the error says: over the limit, that none fits and what sets the floor;
+    under it, that a longer time limit may find one."""
+    from npusched.solvers.peak_floor import network_floor
+
+    arch, network = load_corpus("person_detect", "u55-128_hee_shared")
+    floor = network_floor(network, arch, held_operands=True).npu.floor_bytes
+    net = NetworkFacts(network, arch, joins=False)
+    below = cpsat_search._nothing_found(net, None, floor - 1, 5.0)
+    assert below.startswith(f"no schedule fits {floor - 1} bytes of fast storage: every schedule Vela's cascade "
+                            f"rules allow needs {floor:,} bytes at pass ")
+    above = cpsat_search._nothing_found(net, None, floor, 5.0)
+    assert above.startswith(f"no schedule that fits {floor} bytes of fast storage was found within 5 s")

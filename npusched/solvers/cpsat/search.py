@@ -48,7 +48,7 @@ from npusched.solvers.cpsat.solver import (
 )
 from npusched.solvers.cpsat.windows import search_windows
 from npusched.solvers.max_schedule import max_schedule
-from npusched.solvers.peak_floor import network_floor
+from npusched.solvers.peak_floor import PeakFloor, network_floor
 from npusched.target.arch import ArchitectureFeatures, OptimisationStrategy
 from npusched.target.estimators import Estimator
 
@@ -212,7 +212,7 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, work_lim
                             datas=relaxed.datas or None)
     except OutOfTime:
         if fitting is None:
-            raise ScheduleError(_nothing_found(hint_eval, limit, time_limit_seconds)) from None
+            raise ScheduleError(_nothing_found(net, hint_eval, limit, time_limit_seconds)) from None
         if deterministic:
             stats["stopped_by_clock"] = True  # the build ran out of time: the clock chose the window search
         return _windows_result(net, references, *fitting, relaxed, limit, budget, start, stats,
@@ -265,7 +265,7 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, work_lim
                             + f": {explain_peak(network, arch, fit.schedule)}", needed_bytes=fit.needed_bytes)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         if fitting is None:
-            raise ScheduleError(_nothing_found(hint_eval, limit, time_limit_seconds))
+            raise ScheduleError(_nothing_found(net, hint_eval, limit, time_limit_seconds))
         return _fallback(fitting[0], fitting[1].total_cycles, f"no CP-SAT solution within {time_limit_seconds:g} s",
                          solve_seconds, stats)
     bound = solver.best_objective_bound / SCALE  # the first solve's: a repair searches a smaller space
@@ -417,16 +417,23 @@ def _smallest_fit_error(net: NetworkFacts, datas: Sequence[RegionData], limit: i
                          needed_bytes=least)
 
 
-def _what_sets(net: NetworkFacts, least: int) -> str:
-    """Whether the cascade rules of the candidate space (Vela's, with held operands, and with joins where it has
-    them) or the network itself set the floor ``least``: the least any schedule those rules allow needs (shared
-    fast storage only)."""
+def _rules_floor(net: NetworkFacts) -> tuple[PeakFloor, str] | None:
+    """The least any schedule the cascade rules of the candidate space (Vela's, with held operands, and with joins
+    where it has them) allow needs, and those rules named; None where feature maps may leave fast storage."""
     try:
         floor = network_floor(net.network, net.arch, held_operands=True, joins=net.joins).npu
     except ValueError:
-        return ""  # feature maps may leave fast storage: no such floor
+        return None
+    return floor, "the cascade rules (Vela's, and cascades through joins)" if net.joins else "Vela's cascade rules"
+
+
+def _what_sets(net: NetworkFacts, least: int) -> str:
+    """Whether the cascade rules of the candidate space or the network itself set the floor ``least``."""
+    found = _rules_floor(net)
+    if found is None:
+        return ""
+    floor, rules = found
     first, last = floor.run
-    rules = "the cascade rules (Vela's, and cascades through joins)" if net.joins else "Vela's cascade rules"
     if floor.floor_bytes < least:
         return f"; {rules} allow schedules down to {floor.describe()}, with stripes outside the candidate space"
     if first == last:
@@ -512,7 +519,13 @@ def _verified_result(net: NetworkFacts, found: tuple[Schedule, int], hint: Sched
                        peak_bound_bytes=peak.bound_bytes, peak_proven_minimal=peak.proven)
 
 
-def _nothing_found(hint_eval: Evaluation | None, limit: int, seconds: float) -> str:
+def _nothing_found(net: NetworkFacts, hint_eval: Evaluation | None, limit: int, seconds: float) -> str:
+    """No schedule found in time: none exists where the cascade rules' floor is over the limit (say so, and what
+    sets it), else a longer time limit may find one."""
+    found = _rules_floor(net)
+    if found is not None and found[0].floor_bytes > limit:
+        floor, rules = found
+        return f"no schedule fits {limit} bytes of fast storage: every schedule {rules} allow needs {floor.describe()}"
     why = ("the heuristic's (Vela legacy's) schedule needs "
            f"{hint_eval.peak_fast_storage} bytes" if hint_eval is not None else "the heuristic (Vela legacy) has none")
     return (f"no schedule that fits {limit} bytes of fast storage was found within {seconds:.3g} s ({why}); a "
