@@ -266,9 +266,9 @@ def lower_model(model: TfliteModel, arch: ArchitectureFeatures | None = None, *,
     and memory allows (``npusched.lowering.in_place``; the budget is ``arch``'s arena cache where feature maps
     live in fast storage); without it the graph is Vela legacy's, copies and all.
 
-    ``deep_views``: an 8-bit SOFTMAX computes its per-row arithmetic (and the shift of its exp map) on a deeper
-    view of the same bytes (``softmax.deep_view``), as the default core does; without it, at depth 1 as Vela
-    legacy does.
+    ``deep_views``: a SOFTMAX computes its per-row arithmetic (and its per-element passes over its exp map) on a
+    deeper view of the same bytes (``softmax.deep_view``), as the default core does; without it, at depth 1 as
+    Vela legacy does.
 
     ``default_core``: the graph Vela's default core schedules, which ``--solver vela-default`` reads its schedule
     onto: its int8 -> int16 SOFTMAX and NCHW <-> NHWC TRANSPOSE on the NPU too, its own softmax and LSTM passes

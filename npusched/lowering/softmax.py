@@ -7,9 +7,9 @@ CLZ/shift/multiply/add passes on 1-element tensors, and a final multiply and rou
 ``<ofm>`` is the TFLite output tensor name (Vela's op name) and ``n`` counts passes from 0, exactly as Vela
 prints them; intermediates are int32 (which matters for the cost model: 32-bit elementwise passes are slower).
 
-In npusched's own graph (``LoweringContext.deep_views``) the same 8-bit passes see the per-row maps, and the
-shift of the exp map, at a deeper view of the same linear bytes (``deep_view``), as the default core does: a
-fraction of the cycles at depth 1, the same values (each pass is per element).
+In npusched's own graph (``LoweringContext.deep_views``) the same passes see the per-row maps, and the exp map
+where a scalar is its only other operand, at a deeper view of the same linear bytes (``deep_view``), as the
+default core does: a fraction of the cycles at depth 1, the same values (each such pass is per element).
 
 In Vela's default core's graph (``LoweringContext.default_core``, what ``--solver vela-default`` reads that core's
 schedule onto) the 8-bit chain is 28 passes, and it also runs an int8 -> int16 softmax (29): the passes its debug
@@ -64,7 +64,7 @@ def deep_view(shape: Shape4D) -> Shape4D | None:
     """The deepest view of the linear bytes of a map of ``shape`` at most 16 deep (as Vela's default core sees a
     softmax's per-row maps), None where none fills the NPU's 16-deep bricks better than the map's own depth.
 
-    A softmax's per-row arithmetic ([1, H, W, 1] int32 maps: 26 of the 8-bit decomposition's passes) and its
+    A softmax's per-row arithmetic ([1, H, W, 1] int32 maps: 25 of the 8-bit decomposition's 31 passes) and its
     shift of the whole exp map by a constant are per element, so any view of the same linear bytes computes the
     same values; at depth 1 (or 4) an elementwise pass fills a sixteenth (a quarter) of the NPU's 16-deep blocks
     and bricks. On a 128 x 128 segmentation head those passes cost more than all the U-Net's convolutions."""
@@ -106,9 +106,9 @@ class _SoftmaxBuilder:
         self.q_one = Quantization(scale=(1.0,), zero_point=(0,))
         self.q_two = Quantization(scale=(2.0,), zero_point=(0,))
         self.per_row = Shape4D(1, shape.height, shape.width, 1)
-        # the deeper views of the per-row maps and of the whole map, where the context asks for them (the 8-bit
-        # decomposition only; a softmax over one value has nothing to gain)
-        deep = ctx.deep_views and shape.depth > 1 and ifm.dtype != DataType.int16
+        # the deeper views of the per-row maps and of the whole map, where the context asks for them (a softmax
+        # over one value has nothing to gain)
+        deep = ctx.deep_views and shape.depth > 1
         self.per_row_view = deep_view(self.per_row) if deep else None
         self.map_view = deep_view(shape) if deep else None
 
@@ -270,7 +270,8 @@ class _SoftmaxBuilder:
         multiplier, _ = elementwise_mul_scale(diff_scale, beta, out_range, double=True)
         beta_q = Quantization(scale=(beta,), zero_point=tuple(ifm.quantization.zero_point))
         out_q = Quantization(scale=(out_range,), zero_point=tuple(self.ofm.quantization.zero_point))
-        scaled = self.binary("mul", "Mul", diff, self.const(f"{name}_scale_const", multiplier, beta_q), out_q)
+        scaled = self.binary("mul", "Mul", diff, self.const(f"{name}_scale_const", multiplier, beta_q), out_q,
+                             ifm_shape=self.map_view or diff.shape)
 
         name = self.tag("add")
         exp_words = _as_int32_bits(interpolation_lut_int16(math.exp, -10.0, 0.0))
@@ -297,7 +298,8 @@ class _SoftmaxBuilder:
                                  dtype=DataType.int16)
         self.ops[-1] = _with_lut(self.ops[-1], recip_table, None, None)
 
-        product = self.binary("mul", "Mul", exps, reciprocal, q_none, dtype=DataType.int32)
+        product = self.binary("mul", "Mul", exps, reciprocal, q_none, dtype=DataType.int32, ifm_shape=self.shape,
+                              ifm2_shape=self.per_row)
         self.final_shift(product, right_shift, None)
         return self.ops
 
