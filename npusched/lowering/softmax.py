@@ -192,7 +192,7 @@ class _SoftmaxBuilder:
         lut_zero_point = 127
         exps = self.binary("sub", "Sub", ifm, row_max, Quantization(scale=(1.0,), zero_point=(lut_zero_point,)),
                            dtype=DataType.int32, ifm_shape=self.shape,
-                           ifm2_shape=Shape4D(1, self.shape.height, self.shape.width, 1))
+                           ifm2_shape=self.per_row)
         self.ops[-1] = _with_lut(self.ops[-1], lut, -128 - lut_zero_point, 127 - lut_zero_point)
 
         name = self.tag("shr")
@@ -261,7 +261,7 @@ class _SoftmaxBuilder:
         q_none = self.q_none
         row_max = self.row_max()
         diff = self.binary("sub", "Sub", ifm, row_max, ifm.quantization, dtype=DataType.int32,
-                           ifm_shape=self.shape, ifm2_shape=Shape4D(1, self.shape.height, self.shape.width, 1))
+                           ifm_shape=self.shape, ifm2_shape=self.per_row)
 
         # Scale the differences into the exp table's input range [-10, 0].
         name = self.tag("mul")
