@@ -436,7 +436,7 @@ def _see_deeper(sg: Any, subgraph: Any, vela_arch: Any) -> None:
     wanted = {op.name: op for op in subgraph.ops if op.attr(DEEP_VIEW)}
     if not wanted:
         return
-    touched = []
+    touched: dict[int, Any] = {}  # the maps whose views changed, each once
     for ps in sg.passes:
         vela_op = ps.primary_op
         op = wanted.pop(vela_op.name, None) if vela_op is not None else None
@@ -456,10 +456,10 @@ def _see_deeper(sg: Any, subgraph: Any, vela_arch: Any) -> None:
         ps.ifm_shapes = [seen[t.name] for t in (ps.ifm_tensor, ps.ifm2_tensor) if t is not None]
         ps.ofm_shapes = list(vela_op.ofm_shapes)
         vela_op.ofm.set_all_shapes(op.ofm.tensor.shape.as_list())
-        touched.extend(maps)
+        touched.update((id(t), t) for t in maps)
     if wanted:
         raise VelaRefusal(f"Vela's graph has no pass '{next(iter(wanted))}' to compute at npusched's deeper view")
-    for tens in touched:
+    for tens in touched.values():
         tens.force_linear_format = None
         check_format_restrictions(tens, vela_arch)
 
