@@ -13,6 +13,9 @@ from typing import overload
 
 import numpy as np
 
+# The NPU dilates a kernel by at most this much; a larger dilation is spread with zero taps (Vela legacy's form).
+NPU_MAX_DILATION = 2
+
 
 class MemArea(enum.Enum):
     """A physical memory of the system, as Vela's configuration files name them."""

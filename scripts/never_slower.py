@@ -174,12 +174,15 @@ def geomean(values: list[float]) -> float:
 
 
 def _more_on_npu(row: dict[str, Any], key: str) -> str:
-    """Where npusched runs operators on the NPU that Vela legacy leaves to the CPU, the legacy core's total leaves
-    their time out: said beside a legacy ratio over 1."""
-    more = row.get("legacy_cpu", 0) - row.get("ns_cpu", 0) \
-        if isinstance(row.get("legacy_cpu"), int) and isinstance(row.get("ns_cpu"), int) else 0
-    return f" ({more} more on the NPU than Vela legacy, whose total leaves them out)" \
-        if more > 0 and key in ("ratio_legacy", "ratio_max") else ""
+    """Where npusched runs operators on the NPU that a core leaves to the CPU, that core's total leaves their time
+    out: said beside a ratio over 1 against it."""
+    said = []
+    for core, name, ratios in (("legacy", "Vela legacy", ("ratio_legacy", "ratio_max")),
+                               ("default", "the default core", ("ratio_default", "ratio_max"))):
+        theirs, ours = row.get(f"{core}_cpu"), row.get("ns_cpu")
+        if key in ratios and isinstance(theirs, int) and isinstance(ours, int) and theirs > ours:
+            said.append(f"{theirs - ours} more on the NPU than {name}")
+    return f" ({', '.join(said)}, whose total leaves them out)" if said else ""
 
 
 def summarise(rows: list[dict[str, Any]]) -> list[str]:
@@ -289,7 +292,7 @@ def main() -> int:
     normalisation.ALWAYS_REWRITES = tuple(r for r in normalisation.ALWAYS_REWRITES if r.name not in without)
     done: list[dict[str, Any]] = []
     if (args.resume or args.summary_only) and args.csv is not None and args.csv.exists():
-        done = list(csv.DictReader(args.csv.open()))
+        done = [{key: _number(value) for key, value in r.items()} for r in csv.DictReader(args.csv.open())]
     if args.summary_only:
         print("\n".join(summarise(done)))
         return 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from npusched.ir import (
+    NPU_MAX_DILATION,
     DataType,
     Quantization,
     ResamplingMode,
@@ -265,7 +266,7 @@ class ShapeRewrites:
         if op.type not in ("Conv2DBias", "DepthwiseConv2DBias"):
             return op
         d_w, d_h = op.dilation()
-        if d_w <= 2 and d_h <= 2:
+        if d_w <= NPU_MAX_DILATION and d_h <= NPU_MAX_DILATION:
             return op
         k_w, k_h = op.kernel_size()
         w = op.weights

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from npusched.ir import FeatureMap, NpuBlockType, NpuOp, TensorFormat
+from npusched.ir import FeatureMap, NpuOp, TensorFormat
 from npusched.lowering.graph import Network, NpuSubgraph
 from npusched.schedule.evaluator import (
     TensorUse,
@@ -53,88 +53,26 @@ class MaxScheduleOptions:
 # Tensor layouts
 
 
-def _must_stay_linear(fm: FeatureMap, arch: ArchitectureFeatures, use: TensorUse,
-                      ops_by_index: dict[int, NpuOp]) -> bool:
-    """Whether a feature map has to keep the plain NHWC layout (Vela's check_format_restrictions).
-
-    It does when it is produced outside the NPU, written into a variable (LSTM state), read or written by some
-    pass with another shape, at a channel offset that is not a multiple of 16, or by DMA, or when it feeds a
-    ReduceSum that needs linear input.
-    """
-    producers = [ops_by_index[i] for i in use.producers.get(fm, ()) if i in ops_by_index]
-    consumers = [ops_by_index[i] for i in use.consumers.get(fm, ()) if i in ops_by_index]
-    if not producers or fm in use.subgraph_outputs or fm in use.subgraph_inputs:
-        return True
-    for op in producers:
-        # A pass writing a slice (a concatenation's copy, or a convolution writing in place) is judged by its offset.
-        if (op.ofm.offset is None and op.ofm.shape != fm.shape) or op.npu_block_type == NpuBlockType.Dma:
-            return True
-        if op.ofm.offset is not None and op.ofm.offset.depth % 16 != 0:
-            return True
-        # a concatenation's copy sees the whole OFM: at a reshape of it (a reshaped concatenation), Vela keeps it linear
-        if op.ofm.offset is not None and op.ofm.shape not in (op.ofm.access_shape, fm.shape):
-            return True
-        if op.attr("memory_function") == "VariableTensorWrite":
-            return True
-        if op.op_type == "DepthwiseConv2DBias" and op.attr("original_type") == "ResizeBilinear":
-            return True  # half-pixel-centre resize rewrites the OFM strides
-    for op in consumers:
-        if op.npu_block_type == NpuBlockType.Dma:
-            return True
-        for access in (op.ifm, op.ifm2):
-            if access is None or access.tensor != fm:
-                continue
-            if access.shape != fm.shape:
-                return True
-            if access.offset is not None and access.offset.depth % 16 != 0:
-                return True
-        if op.op_type == "ReduceSum" and (fm.dtype.size_in_bits == 32 or arch.accelerator_config == "ethos-u65-512"):
-            return True
-    return False
-
-
-def _elementwise_prefers_linear(op: NpuOp, formats: dict[FeatureMap, TensorFormat]) -> bool:
-    """An elementwise OFM whose depth is not a multiple of 16 stays linear when it could overwrite a linear IFM
-    of the same shape and type (bricks would pad it and prevent the reuse)."""
-    if op.npu_block_type != NpuBlockType.ElementWise or op.ofm.shape.depth % 16 == 0:
-        return False
-    for access in (op.ifm, op.ifm2):
-        if access is None or access.shape != op.ofm.shape or access.tensor.orig_shape == ():
-            continue
-        if access.tensor.dtype != op.ofm.tensor.dtype:
-            continue
-        if formats.get(access.tensor, TensorFormat.NHWC) == TensorFormat.NHWC:
-            return True
-    return False
-
-
 def vela_tensor_placements(network: Network | NpuSubgraph, arch: ArchitectureFeatures, use: TensorUse | None = None
                            ) -> tuple[tuple[FeatureMap, TensorPlacement], ...]:
-    """Memory area and layout of every non-constant feature map, as Vela's scheduler sets them up."""
+    """Memory area and layout of every non-constant feature map, as Vela's scheduler sets them up.
+
+    A map passed between passes of one NPU subgraph takes the layout the lowering decided (``FeatureMap.format``,
+    ``npusched.lowering.formats``): Vela judges it on its optimised graph, before passes are packed, where a map
+    read through a reshape is still seen at another shape and the packed passes no longer show it. A map entering
+    or leaving a subgraph is linear, also where ``network`` is a part of a larger one (a window, the first passes)."""
     use = use if use is not None else tensor_use(network)
     formats: dict[FeatureMap, TensorFormat] = {}
-    order: list[FeatureMap] = []
     for sg in subgraphs_of(network):
-        ops_by_index = {op.index: op for op in sg.ops}
-        for fm in sg.inputs:
-            if not fm.is_const and fm not in formats:
-                formats[fm] = TensorFormat.NHWC
-                order.append(fm)
+        formats.update((fm, TensorFormat.NHWC) for fm in sg.inputs if not fm.is_const and fm not in formats)
         for op in sg.ops:
             for access in (op.ifm, op.ifm2):
-                if access is not None and not access.tensor.is_const and access.tensor not in formats:
-                    formats[access.tensor] = TensorFormat.NHWC
-                    order.append(access.tensor)
+                if access is not None and not access.tensor.is_const:
+                    formats.setdefault(access.tensor, TensorFormat.NHWC)
             out = op.ofm.tensor
-            if out not in formats:
-                order.append(out)
-            if (out in use.subgraph_outputs or _must_stay_linear(out, arch, use, ops_by_index)
-                    or _elementwise_prefers_linear(op, formats)):
-                formats.setdefault(out, TensorFormat.NHWC)
-            else:
-                formats[out] = TensorFormat.NHCWB16
+            formats.setdefault(out, TensorFormat.NHWC if out in use.subgraph_outputs else out.format)
     area = arch.feature_map_storage_mem_area
-    return tuple((fm, TensorPlacement(area, formats[fm])) for fm in order)
+    return tuple((fm, TensorPlacement(area, fmt)) for fm, fmt in formats.items())
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -233,7 +171,7 @@ def max_schedule(network: Network | NpuSubgraph, arch: ArchitectureFeatures,
     """
     opts = options or MaxScheduleOptions()
     use = tensor_use(network)
-    placements = vela_tensor_placements(network, arch, use)
+    placements = vela_tensor_placements(network, arch)
     ops = [full_op_schedule(arch, op) for sg in subgraphs_of(network) for op in sg.ops]
     missing = [op.op_index for op in ops if op.block_config is None]
     template = Schedule(ops=tuple(ops), tensors=placements, label="MAX", solver="max")

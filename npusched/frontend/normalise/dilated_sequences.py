@@ -36,9 +36,7 @@ from npusched.frontend.normalise.flatbuffer import (
     static_shape,
 )
 from npusched.frontend.normalise.rewrite import Rewrite, Site, counted
-
-# The NPU dilates a kernel by at most this much; Vela legacy spreads larger dilations with zero taps.
-_HARDWARE_DILATION = 2
+from npusched.ir import NPU_MAX_DILATION
 
 
 def find_dilated_sequences(model: ModelT, subgraph: SubGraphT) -> list[CausalPlan]:
@@ -46,7 +44,7 @@ def find_dilated_sequences(model: ModelT, subgraph: SubGraphT) -> list[CausalPla
     plans = []
     for plan in find_causal_convolutions(model, subgraph):
         _, rows, steps, _ = plan.view
-        if plan.axis == 2 and rows == 1 and plan.dilation > _HARDWARE_DILATION and steps % plan.dilation == 0:
+        if plan.axis == 2 and rows == 1 and plan.dilation > NPU_MAX_DILATION and steps % plan.dilation == 0:
             plans.append(replace(plan, site=Site("dilated_sequence", plan.site.tensor)))
     return plans
 
