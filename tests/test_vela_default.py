@@ -291,3 +291,25 @@ def test_a_convolution_legacy_runs_fully_connected_takes_the_default_cores_decis
     priced = evaluate(network, arch, imported.schedule).ops[fc.index]
     assert abs(priced.npu_cycles - core_op.npu_cycles) <= 0.01 * core_op.npu_cycles, (priced.npu_cycles,
                                                                                      core_op.npu_cycles)
+
+
+@pytest.mark.slow
+def test_a_copy_read_back_from_the_default_core_keeps_vela_legacys_block(tmp_path: Path) -> None:
+    """The default core runs a copy as an AvgPool, its IFM block as deep as its OFM's; read back as npusched's DMA
+    copy it keeps Vela legacy's IFM block, which Vela's backend checks. A PyTorch-style GRU's 48-deep copies on
+    ethos-u65-512: CP-SAT takes the default core's schedule as its floor, and its answer compiles."""
+    from npusched.ir import NpuBlockType
+    from npusched.netgen import generate
+    from npusched.vela.backend import compile_schedule
+    from npusched.vela.command import run_options_from_vela_args
+
+    path = tmp_path / "gru.tflite"
+    path.write_bytes(generate("gru", 80, 0, torch_style=True))
+    result = run(run_options_from_vela_args(path, CONFIGS["u65-512_high_dedicated384k"], solver="cpsat",
+                                            time_limit_seconds=20.0, workers=1, deterministic=True))
+    assert result.schedule is not None
+    deep_copies = [op for op in result.network.npu_ops if op.npu_block_type == NpuBlockType.Dma
+                   and op.ofm.shape.depth > 32]
+    assert deep_copies
+    compiled = compile_schedule(result, tmp_path / "out")
+    assert compiled.agreed, compiled.warnings()

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from npusched.errors import NpuschedError, ScheduleError
-from npusched.ir import FeatureMap, MemArea, NpuOp, Shape4D, TensorFormat
+from npusched.ir import FeatureMap, MemArea, NpuBlockType, NpuOp, Shape4D, TensorFormat
 from npusched.lowering.graph import Network
 from npusched.run import RunOptions
 from npusched.schedule.cascades import rolling_buffer_shape
@@ -158,6 +158,10 @@ def _block_config(arch: ArchitectureFeatures, op: NpuOp, core_op: DefaultCoreOp)
         if ifm_block.height < fitted.ifm_block.height or ifm_block.width < fitted.ifm_block.width:
             # Smaller than this op reads for that OFM block: the core's op is another writer of the same map (an
             # up-sampling written in place into a concatenation, matched to the copy of its other input).
+            ifm_block = fitted.ifm_block
+        if op.npu_block_type == NpuBlockType.Dma:
+            # The core runs the copy as an AvgPool (IFM block as deep as the OFM's); npusched's DMA copy takes Vela
+            # legacy's IFM block (its backend checks it) and no block is priced.
             ifm_block = fitted.ifm_block
         return BlockConfig(ofm_block=fitted.ofm_block, ifm_block=ifm_block, acc_type=fitted.acc_type,
                            is_partkernel=part, bank_size=fitted.bank_size, layout=fitted.layout), True
