@@ -339,3 +339,23 @@ def test_cli_output_dir_under_vela_default_says_the_compiled_graph_differs(tmp_p
     assert "agrees with npusched's" in out
     assert "warning: Vela's backend folds the stride of op 0" in err
     assert json.loads(saved.read_text())["vela_backend"]["notes"][0].startswith("Vela's backend folds the stride")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", ["u55-128_hee_shared", "u65-256_mid_dedicated256k"])
+def test_time_steps_sharing_their_weights_are_priced_as_velas_cache_makes_them(tmp_path: Path, config: str) -> None:
+    """An unrolled GRU's time steps share their kernels and biases: Vela encodes them once and hands the later
+    steps the cached stream, and its estimate then reads their bias at 4 bytes a channel where an encoded scale is
+    10. The Vela-faithful schedule of a Keras 3 GRU (its input kernels read from flash on ethos-u55) is priced as
+    Vela's backend prices it, op by op, and so is CP-SAT's."""
+    from npusched.lowering.graph import WEIGHT_TWINS
+    from npusched.netgen import generate
+
+    path = tmp_path / "gru.tflite"
+    path.write_bytes(generate("gru", 50, 0, keras_style=True))
+    for solver in ("heuristic", "cpsat"):
+        result = run(run_options_from_vela_args(path, CONFIGS[config], solver=solver, time_limit_seconds=10.0,
+                                                workers=1, deterministic=True))
+        assert any(op.attr(WEIGHT_TWINS) for op in result.network.npu_ops)
+        compiled = compile_schedule(result, tmp_path / solver)
+        assert compiled.agreed, compiled.warnings()

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 import networkx as nx
+import numpy as np
 
 from npusched.errors import ModelError
 from npusched.frontend.supported import npu_support
@@ -257,6 +258,25 @@ def _cpu_ops(ps: Pass) -> list[CpuOp]:
 RECURSION_LIMIT = 200_000
 
 
+# Attribute of a pass: the earlier passes with the same weights and scales (``_with_weight_twins``).
+WEIGHT_TWINS = "weight_twins"
+
+
+def _with_weight_twins(op: NpuOp, encoders: dict[tuple, list[NpuOp]]) -> NpuOp:
+    """``op``, naming the earlier passes whose encoded weights and scales Vela's weight cache would hand it (the
+    same weight and bias tensors, IFM and OFM scales, kind of pass and dilation: an unrolled RNN's time steps),
+    which changes how Vela's estimate reads its bias (``npusched.schedule.pricing``)."""
+    if op.weights is None or op.bias is None:
+        return op
+    key = (op.weights.name, op.bias.name, op.ifm.tensor.quantization.scale, op.ofm.tensor.quantization.scale,
+           op.npu_block_type, op.kernel.dilation_x, op.kernel.dilation_y)
+    earlier = [other.index for other in encoders.get(key, ())
+               if np.array_equal(other.weights.values, op.weights.values)
+               and np.array_equal(other.bias.values, op.bias.values)]
+    encoders.setdefault(key, []).append(op)
+    return replace(op, attrs=(*op.attrs, (WEIGHT_TWINS, tuple(earlier)))) if earlier else op
+
+
 def lower_model(model: TfliteModel, arch: ArchitectureFeatures | None = None, *, in_place: bool = False,
                 deep_views: bool = False, default_core: bool = False) -> Network:
     """Lower every subgraph of ``model``; NPU subgraphs are listed in Vela's order (per TFLite subgraph, in
@@ -292,6 +312,7 @@ def _lower_model(model: TfliteModel, arch: ArchitectureFeatures, in_place: bool,
                  default_core: bool) -> Network:
     all_ops: list[NpuOp | CpuOp] = []
     subgraphs: list[NpuSubgraph] = []
+    encoders: dict[tuple, list[NpuOp]] = {}  # passes with weights and scales, by what Vela's weight cache keys
     for tsg in model.subgraphs:
         vsg, by_index = import_subgraph(tsg)
 
@@ -325,6 +346,7 @@ def _lower_model(model: TfliteModel, arch: ArchitectureFeatures, in_place: bool,
                 inside = readers.get((id(ofm), run_index), 0)
                 outside = id(ofm) in outputs or bool(read_in.get(id(ofm), set()) - {run_index})
                 op = replace(_npu_op(ps, inside + (1 if outside else 0), default_core), index=len(all_ops))
+                op = _with_weight_twins(op, encoders)
                 built[id(ps)] = op
                 all_ops.append(op)
             else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from npusched.ir import FeatureMap, MemArea, NpuBlockType, NpuOp, TensorFormat
+from npusched.lowering.graph import WEIGHT_TWINS
 from npusched.schedule.rules import allocation_bytes, pricing_weight_stream, storage_size
 from npusched.schedule.schedule import OpSchedule, Schedule, TensorPlacement
 from npusched.schedule.tensor_use import placement_of
@@ -198,15 +199,16 @@ def partial_price_op(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule
     full_transfer = 0.0
     const_area = None
     if encoded is not None:
+        scale_bytes = _legacy_scale_element_bytes(op, op_sched, schedule)
         if buffering.is_buffered:
             # Vela prices the whole-stream DMA only for ops outside cascades (a cascaded op keeps 0).
             if op_sched.cascade is None:
                 full_transfer = full_weight_transfer_cycles(arch, op, op_sched)
             const_area = arch.fast_storage_mem_area
-            stream = pricing_weight_stream(arch, op, encoded, buffering.kind, full_transfer)
+            stream = pricing_weight_stream(arch, op, encoded, buffering.kind, full_transfer, scale_bytes)
         else:
             const_area = arch.permanent_storage_mem_area
-            stream = pricing_weight_stream(arch, op, encoded, perf.BufferKind.NONE)
+            stream = pricing_weight_stream(arch, op, encoded, perf.BufferKind.NONE, scale_element_bytes=scale_bytes)
     inputs = schedule_price_inputs(arch, op, op_sched, schedule, const_area=const_area)
     slack = slack_buffering_cycles(arch, op, op_sched, schedule)
     estimate = perf.partial_full_op_performance(arch, op.op_type, op.activation, inputs.query, weights=stream,
@@ -215,6 +217,37 @@ def partial_price_op(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule
     if arch.estimator is Estimator.CONTENTION:
         contention_bytes = encoded.total_bytes if encoded is not None and buffering.is_buffered else 0
     return PartialPrice(estimate, slack, full_transfer, contention_bytes)
+
+
+def _encodings(op: NpuOp, op_sched: OpSchedule) -> set[tuple[int, tuple[int, ...]]]:
+    """The (block depth, depth slices) Vela's compile encodes the op's weights for: its stream, and the whole
+    stream unsliced where it times the whole-stream DMA (buffered, outside cascades)."""
+    encoded = op_sched.encoded_weights
+    if encoded is None or op.weights is None:
+        return set()
+    depth = min(encoded.block_depth, op.weights.shape[-1])  # a block deeper than the weights encodes the same
+    found = {(depth, tuple(encoded.depth_slices))}
+    if op_sched.weight_buffering.is_buffered and op_sched.cascade is None:
+        found.add((depth, (0, op.ofm.shape.depth)))
+    return found
+
+
+def _legacy_scale_element_bytes(op: NpuOp, op_sched: OpSchedule, schedule: Schedule) -> int:
+    """How many bytes of one channel's scale and bias Vela legacy's estimate subtracts from the encoded stream.
+
+    An encoded scale entry is 10 bytes, but Vela records that on the bias tensor only when it encodes it: a pass
+    every one of whose encodings an earlier pass with the same weights and scales made (``WEIGHT_TWINS``: an
+    unrolled RNN's time steps) takes them from Vela's cache, and its estimate reads the bias at its own element
+    size, so more of the stream counts as weights."""
+    twins = op.attr(WEIGHT_TWINS)
+    if not twins or op.bias is None:
+        return wts.SCALE_ENTRY_BYTES
+    earlier: set[tuple[int, tuple[int, ...]]] = set()
+    for index in twins:  # type: ignore[attr-defined]
+        if schedule.has_op(index):
+            earlier |= _encodings(op, schedule.op(index))
+    cached = _encodings(op, op_sched) <= earlier
+    return op.bias.dtype.size_in_bytes if cached else wts.SCALE_ENTRY_BYTES
 
 
 def _partial_price_default(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule, schedule: Schedule

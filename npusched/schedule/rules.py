@@ -246,14 +246,15 @@ def weights_need_dma(arch: ArchitectureFeatures, op: NpuOp) -> bool:
 
 
 def pricing_weight_stream(arch: ArchitectureFeatures, op: NpuOp, encoded: EncodedWeights,
-                          buffering: perf.BufferKind, full_transfer_cycles: float = 0.0) -> perf.WeightStream:
+                          buffering: perf.BufferKind, full_transfer_cycles: float = 0.0,
+                          scale_element_bytes: int = SCALE_ENTRY_BYTES) -> perf.WeightStream:
     """The weight stream a pass is priced with: read in place from permanent storage, or DMA'd into fast-storage
     buffers (the first depth slice before the pass, ``full_transfer_cycles`` the scheduler's whole-stream DMA
-    estimate)."""
+    estimate); ``scale_element_bytes`` is what the estimate takes one channel's scale and bias to be."""
     assert op.weights is not None
     if buffering == perf.BufferKind.NONE:
         return perf.WeightStream(encoded_bytes=encoded.total_bytes, original_elements=int(op.weights.values.size),
-                                 source_area=arch.permanent_storage_mem_area, scale_element_bytes=SCALE_ENTRY_BYTES)
+                                 source_area=arch.permanent_storage_mem_area, scale_element_bytes=scale_element_bytes)
     return perf.WeightStream(
         encoded_bytes=encoded.total_bytes,
         original_elements=int(op.weights.values.size),
@@ -262,5 +263,5 @@ def pricing_weight_stream(arch: ArchitectureFeatures, op: NpuOp, encoded: Encode
         buffer_area=arch.fast_storage_mem_area,
         first_slice_bytes_per_core=tuple(r.total_bytes for r in encoded.ranges if r.slice_index == 0),
         full_transfer_cycles=full_transfer_cycles,
-        scale_element_bytes=SCALE_ENTRY_BYTES,
+        scale_element_bytes=scale_element_bytes,
     )
