@@ -239,11 +239,11 @@ def _legacy_scale_element_bytes(op: NpuOp, op_sched: OpSchedule, schedule: Sched
     every one of whose encodings an earlier pass with the same weights and scales made (``WEIGHT_TWINS``: an
     unrolled RNN's time steps) takes them from Vela's cache, and its estimate reads the bias at its own element
     size, so more of the stream counts as weights."""
-    twins = op.attr(WEIGHT_TWINS)
-    if not twins or op.bias is None:
+    twins = op.attr(WEIGHT_TWINS, ())
+    if not isinstance(twins, tuple) or not twins or op.bias is None:
         return wts.SCALE_ENTRY_BYTES
     earlier: set[tuple[int, tuple[int, ...]]] = set()
-    for index in twins:  # type: ignore[attr-defined]
+    for index in twins:
         if schedule.has_op(index):
             earlier |= _encodings(op, schedule.op(index))
     cached = _encodings(op, op_sched) <= earlier
