@@ -5,6 +5,9 @@ only if every producer and reader is an NPU op that sees it whole, unsliced on d
 not through a DMA copy (``check_format_restrictions``); NPU subgraph outputs are then forced linear. When
 the scheduler is built, each NPU pass output that is allowed gets NHCWB16 — except the output of an
 elementwise pass whose depth is not a multiple of 16 when it could overwrite a linear input in place.
+This is npusched's one copy of the rule: the schedulers read the layouts it sets (``FeatureMap.format``, through
+``solvers.max_schedule.vela_tensor_placements``) rather than judging the packed passes again, where a reshape
+a map is read through is no longer seen.
 """
 
 from __future__ import annotations
