@@ -171,7 +171,7 @@ def max_schedule(network: Network | NpuSubgraph, arch: ArchitectureFeatures,
     """
     opts = options or MaxScheduleOptions()
     use = tensor_use(network)
-    placements = vela_tensor_placements(network, arch)
+    placements = vela_tensor_placements(network, arch, use)
     ops = [full_op_schedule(arch, op) for sg in subgraphs_of(network) for op in sg.ops]
     missing = [op.op_index for op in ops if op.block_config is None]
     template = Schedule(ops=tuple(ops), tensors=placements, label="MAX", solver="max")
