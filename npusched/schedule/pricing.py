@@ -220,13 +220,13 @@ def partial_price_op(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule
 
 
 def _encodings(op: NpuOp, op_sched: OpSchedule) -> set[tuple[int, tuple[int, ...]]]:
-    """The (block depth, depth slices) Vela's compile encodes the op's weights for: its stream, and the whole
-    stream unsliced where it times the whole-stream DMA (buffered, outside cascades)."""
-    encoded = op_sched.encoded_weights
-    if encoded is None or op.weights is None:
+    """The (block depth, depth slices) Vela's compile encodes the op's weights for: its stream (what
+    ``encoded_weights_for`` encodes), and the whole stream unsliced where it times the whole-stream DMA (buffered,
+    outside cascades)."""
+    if op.weights is None or op_sched.block_config is None:
         return set()
-    depth = min(encoded.block_depth, op.weights.shape[-1])  # a block deeper than the weights encodes the same
-    found = {(depth, tuple(encoded.depth_slices))}
+    depth = min(block_depth(op_sched), op.weights.shape[-1])  # a block deeper than the weights encodes the same
+    found = {(depth, tuple(op_sched.depth_slices))}
     if op_sched.weight_buffering.is_buffered and op_sched.cascade is None:
         found.add((depth, (0, op.ofm.shape.depth)))
     return found
