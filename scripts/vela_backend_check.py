@@ -5,8 +5,9 @@
 
 For every corpus model x golden configuration x solver: the schedule is compiled by Vela 5.2.0's legacy backend
 (``solve-schedule --output-dir``); Vela's own per-op estimate is compared with the evaluator's (agreement within
-0.01%, op by op and in total); for the heuristic the ``_vela.tflite`` is compared with the one plain
-``vela --debug-force-legacy-core`` writes (tensors and metadata as sets, operators in order). CP-SAT runs with
+0.01%, op by op and in total); for the heuristic the ``_vela.tflite`` is compared with the one Vela's legacy core
+writes on its own (``vela --debug-force-legacy-core``, taught BATCH_MATMUL as the bridge teaches it:
+``python -m npusched.vela.taught_vela``; tensors and metadata as sets, operators in order). CP-SAT runs with
 ``--deterministic`` and one worker. Prints a Markdown table (the one in docs/results.md). ``--netgen`` checks
 generated Keras-style networks (``npusched.netgen``, seed 1, ``--passes`` 40; PyTorch-style ones, named ARCH_torch,
 with ``--torch-style``) instead of the corpus, each normalised first so that plain Vela compiles the model the
@@ -40,8 +41,9 @@ CONFIGS = json.loads((REPO / "tests" / "data" / "golden" / "configs.json").read_
 
 
 def plain_vela(model: Path, config: dict, output_dir: Path) -> Path:
-    """Vela's own compilation of ``model`` (legacy core)."""
-    subprocess.run(["vela", str(model), *vela_hardware_args(config), "--debug-force-legacy-core",
+    """Vela's own compilation of ``model`` (legacy core, taught BATCH_MATMUL)."""
+    subprocess.run([sys.executable, "-m", "npusched.vela.taught_vela", str(model), *vela_hardware_args(config),
+                    "--debug-force-legacy-core",
                     "--output-dir", str(output_dir)], check=True, capture_output=True, cwd=output_dir)
     return output_dir / f"{model.stem}_vela.tflite"
 

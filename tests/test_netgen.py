@@ -40,10 +40,6 @@ from npusched.vela.golden import run_golden
 from npusched.vela.report import read_cpu_operator_count, read_verbose_schedule
 
 SMALL_PASSES = 40
-# What Vela 5.2.0's legacy core leaves on the CPU in a generated transformer: BATCH_MATMUL and GELU (no NPU
-# implementation), MULs with neither input of the OFM's shape, and TRANSPOSEs by [0, 2, 3, 1].
-# What stays on the CPU of a transformer once normalised (its layer norms' [1, T, 1] x [D] MULs run on the NPU).
-TRANSFORMER_CPU_OPERATORS = frozenset({"BATCH_MATMUL", "GELU", "TRANSPOSE"})
 
 
 def _write(tmp_path: Path, arch: str, passes: int, seed: int, torch_style: bool = False) -> Path:
@@ -66,12 +62,10 @@ def test_every_architecture_is_read_and_lowered(tmp_path, arch):
                                             accelerator_config="ethos-u55-128"))
     passes = sum(len(sg.ops) for sg in network.subgraphs)
     # The size knob is an estimate; small budgets round up to one block per stage (a transformer block with its
-    # 31-pass SOFTMAX and 7-pass SQUARED_DIFFERENCEs is about 90 passes).
-    assert SMALL_PASSES / 2 <= passes <= (120 if arch == "transformer" else 2 * SMALL_PASSES), passes
-    if arch == "transformer":  # attention's BATCH_MATMULs, GELU
-        assert len(network.subgraphs) > 1
-        assert {"BATCH_MATMUL"} <= {op.tflite_op for op in network.cpu_ops} <= TRANSFORMER_CPU_OPERATORS
-    elif arch in SPLIT_BY_DEFAULT:
+    # 31-pass SOFTMAX and 7-pass SQUARED_DIFFERENCEs is about 90 passes; its attention's two BATCH_MATMULs, two
+    # passes per output column, are not counted by the knob: 2 x (49 + 16) more).
+    assert SMALL_PASSES / 2 <= passes <= (120 + 130 if arch == "transformer" else 2 * SMALL_PASSES), passes
+    if arch in SPLIT_BY_DEFAULT:
         assert len(network.subgraphs) > 1 and len(network.cpu_ops) >= 2
         assert {op.tflite_op for op in network.cpu_ops} <= {"L2_NORMALIZATION", "SPACE_TO_DEPTH", "DEPTH_TO_SPACE"}
     else:
@@ -285,7 +279,9 @@ def test_transformer_runs_on_the_npu_whatever_vela_legacy_does(passes, seed):
 @pytest.mark.parametrize("passes, seed", TRANSFORMER_CASES)
 def test_transformer_partition_equals_vela_legacy(tmp_path, passes, seed):
     """The same operators on the CPU as Vela legacy announces, and the same NPU subgraphs with the same passes
-    in the same order as its --verbose-schedule (so --output-dir's subgraph check holds)."""
+    in the same order as its --verbose-schedule (so --output-dir's subgraph check holds). Vela legacy runs as the
+    bridge runs it, taught npusched's BATCH_MATMUL (``run_golden``): the attention products already transposed in
+    the file (adj_y) run on the NPU in both, the others stay on the CPU in both."""
     model = tmp_path / "transformer.tflite"
     model.write_bytes(generate("transformer", passes, seed))
     golden = tmp_path / "vela"
@@ -422,11 +418,13 @@ def test_16x8_networks_run_in_the_reference_interpreter_and_on_the_npu(tmp_path,
     int8.write_bytes(generate(arch, SMALL_PASSES, 1))
     ops16 = load_network(RunOptions(model_path=path, accelerator_config="ethos-u55-128"))[1]
     ops8 = load_network(RunOptions(model_path=int8, accelerator_config="ethos-u55-128"))[1]
-    # Vela legacy's RSQRT is an int8 lookup table only: a 16x8 layer norm's runs on the CPU.
-    rsqrts = [op.opcode for op in model.main.operators if op.opcode == "RSQRT"]
-    assert sorted(op.tflite_op for op in ops16.cpu_ops) == sorted([op.tflite_op for op in ops8.cpu_ops] + rsqrts)
-    # Each CPU RSQRT may split one more NPU subgraph off.
-    assert len(ops8.subgraphs) <= len(ops16.subgraphs) <= len(ops8.subgraphs) + len(rsqrts)
+    # Vela legacy's RSQRT is an int8 lookup table only: a 16x8 layer norm's runs on the CPU; so do a 16x8
+    # BATCH_MATMUL (npusched's column passes are int8: an int16 product's sum overflows the int32 REDUCE_SUM) and
+    # GELU (its table is int8's).
+    cpu_only = [op.opcode for op in model.main.operators if op.opcode in ("RSQRT", "BATCH_MATMUL", "GELU")]
+    assert sorted(op.tflite_op for op in ops16.cpu_ops) == sorted([op.tflite_op for op in ops8.cpu_ops] + cpu_only)
+    # Each of them may split one more NPU subgraph off.
+    assert len(ops8.subgraphs) <= len(ops16.subgraphs) <= len(ops8.subgraphs) + len(cpu_only)
 
 
 @pytest.mark.slow

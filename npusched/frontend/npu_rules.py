@@ -447,15 +447,19 @@ def transpose_permutation_supported(v: OpView) -> str | None:
     shape = v.inputs[0].shape
     perm_t = v.inputs[1]
     perm = [int(p) for p in np.asarray(perm_t.data).reshape(-1)] if perm_t.data is not None else []
-    rank3, rank4 = tuple(perm_t.shape) == (3,), tuple(perm_t.shape) == (4,)
-    ok = (len(shape) == 2
-          or (rank3 and perm[0] == 1 and perm[1] == 0)
-          or (rank3 and shape[0] == 1 and perm[1] == 2 and perm[2] == 1)
-          or (rank3 and shape[1] == 1 and perm[0] == 2 and perm[2] == 0)
-          or (rank4 and perm[0] == 0 and perm[1] == 2 and perm[2] == 1)
-          or (rank4 and shape[1] == 1 and perm[0] == 0 and perm[2] == 3 and perm[3] == 2)
-          or (rank4 and shape[2] == 1 and perm[0] == 0 and perm[1] == 3 and perm[3] == 1))
-    return None if ok else f"IFM {list(shape)}, permutation {perm}"
+    return None if legacy_transpose(tuple(shape), tuple(perm)) else f"IFM {list(shape)}, permutation {perm}"
+
+
+def legacy_transpose(shape: tuple[int, ...], perm: tuple[int, ...]) -> bool:
+    """Whether Vela legacy runs a TRANSPOSE of a ``shape`` map by ``perm`` on the NPU."""
+    rank3, rank4 = len(perm) == 3, len(perm) == 4
+    return (len(shape) == 2
+            or (rank3 and perm[0] == 1 and perm[1] == 0)
+            or (rank3 and shape[0] == 1 and perm[1] == 2 and perm[2] == 1)
+            or (rank3 and shape[1] == 1 and perm[0] == 2 and perm[2] == 0)
+            or (rank4 and perm[0] == 0 and perm[1] == 2 and perm[2] == 1)
+            or (rank4 and shape[1] == 1 and perm[0] == 0 and perm[2] == 3 and perm[3] == 2)
+            or (rank4 and shape[2] == 1 and perm[0] == 0 and perm[1] == 3 and perm[3] == 1))
 
 
 def rsqrt_ifm_int8(v: OpView) -> str | None:
@@ -463,10 +467,51 @@ def rsqrt_ifm_int8(v: OpView) -> str | None:
     return None if v.ifm.dtype == DataType.int8 else f"IFM {v.ifm.dtype.value}"
 
 
+def gelu_int8(v: OpView) -> str | None:
+    """GELU maps int8 to int8 (a 256-entry table, TFLite's own)"""
+    return gelu_form(v.ifm.dtype, v.ofm.dtype)
+
+
+def gelu_form(ifm: DataType | None, ofm: DataType | None) -> str | None:
+    """Why npusched cannot run a GELU as a table (``npusched.lowering.luts.gelu_lut8_values``), or None; shared with
+    the backend bridge, as ``batch_matmul_form`` is."""
+    ok = ifm == ofm == DataType.int8
+    return None if ok else f"IFM {ifm.value if ifm else ifm}, OFM {ofm.value if ofm else ofm}"
+
+
 def softmax_area(v: OpView) -> str | None:
     """SOFTMAX IFM width x height is at most 65535"""
     _, h, w, _ = _shape4(v.inputs[0].shape)
     return None if h * w <= TENSOR_DIM_MAX else f"IFM {list(v.inputs[0].shape)}"
+
+
+def batch_matmul_form(lhs_shape: tuple[int, ...], rhs_shape: tuple[int, ...], dtypes: tuple[DataType, ...],
+                      adj_x: bool, adj_y: bool, constant: bool) -> str | None:
+    """Why npusched cannot run a BATCH_MATMUL as per-column NPU passes (``npusched.lowering.batch_matmul``), or
+    None. Shared with the backend bridge, which teaches Vela legacy the same rewrite: both must agree."""
+    if constant:
+        return "an operand is a constant"
+    if any(dtype != DataType.int8 for dtype in dtypes):
+        return f"types {[dtype.value for dtype in dtypes]} (int8 operands and output only)"
+    if adj_x or not adj_y:
+        return f"adj_x {adj_x}, adj_y {adj_y} (the right operand must be transposed, the left not)"
+    if not 2 <= len(lhs_shape) <= 4 or len(lhs_shape) != len(rhs_shape) or lhs_shape[:-2] != rhs_shape[:-2] \
+            or (len(lhs_shape) == 4 and lhs_shape[0] != 1) or lhs_shape[-1] != rhs_shape[-1]:
+        return f"operands {list(lhs_shape)} x {list(rhs_shape)} (same leading dimensions, batch 1, no broadcast)"
+    if rhs_shape[-2] * rhs_shape[-1] > TENSOR_DIM_MAX:
+        return f"right operand {list(rhs_shape)}: its rows read as one row of {rhs_shape[-2] * rhs_shape[-1]}"
+    return None
+
+
+def batch_matmul_supported(v: OpView) -> str | None:
+    """BATCH_MATMUL of two int8 activations, the right one transposed, same leading dimensions"""
+    lhs, rhs = v.inputs[0], v.inputs[1]
+    per_axis = any(len(t.quantization.scale) > 1 for t in (lhs, rhs, v.ofm))
+    if per_axis:
+        return "per-axis quantisation"
+    return batch_matmul_form(tuple(lhs.shape), tuple(rhs.shape), (lhs.dtype, rhs.dtype, v.ofm.dtype),
+                             bool(v.options.get("adj_x")), bool(v.options.get("adj_y")),
+                             lhs.data is not None or rhs.data is not None)
 
 
 _SUPPORT_GENERIC: tuple[Constraint, ...] = (
@@ -502,6 +547,8 @@ _SUPPORT_SPECIFIC: dict[str, tuple[Constraint, ...]] = {
     "TRANSPOSE": (transpose_permutation_supported,),
     "SOFTMAX": (softmax_area,),
     "RSQRT": (rsqrt_ifm_int8,),
+    "BATCH_MATMUL": (batch_matmul_supported,),
+    "GELU": (gelu_int8,),
 }
 
 

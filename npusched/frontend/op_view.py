@@ -18,10 +18,11 @@ NPU_OPERATORS = frozenset({
     "SUB", "MUL", "MAXIMUM", "MINIMUM", "RELU", "RELU6", "RELU_N1_TO_1", "TANH", "LOGISTIC", "HARD_SWISH",
     "LEAKY_RELU", "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "CONCATENATION", "PAD", "QUANTIZE", "MEAN", "RESIZE_BILINEAR",
     "RESIZE_NEAREST_NEIGHBOR", "SOFTMAX", "SPLIT", "SPLIT_V", "SLICE", "STRIDED_SLICE", "UNIDIRECTIONAL_SEQUENCE_LSTM",
-    "RSQRT", "SQUARED_DIFFERENCE", "TRANSPOSE",
+    "RSQRT", "SQUARED_DIFFERENCE", "TRANSPOSE", "BATCH_MATMUL", "GELU",
 })
 
-# TFLite builtins Vela 5.2.0 has an NPU implementation for (anything else is "CPU only" there).
+# TFLite builtins Vela 5.2.0 has an NPU implementation for (anything else is "CPU only" there), and BATCH_MATMUL
+# and GELU, which npusched's backend bridge teaches Vela legacy's graph optimiser (``npusched.vela.lessons``).
 VELA_NPU_OPERATORS = NPU_OPERATORS | frozenset({
     "ABS", "ARG_MAX", "EXP", "MIRROR_PAD", "PACK", "PRELU", "RELU_0_TO_1", "SHAPE", "UNPACK",
 })
@@ -74,12 +75,13 @@ _ROLES: dict[str, _Roles] = {
     "TRANSPOSE_CONV": _Roles((2,), 1, 3), "UNIDIRECTIONAL_SEQUENCE_LSTM": _Roles((0,), 1),
     "ADD": _BINARY_ROLES, "SUB": _BINARY_ROLES, "MUL": _BINARY_ROLES, "MAXIMUM": _BINARY_ROLES,
     "MINIMUM": _BINARY_ROLES, "TRANSPOSE": _BINARY_ROLES, "SQUARED_DIFFERENCE": _BINARY_ROLES,
+    "BATCH_MATMUL": _BINARY_ROLES,
     "CONCATENATION": _Roles((1, 2)), "SPLIT": _Roles((1,)),
 }
 _SINGLE_IFM_OPS = frozenset({
     "AVERAGE_POOL_2D", "MAX_POOL_2D", "RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1", "TANH", "LOGISTIC",
     "HARD_SWISH", "LEAKY_RELU", "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "PAD", "QUANTIZE", "MEAN", "RESIZE_BILINEAR",
-    "RESIZE_NEAREST_NEIGHBOR", "SOFTMAX", "SPLIT_V", "SLICE", "STRIDED_SLICE", "RSQRT", "EXP", "ABS",
+    "RESIZE_NEAREST_NEIGHBOR", "SOFTMAX", "SPLIT_V", "SLICE", "STRIDED_SLICE", "RSQRT", "EXP", "ABS", "GELU",
 })
 # Unknown operators have no IFM in Vela's eyes: only their OFM is seen by the generic rules.
 _NO_ROLES = _Roles(())

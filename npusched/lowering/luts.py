@@ -112,6 +112,27 @@ def rsqrt_lut8_values(ifm_q: Quantization, ofm_q: Quantization) -> list[int]:
     return lut8_values(rsqrt, ifm_q, ofm_q, DataType.int8, zero_point_after_rounding=True)
 
 
+def gelu_lut8_values(ifm_q: Quantization, ofm_q: Quantization, approximate: bool) -> list[int]:
+    """256 int8 entries of GELU exactly as TFLite's int8 kernel tabulates them (its LUTPopulate): dequantise, GELU
+    (erf, or the tanh form when ``approximate``) and rescale in float32, round half away from zero, add the zero
+    point. A GELU the NPU runs through this table is bit-exact (tests/test_batch_matmul.py checks it against the
+    reference interpreter)."""
+    f32 = np.float32
+    sqrt_half, sqrt_two_over_pi = f32(math.sqrt(0.5)), f32(math.sqrt(2.0 / math.pi))
+    in_scale, out_inverse = f32(_scale(ifm_q)), f32(1) / f32(_scale(ofm_q))
+    in_zero, out_zero = int(ifm_q.zero_point[0]), f32(ofm_q.zero_point[0])
+    values = []
+    for q in range(-128, 128):
+        x = in_scale * f32(q - in_zero)
+        if approximate:
+            inner = f32(math.tanh(float(sqrt_two_over_pi * (x + f32(0.044715) * x * x * x))))
+        else:
+            inner = f32(math.erf(float(x * sqrt_half)))
+        rescaled = round_away_from_zero(float(f32(0.5) * x * (f32(1) + inner) * out_inverse))
+        values.append(max(-128, min(127, int(f32(rescaled) + out_zero))))
+    return values
+
+
 def activation_lut(kind: str, ifm_q: Quantization, ofm_q: Quantization, dtype: DataType,
                    alpha: float = 0.0) -> list[int]:
     """Table values for ``kind`` in {"sigmoid", "tanh", "exp", "hardswish", "lrelu"}."""

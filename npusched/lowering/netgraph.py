@@ -44,7 +44,7 @@ BUILTIN_TO_VELA = {
     "BidirectionalSequenceRnn", "MATMUL": "MatMul", "SIGN": "Sign", "CALL_ONCE": "CallOnce",
     "ASSIGN_VARIABLE": "AssignVariable", "VAR_HANDLE": "VarHandle", "READ_VARIABLE": "ReadVariable",
     "LOCAL_RESPONSE_NORMALIZATION": "LRN", "ADD_N": "AddN", "REDUCE_MAX": "Max", "REDUCE_MIN": "Min",
-    "GATHER": "GatherV2", "CUSTOM": "Custom",
+    "GATHER": "GatherV2", "CUSTOM": "Custom", "BATCH_MATMUL": "BatchMatMul", "GELU": "Gelu",
 }
 
 # Tensor roles per op type (Vela's TensorIndices): (ifm indices, weight indices, bias indices).
@@ -55,14 +55,14 @@ _IFM_W_B = ((0,), (1,), (2,))
 INDICES: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = {
     **{t: _IFM for t in (
         "Abs", "ArgMax", "AvgPool", "CLZ", "Clamp", "ConcatSliceWrite", "Dequantize", "Memcpy", "Exp", "ExpandDims",
-        "HardSwish", "Identity", "LeakyRelu", "MaxPool", "Mean", "Pack", "PackReshaped", "Pad", "Quantize",
+        "Gelu", "HardSwish", "Identity", "LeakyRelu", "MaxPool", "Mean", "Pack", "PackReshaped", "Pad", "Quantize",
         "QuantizedAvgPool", "QuantizedMaxPool", "QuantizedReshape", "ReduceSum", "Relu", "Relu0To1", "Relu6",
         "ReluN1To1", "ReluN", "Rescale", "Reshape", "ResizeBilinear", "ResizeNearestNeighbor", "Rsqrt", "Shape",
         "Sigmoid", "Sign", "Slice", "Softmax", "SplitSliceRead", "SplitV", "Squeeze", "StridedSlice", "Table",
         "Tanh", "Unpack", "UnpackReshaped")},
     **{t: _IFM_IFM2 for t in (
-        "Add", "Atan2", "Maximum", "Minimum", "MirrorPad", "Mul", "Prelu", "SHL", "SHR", "SquaredDifference",
-        "Sub", "Transpose")},
+        "Add", "Atan2", "BatchMatMul", "Maximum", "Minimum", "MirrorPad", "Mul", "Prelu", "SHL", "SHR",
+        "SquaredDifference", "Sub", "Transpose")},
     **{t: _IFM_W for t in (
         "BidirectionalSequenceLstm", "BidirectionalSequenceRnn", "Conv2D", "Lstm", "MatMul", "QuantizedConv2D",
         "QuantizedMatMul", "Rnn", "UnidirectionalSequenceLstm", "UnidirectionalSequenceRnn")},

@@ -206,6 +206,9 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
         return op
 
     def convert_exp_rsqrt_to_lut(self, op: WorkingOp) -> WorkingOp:
+        if op.type == "Gelu":  # not Vela legacy's: npusched's backend bridge teaches it the same table
+            vals = luts.gelu_lut8_values(op.ifm.quantization, op.ofm.quantization, bool(op.attrs.get("approximate")))
+            return self._to_lut(op, vals, "gelu")
         if op.type == "Exp" and op.ifm.dtype in (DataType.int8, DataType.int16):
             vals = luts.activation_lut("exp", op.ifm.quantization, op.ofm.quantization, op.ifm.dtype)
             return self._to_lut(op, vals, "exp")

@@ -71,6 +71,12 @@ _LUT_ACTIVATIONS = frozenset({"sigmoid", "tanh", "lut"})
 _RELU_ACTIVATIONS = frozenset({"relu", "relu6", "relu0to1", "relun1to1"})
 
 
+# The NpuOp attribute naming which operand ("ifm" or "ofm") of a BATCH_MATMUL column pass is its int32 product
+# map (``npusched.lowering.batch_matmul``): the default core prices the column passes as its compound MatMul, whose
+# product map is scratch (``npusched.target.performance_default``).
+MATMUL_PRODUCTS = "matmul_products"
+
+
 @dataclass(frozen=True)
 class PerformanceQuery:
     """Everything the estimator needs to know about one pass (Vela's ``PerformanceQuery``).
@@ -98,6 +104,8 @@ class PerformanceQuery:
     const_shape: Shape4D | None = None
     const_memory_area: MemArea | None = None
     kernel: Kernel = Kernel()
+    # "ifm" / "ofm": that operand is the int32 product map of a BATCH_MATMUL column (``MATMUL_PRODUCTS``)
+    matmul_products: str | None = None
 
     @property
     def has_bias(self) -> bool:
@@ -164,6 +172,7 @@ def query_for_op(
         const_shape=Shape4D(1, 1, 1, op.ofm.shape.depth) if has_bias else None,
         const_memory_area=const_area if has_bias else None,
         kernel=op.kernel,
+        matmul_products=op.attr(MATMUL_PRODUCTS),  # type: ignore[arg-type]
     )
 
 

@@ -15,6 +15,9 @@ the estimate (compute time against per-memory access time) but differ where it m
   fast storage; a LUT costs no copy at all (none of its estimates in the golden output charges one).
 * **Scalars**: an elementwise pass whose first IFM is a wide scalar reads only that scalar.
 * **Integers**: block counts are fractional; cycles are truncated where the C++ stores them in integers.
+* **Matrix products.** A BATCH_MATMUL's column passes (int32 MUL, REDUCE_SUM) are the default core's compound
+  MatMul, which counts its int32 product map as scratch: one byte per element written and read, where a pass of
+  its own would move four (``PerformanceQuery.matmul_products``).
 
 Pure functions of their arguments, taking the legacy model's ``PerformanceQuery``/``WeightStream``/
 ``DmaTransfer`` and returning its ``OpPerformance`` so every caller is unchanged.
@@ -414,15 +417,18 @@ def partial_full_op_performance(
         if counted is not None:
             transfer[mem] = transfer.get(mem, 0) + counted
 
-    ifm_bytes = memory_transfer_bytes(arch, True, query.ifm_memory_area, query.ifm_format, query.ifm_bits,
-                                      cfg.ifm_block, query.ifm_shape, access.ifm_read[0])
+    products = query.matmul_products  # the compound MatMul's scratch: elements, not bytes
+    ifm_bytes = access.ifm_read[0] if products == "ifm" else memory_transfer_bytes(
+        arch, True, query.ifm_memory_area, query.ifm_format, query.ifm_bits, cfg.ifm_block, query.ifm_shape,
+        access.ifm_read[0])
     add(query.ifm_memory_area, Purpose.FeatureMap, Direction.Read, ifm_bytes, ifm_bytes)
     if query.ifm2_shape is not None and query.ifm2_memory_area is not None:
         ifm2_bytes = memory_transfer_bytes(arch, True, query.ifm2_memory_area, query.ifm2_format, query.ifm2_bits,
                                            cfg.ifm_block, query.ifm2_shape, access.ifm_read[1])
         add(query.ifm2_memory_area, Purpose.FeatureMap, Direction.Read, ifm2_bytes, ifm2_bytes)
-    ofm_bytes = memory_transfer_bytes(arch, False, query.ofm_memory_area, query.ofm_format, query.ofm_bits,
-                                      cfg.ofm_block, query.ofm_shape, access.ofm_write)
+    ofm_bytes = access.ofm_write if products == "ofm" else memory_transfer_bytes(
+        arch, False, query.ofm_memory_area, query.ofm_format, query.ofm_bits, cfg.ofm_block, query.ofm_shape,
+        access.ofm_write)
     add(query.ofm_memory_area, Purpose.FeatureMap, Direction.Write, ofm_bytes, ofm_bytes)
 
     lut_cycles = 0

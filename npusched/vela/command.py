@@ -17,7 +17,8 @@ from typing import Any, Literal
 from npusched.errors import NpuschedError
 from npusched.run import RunOptions
 
-VelaCore = Literal["legacy", "default"]
+# "taught": the legacy core as the backend bridge runs it, taught npusched's BATCH_MATMUL (``taught_vela``).
+VelaCore = Literal["legacy", "default", "taught"]
 # Vela's --verbose-* flags the golden output is made with.
 GOLDEN_VERBOSITY = ("--verbose-schedule", "--verbose-performance")
 
@@ -49,7 +50,7 @@ def vela_arguments(options: RunOptions, output_dir: Path, *, core: VelaCore = "l
         args += ["--memory-mode", options.memory_mode]
     if options.arena_cache_size is not None:
         args += ["--arena-cache-size", str(options.arena_cache_size)]
-    if core == "legacy":
+    if core in ("legacy", "taught"):
         args.append("--debug-force-legacy-core")
     return args + list(verbose)
 
@@ -58,7 +59,8 @@ def run_vela(options: RunOptions, output_dir: Path, *, core: VelaCore = "legacy"
              timeout_seconds: float | None = None, cwd: Path | None = None,
              preexec_fn: Callable[[], Any] | None = None) -> subprocess.CompletedProcess[str]:
     """Run the `vela` executable; the caller judges its exit status (a failing Vela is often a result)."""
-    command = [vela_executable(), *vela_arguments(options, output_dir, core=core, verbose=verbose)]
+    executable = [sys.executable, "-m", "npusched.vela.taught_vela"] if core == "taught" else [vela_executable()]
+    command = [*executable, *vela_arguments(options, output_dir, core=core, verbose=verbose)]
     return subprocess.run(command, capture_output=True, text=True, cwd=cwd, check=False, timeout=timeout_seconds,
                           preexec_fn=preexec_fn)
 

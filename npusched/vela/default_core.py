@@ -54,6 +54,7 @@ from npusched.vela.command import VelaError, last_line, run_vela
 from npusched.vela.fidelity import ModelComparison, OpComparison
 from npusched.vela.report import read_summary
 
+_COLUMN_PASS = re.compile(r"(.*)_(?:mul|sum)\d+")
 _TABLE = re.compile(r'<table name="(\w+)">\s*<!\[CDATA\[(.*?)\]\]>', re.S)
 _MEMORIES = {"Sram": MemArea.Sram, "Dram": MemArea.Dram, "OffChipFlash": MemArea.OffChipFlash,
              "OnChipFlash": MemArea.OnChipFlash}
@@ -197,6 +198,14 @@ def _core_name(op: NpuOp) -> str:
     return op.name.removesuffix("_fc") if op.op_type == "FullyConnected" else op.name
 
 
+def _matmul_of(op: NpuOp, by_name: dict[str, list[DefaultCoreOp]]) -> DefaultCoreOp | None:
+    """The default core's MatMul whose column ``op`` is (``<ofm>_mul<n>`` or ``<ofm>_sum<n>`` of a BATCH_MATMUL:
+    ``npusched.lowering.batch_matmul``), or None."""
+    found = _COLUMN_PASS.fullmatch(op.name) if op.tflite_op == "BATCH_MATMUL" else None
+    core_ops = by_name.get(found.group(1), []) if found is not None else []
+    return next((core_op for core_op in core_ops if core_op.operator == "MatMul"), None)
+
+
 def match_ops(network: Network, core_ops: list[DefaultCoreOp]) -> dict[int, DefaultCoreOp]:
     """Which default-core op each npusched pass is (by op index): by OFM tensor name, then, for ops whose names
     differ or are missing (unnamed tensors), by aligning the remaining ops of both graphs in order on operator type
@@ -209,6 +218,11 @@ def match_ops(network: Network, core_ops: list[DefaultCoreOp]) -> dict[int, Defa
     matched: dict[int, DefaultCoreOp] = {}
     taken: set[int] = set()
     for op in ours:
+        compound = _matmul_of(op, by_name)
+        if compound is not None:  # a column pass of the core's compound MatMul: all of them share it
+            matched[op.index] = compound
+            taken.add(compound.uid)
+            continue
         queue = by_name.get(op.name) or by_name.get(_core_name(op))
         if op.name and queue:
             core_op = queue.pop(0)
@@ -234,6 +248,16 @@ def match_ops(network: Network, core_ops: list[DefaultCoreOp]) -> dict[int, Defa
     return matched
 
 
+def _place(placements: dict[FeatureMap, TensorPlacement], core_op: DefaultCoreOp,
+           operands: list[tuple[FeatureMap, int]], maps_live_in: tuple[MemArea, ...]) -> None:
+    """Where the core keeps each operand (by its slot: IFM, IFM2, OFM), where that is a feature map's memory."""
+    for fm, slot in operands:
+        area = _MEMORIES.get(core_op.memories[slot])
+        fmt = _FORMATS.get(core_op.formats[slot])
+        if area in maps_live_in and fmt is not None and not fm.is_const:
+            placements.setdefault(fm, TensorPlacement(area, fmt))
+
+
 def schedule_from_default_core(network: Network, arch: ArchitectureFeatures,
                                core_ops: list[DefaultCoreOp]) -> DefaultCoreImport:
     """The default core's decisions, op by op, as an npusched ``Schedule`` (see the module notes for what is not
@@ -254,6 +278,12 @@ def schedule_from_default_core(network: Network, arch: ArchitectureFeatures,
             if core_op is None:
                 unmatched.append(op.name or f"#{op.index} {op.op_type}")
                 ops.append(_fallback(arch, op))
+                continue
+            if core_op.operator == "MatMul" and op.op_type == "Mul":
+                # The core's MatMul records its REDUCE_SUM's block: the MUL of a column takes Vela legacy's.
+                ops.append(_fallback(arch, op))
+                _place(placements, core_op, [(op.ifm.tensor, 0), *([(op.ifm2.tensor, 1)] if op.ifm2 else [])],
+                       maps_live_in)
                 continue
             block, fits = _block_config(arch, op, core_op)
             if not fits:
@@ -283,11 +313,9 @@ def schedule_from_default_core(network: Network, arch: ArchitectureFeatures,
             operands = [(op.ifm.tensor, 0), (op.ofm.tensor, 2)]
             if op.ifm2 is not None:
                 operands.append((op.ifm2.tensor, 1))
-            for fm, slot in operands:
-                area = _MEMORIES.get(core_op.memories[slot])
-                fmt = _FORMATS.get(core_op.formats[slot])
-                if area in maps_live_in and fmt is not None and not fm.is_const:
-                    placements.setdefault(fm, TensorPlacement(area, fmt))
+            if core_op.operator == "MatMul":  # its REDUCE_SUM reads the product map, the core's scratch
+                operands = [(op.ofm.tensor, 2)]
+            _place(placements, core_op, operands, maps_live_in)
     by_index = {o.op_index: o for o in ops}
     for members in groups.values():
         if len(members) < 2:

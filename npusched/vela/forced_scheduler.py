@@ -31,6 +31,7 @@ from npusched.schedule.memory_layout import LiveRange
 from npusched.schedule.schedule import OpSchedule, Schedule
 from npusched.target import codec
 from npusched.target.arch import ArchitectureFeatures
+from npusched.vela.lessons import vela_taught
 from npusched.vela.rolling_check import rolling_buffer_problems
 
 
@@ -98,7 +99,8 @@ def patched_vela(forcing: ForcedScheduler) -> Iterator[None]:
     create_equivalence_id.cache_clear()
     recursion_limit = sys.getrecursionlimit()
     try:
-        yield
+        with vela_taught():
+            yield
     finally:
         scheduler.schedule_passes, npu_performance.estimate_full_op_performance = original_schedule, original_estimate
         hlcs.generate_high_level_command_stream_for_schedule = original_stream

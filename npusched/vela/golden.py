@@ -1,7 +1,9 @@
 """Run Vela 5.2.0's legacy core on a model and keep its output in the layout of ../shared/golden.
 
 The fidelity script and the tests both compare npusched with Vela on generated networks this way, so the
-comparison code of ``npusched.vela.fidelity`` reads the output exactly as it reads the golden corpus.
+comparison code of ``npusched.vela.fidelity`` reads the output exactly as it reads the golden corpus. Vela runs as
+the backend bridge runs it, taught npusched's BATCH_MATMUL (``taught_vela``; plain Vela legacy on any network
+without one), so that attention's products are placed and scheduled as npusched's heuristic is held to.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ def run_golden(model: Path, config: dict[str, Any], golden: Path, timeout_second
     output_dir = golden / "vela-output"
     options = run_options_from_vela_args(model, config)
     try:
-        done = run_vela(options, output_dir, core="legacy", verbose=GOLDEN_VERBOSITY, timeout_seconds=timeout_seconds)
+        done = run_vela(options, output_dir, core="taught", verbose=GOLDEN_VERBOSITY, timeout_seconds=timeout_seconds)
     except subprocess.TimeoutExpired:
         return f"timed out after {timeout_seconds:.0f} s"
     (golden / "vela_stdout.txt").write_text(done.stdout)

@@ -9,8 +9,9 @@ Two kinds of rewrite (``rewrite.Rewrite``; one module each):
   ``dilated_convolutions`` (TF's SPACE_TO_BATCH_ND form of a dilated convolution as one),
   ``nearest_upsampling`` (Keras 3's EXPAND_DIMS -> TILE -> RESHAPE repeats as RESIZE_NEAREST_NEIGHBOR),
   ``stacking`` (UNPACK and PACK of activations, an unrolled RNN's, as SPLIT and CONCATENATION),
-  ``grouped_convolutions`` (Keras's Conv2D(groups=G) as convolutions of whole groups) and ``broadcast_operands``
-  (a layer norm's constant broadcast both ways written at the output's shape);
+  ``grouped_convolutions`` (Keras's Conv2D(groups=G) as convolutions of whole groups), ``broadcast_operands``
+  (a layer norm's constant broadcast both ways written at the output's shape) and ``matmul_operands`` (a
+  BATCH_MATMUL's right operand read transposed, the form the NPU runs);
 * what changes only what a schedule costs or needs in fast storage, *priced*: ``widened_outputs``,
   ``gates_first``, ``relayout`` (channel-poor element-wise chains on a deep view), ``staged_inputs`` and
   ``staged_outputs`` (channel-poor maps copied in full bursts where feature maps live in DRAM),
@@ -47,6 +48,7 @@ from npusched.frontend.normalise.flatbuffer import (
 from npusched.frontend.normalise.folding import FOLDING, fix_batch
 from npusched.frontend.normalise.gates_first import GATES_FIRST
 from npusched.frontend.normalise.grouped_convolutions import GROUPED_CONVOLUTIONS
+from npusched.frontend.normalise.matmul_operands import MATMUL_OPERANDS
 from npusched.frontend.normalise.nearest_upsampling import NEAREST_UPSAMPLING
 from npusched.frontend.normalise.relayout import RELAYOUT
 from npusched.frontend.normalise.rewrite import Rewrite, Site, counted
@@ -72,7 +74,8 @@ STAGING_REWRITES = (STAGED_INPUTS, STAGED_OUTPUTS)
 PRICED_REWRITES: tuple[Rewrite, ...] = (*RELAYOUT_REWRITES, *STAGING_REWRITES, SOFTMAX_BANDS, DILATED_SEQUENCES,
                                         CAUSAL_CONVOLUTIONS)
 # After folding, in every subgraph: what changes what the NPU can run.
-ALWAYS_REWRITES = (DILATED_CONVOLUTIONS, NEAREST_UPSAMPLING, STACKING, GROUPED_CONVOLUTIONS, BROADCAST_OPERANDS)
+ALWAYS_REWRITES = (DILATED_CONVOLUTIONS, NEAREST_UPSAMPLING, STACKING, GROUPED_CONVOLUTIONS, BROADCAST_OPERANDS,
+                   MATMUL_OPERANDS)
 # The order the summary names what changed in.
 _DESCRIBED = (CONSTANT_OPERATORS, RELAYOUT, WIDENED_OUTPUTS, GATES_FIRST, *ALWAYS_REWRITES, STAGED_INPUTS,
               STAGED_OUTPUTS, SOFTMAX_BANDS, DILATED_SEQUENCES, CAUSAL_CONVOLUTIONS)
