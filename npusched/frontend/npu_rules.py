@@ -486,11 +486,14 @@ def softmax_area(v: OpView) -> str | None:
 
 
 def batch_matmul_form(lhs_shape: tuple[int, ...], rhs_shape: tuple[int, ...], dtypes: tuple[DataType, ...],
-                      adj_x: bool, adj_y: bool, constant: bool) -> str | None:
+                      adj_x: bool, adj_y: bool, constant: bool, one_map: bool = False) -> str | None:
     """Why npusched cannot run a BATCH_MATMUL as per-column NPU passes (``npusched.lowering.batch_matmul``), or
-    None. Shared with the backend bridge, which teaches Vela legacy the same rewrite: both must agree."""
+    None. Shared with the backend bridge, which teaches Vela legacy the same rewrite: both must agree. ``one_map``:
+    both operands are the same map, which the passes would read at two shapes (its layout is decided by the first)."""
     if constant:
         return "an operand is a constant"
+    if one_map:
+        return "both operands are one map"
     if any(dtype != DataType.int8 for dtype in dtypes):
         return f"types {[dtype.value for dtype in dtypes]} (int8 operands and output only)"
     if adj_x or not adj_y:
@@ -511,7 +514,7 @@ def batch_matmul_supported(v: OpView) -> str | None:
         return "per-axis quantisation"
     return batch_matmul_form(tuple(lhs.shape), tuple(rhs.shape), (lhs.dtype, rhs.dtype, v.ofm.dtype),
                              bool(v.options.get("adj_x")), bool(v.options.get("adj_y")),
-                             lhs.data is not None or rhs.data is not None)
+                             lhs.data is not None or rhs.data is not None, lhs.index == rhs.index)
 
 
 _SUPPORT_GENERIC: tuple[Constraint, ...] = (

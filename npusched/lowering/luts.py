@@ -115,8 +115,8 @@ def rsqrt_lut8_values(ifm_q: Quantization, ofm_q: Quantization) -> list[int]:
 def gelu_lut8_values(ifm_q: Quantization, ofm_q: Quantization, approximate: bool) -> list[int]:
     """256 int8 entries of GELU exactly as TFLite's int8 kernel tabulates them (its LUTPopulate): dequantise, GELU
     (erf, or the tanh form when ``approximate``) and rescale in float32, round half away from zero, add the zero
-    point. A GELU the NPU runs through this table is bit-exact (tests/test_batch_matmul.py checks it against the
-    reference interpreter)."""
+    point. A GELU the NPU runs through this table is bit-exact (tests/test_attention_on_npu.py checks it against
+    the reference interpreter)."""
     f32 = np.float32
     sqrt_half, sqrt_two_over_pi = f32(math.sqrt(0.5)), f32(math.sqrt(2.0 / math.pi))
     in_scale, out_inverse = f32(_scale(ifm_q)), f32(1) / f32(_scale(ofm_q))

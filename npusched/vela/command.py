@@ -17,7 +17,7 @@ from typing import Any, Literal
 from npusched.errors import NpuschedError
 from npusched.run import RunOptions
 
-# "taught": the legacy core as the backend bridge runs it, taught npusched's BATCH_MATMUL (``taught_vela``).
+# "taught": the legacy core as the backend bridge runs it, taught npusched's BATCH_MATMUL and GELU (``taught_vela``).
 VelaCore = Literal["legacy", "default", "taught"]
 # Vela's --verbose-* flags the golden output is made with.
 GOLDEN_VERBOSITY = ("--verbose-schedule", "--verbose-performance")

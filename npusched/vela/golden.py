@@ -2,8 +2,8 @@
 
 The fidelity script and the tests both compare npusched with Vela on generated networks this way, so the
 comparison code of ``npusched.vela.fidelity`` reads the output exactly as it reads the golden corpus. Vela runs as
-the backend bridge runs it, taught npusched's BATCH_MATMUL (``taught_vela``; plain Vela legacy on any network
-without one), so that attention's products are placed and scheduled as npusched's heuristic is held to.
+the backend bridge runs it, taught npusched's BATCH_MATMUL and GELU (``taught_vela``; plain Vela legacy on any
+network without them), so that attention's operators are placed and scheduled as npusched's heuristic is held to.
 """
 
 from __future__ import annotations

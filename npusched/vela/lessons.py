@@ -8,7 +8,7 @@ on the NPU, lowered in Vela's graph exactly as npusched lowers them.
   applies as it applies Vela's own EXP or TANH tables.
 
 For one compilation, ``vela_taught`` makes Vela legacy agree: its support check accepts the operators npusched's
-rules accept (``npusched.frontend.npu_rules``: ``batch_matmul_form``, ``gelu_int8``, asked of Vela's own operation,
+rules accept (``npusched.frontend.npu_rules``: ``batch_matmul_form``, ``gelu_form``, asked of Vela's own operation,
 so both partition the network alike), and its operator rewrites build the same passes from Vela's own operations
 (BATCH_MATMUL at the step that decomposes SOFTMAX, GELU at the one that turns EXP into a table): the same names,
 shapes, operand views, scaling and tables, so the rest of Vela (formats, packing, command streams, its estimate)
@@ -45,7 +45,7 @@ def _quantization(tensor: Any) -> Quantization | None:
                         zero_point=tuple(int(z) for z in np.atleast_1d(np.asarray(quant.zero_point)).reshape(-1)))
 
 
-def npu_form(op: Any) -> str | None:
+def batch_matmul_support(op: Any) -> str | None:
     """Why npusched leaves Vela's BatchMatMul ``op`` on the CPU, or None (npusched's rule, on Vela's operation)."""
     if len(op.inputs) != 2 or len(op.outputs) != 1 or any(t is None for t in (*op.inputs, *op.outputs)):
         return "malformed operator"
@@ -53,11 +53,13 @@ def npu_form(op: Any) -> str | None:
     quants = [_quantization(t) for t in tensors]
     if any(q is None or len(q.scale) != 1 for q in quants):
         return "per-axis or missing quantisation"
-    dtypes = tuple(_data_type(t) for t in tensors)
+    dtypes = [_data_type(t) for t in tensors]
+    if any(d is None for d in dtypes):
+        return f"types {[str(t.dtype) for t in tensors]}"
     constant = any(t.values is not None for t in op.inputs)
     return batch_matmul_form(tuple(op.inputs[0].shape), tuple(op.inputs[1].shape),
-                             tuple(d if d is not None else DataType.int32 for d in dtypes),
-                             bool(op.attrs.get("adj_x")), bool(op.attrs.get("adj_y")), constant)
+                             tuple(d for d in dtypes if d is not None), bool(op.attrs.get("adj_x")),
+                             bool(op.attrs.get("adj_y")), constant, op.inputs[0] is op.inputs[1])
 
 
 def lowered(op: Any) -> Any:
@@ -133,7 +135,7 @@ def vela_taught() -> Iterator[None]:
 
     own_check = TFLiteSupportedOperators.is_operator_supported
     own_softmax, own_luts = optimiser.convert_softmax, optimiser.convert_ops_to_lut
-    rules = {Op.BatchMatMul: ("BATCH_MATMUL", npu_form), Op.Gelu: ("GELU", gelu_support)}
+    rules = {Op.BatchMatMul: ("BATCH_MATMUL", batch_matmul_support), Op.Gelu: ("GELU", gelu_support)}
 
     def is_operator_supported(self: Any, op: Any) -> bool:
         if op.type not in rules:
