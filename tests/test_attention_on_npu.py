@@ -96,6 +96,19 @@ def _computed(ops: list[NpuOp], values: dict[str, np.ndarray]) -> dict[str, np.n
     return outputs
 
 
+def _torch_forms() -> bytes:
+    """Attention as a PyTorch export writes it, in 3-D: heads [T, H, d] -> [H, T, d], Q·Kᵀ as a product by K
+    transposed [0, 2, 1] (a transpose Vela legacy does not run: the rewrite reads K itself), scores·V."""
+    g = GraphBuilder(np.random.default_rng(5))
+    x = g.input((1, 12, 32))
+
+    def heads():
+        return g.transpose(g.reshape(g.dense(x, 32), (12, 2, 16)), (1, 0, 2))
+
+    scores = g.batch_matmul(heads(), g.transpose(heads(), (0, 2, 1)))
+    return serialise(g.network([g.batch_matmul(g.softmax(scores), heads())], "PyTorch-style 3-D attention"))
+
+
 def _products(data: bytes) -> list[tuple[str, bool]]:
     """(output, adj_y) of every BATCH_MATMUL of the first subgraph."""
     subgraph = parse_tflite(data).subgraphs[0]
@@ -103,12 +116,16 @@ def _products(data: bytes) -> list[tuple[str, bool]]:
             for op in subgraph.operators if op.opcode == "BATCH_MATMUL"]
 
 
-def test_every_operand_form_is_read_transposed_exactly() -> None:
-    original = _three_forms()
+@pytest.mark.parametrize("make, transposes", [(_three_forms, 4), (_torch_forms, 3)], ids=["three_forms", "torch"])
+def test_every_operand_form_is_read_transposed_exactly(make, transposes: int) -> None:
+    """Each product reads its right operand transposed, made by transposes Vela legacy runs (or none: PyTorch's K
+    transposed [0, 2, 1] goes, the product reads K itself), every shared tensor bit-exact."""
+    original = make()
     normalised, record = normalise(original)
-    assert [adj_y for _, adj_y in _products(original)] == [False, False, False]
-    assert [adj_y for _, adj_y in _products(normalised)] == [True, True, True]
-    assert record.sites_of(MATMUL_OPERANDS) == 3
+    assert not any(adj_y for _, adj_y in _products(original))
+    assert all(adj_y for _, adj_y in _products(normalised)) and record.sites_of(MATMUL_OPERANDS) == len(
+        _products(original))
+    assert [op.opcode for op in parse_tflite(normalised).main.operators].count("TRANSPOSE") == transposes
     assert _assert_exact(original, normalised) > 10
 
 
@@ -137,9 +154,9 @@ def test_npuscheds_rule_and_the_bridges_partition_alike() -> None:
         assert len(vela_ops) == products and ours == theirs and len(vela_ops) - len(theirs) == on_npu
 
 
-@pytest.mark.parametrize("make", [_three_forms, lambda: generate("transformer", 60, 0),
+@pytest.mark.parametrize("make", [_three_forms, _torch_forms, lambda: generate("transformer", 60, 0),
                                   lambda: generate("transformer", 40, 1, keras_style=True)],
-                         ids=["three_forms", "transformer", "transformer_keras"])
+                         ids=["three_forms", "torch", "transformer", "transformer_keras"])
 def test_the_column_passes_compute_tflites_products(make) -> None:
     normalised, _ = normalise(make())
     network = _network(normalised)
@@ -178,8 +195,9 @@ def test_the_gelu_table_is_tflites() -> None:
 @pytest.mark.parametrize("make, config", [(lambda: generate("transformer", 60, 0), "u55-128_hee_shared"),
                                           (lambda: generate("transformer", 60, 0), "u65-256_mid_dedicated256k"),
                                           (lambda: generate("transformer", 40, 1), "u55-256_hee_shared_arena128k"),
-                                          (_three_forms, "u65-512_high_dedicated384k")],
-                         ids=["transformer_u55", "transformer_u65", "transformer_gelu", "three_forms_u65"])
+                                          (_three_forms, "u65-512_high_dedicated384k"),
+                                          (_torch_forms, "u55-128_hee_shared_size")],
+                         ids=["transformer_u55", "transformer_u65", "transformer_gelu", "three_forms_u65", "torch"])
 def test_vela_legacy_compiles_the_products_and_agrees(tmp_path: Path, make, config: str) -> None:
     """The whole network is one NPU subgraph; Vela legacy, taught the column passes, compiles CP-SAT's schedule into
     a file with no operator left to the CPU and prices it as npusched does."""

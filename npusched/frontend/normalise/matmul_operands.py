@@ -2,22 +2,22 @@
 
 The NPU runs a product of two activations column by column (``npusched.lowering.batch_matmul``): each column needs
 one row of the right operand with the shared axis in depth, which is the right operand as ``adj_y`` reads it,
-[.., N, K]. Attention's scores·V (and Q·Kᵀ written with K transposed first) read it as [.., K, N]. The same
-product with the right operand transposed back and ``adj_y`` set computes every element exactly as before (a
-transpose only moves bytes), and the transpose is one Vela legacy runs on the NPU, found in one of three ways:
+[.., N, K]. Attention's scores·V (and Q·Kᵀ written with K transposed first) read it as [.., K, N]. The same product
+with the right operand transposed back and ``adj_y`` set computes every element exactly as before (a transpose only
+moves bytes), where that operand can be made by a transpose Vela legacy runs on the NPU.
 
-* the operand is itself a TRANSPOSE: the same transpose with its last two axes swapped (Q·Kᵀ with K transposed
-  [0, 2, 3, 1] becomes K transposed [0, 2, 1, 3]);
-* it is heads split from [1, T, D] (RESHAPE to [1, T, H, d], TRANSPOSE [0, 2, 1, 3]): [1, T, D] transposed to
-  [1, D, T] and reshaped to [1, H, d, T] (V of attention);
-* its leading dimensions are all 1: a TRANSPOSE of its last two axes.
-
-The transposes the old form used go where nothing else reads them. Not priced: without it the product stays on
-the CPU.
+The search follows the operand back through the RESHAPEs and TRANSPOSEs that made it (up to ``_CHAIN``) and, at
+each map on the way, tries every permutation Vela legacy runs (``npu_rules.legacy_transpose``; none at all, too):
+a candidate is taken when its elements, in order, are the wanted operand's, checked on the index maps themselves
+(so the rewrite is exact by construction, whatever the layout). Q·Kᵀ with K transposed [0, 2, 3, 1] becomes K
+transposed [0, 2, 1, 3]; V of heads split from [1, T, D] becomes [1, T, D] transposed to [1, D, T] and reshaped to
+[1, H, d, T]; a TRANSPOSE of the last two axes alone goes. The operators the old form used go where nothing else
+reads them. Not priced: without it the product stays on the CPU.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -51,24 +51,28 @@ from npusched.ir import DataType
 _INT8 = schema.TensorType.INT8
 
 
+# How many RESHAPE / TRANSPOSE operators back from the operand the search looks.
+_CHAIN = 4
+_SHAPE_OPERATORS = frozenset({"RESHAPE", "SQUEEZE", "EXPAND_DIMS"})
+
+
 @dataclass(frozen=True)
 class TransposedOperand:
-    """The BATCH_MATMUL at ``position`` reads its right operand as ``source`` transposed by ``perm`` (then
-    reshaped to ``shape`` when ``reshaped``); ``removed`` are the positions of the old form's operators nothing
+    """The BATCH_MATMUL at ``position`` reads its right operand as ``source`` transposed by ``perm`` (none: as it
+    is), reshaped to ``shape`` where that differs; ``removed`` are the positions of the old form's operators nothing
     else reads."""
 
     site: Site
     position: int
     source: int
-    perm: tuple[int, ...]
+    perm: tuple[int, ...] | None
     shape: tuple[int, ...]
-    reshaped: bool
     removed: tuple[int, ...]
     operators: int = 1
 
 
 def find_matmul_operands(model: ModelT, subgraph: SubGraphT) -> list[TransposedOperand]:
-    """BATCH_MATMULs of two int8 activations whose right operand is not transposed and has a form above."""
+    """BATCH_MATMULs of two int8 activations whose right operand is not transposed and can be made transposed."""
     operators = list(subgraph.operators or [])
     read = readers(operators)
     kept = set(ints(subgraph.outputs))
@@ -90,11 +94,11 @@ def find_matmul_operands(model: ModelT, subgraph: SubGraphT) -> list[TransposedO
         wanted = (*rhs_shape[:-2], rhs_shape[-1], rhs_shape[-2])
         if batch_matmul_form(shapes[0], wanted, (DataType.int8,) * 3, False, True, False) is not None:
             continue
-        found = _transposed(model, subgraph, operators, producer, rhs, wanted)
+        found = _transposed(model, subgraph, operators, producer, rhs)
         if found is None:
             continue
-        source, perm, reshaped, old = found
-        # The old form's operators go where only this product reads them (and the next only the one before).
+        source, perm, old = found
+        # The old form's operators go where only this product reads them (and each only the one after it).
         removed: list[int] = []
         reader_of = rhs
         for old_position in old:
@@ -103,53 +107,64 @@ def find_matmul_operands(model: ModelT, subgraph: SubGraphT) -> list[TransposedO
             removed.append(old_position)
             reader_of = ints(operators[old_position].inputs)[0]
         plans.append(TransposedOperand(Site("matmul_operand", name(tensors[ints(op.outputs)[0]])), position, source,
-                                       perm, wanted, reshaped, tuple(removed)))
+                                       perm, wanted, tuple(removed)))
     return plans
 
 
 def _transposed(model: ModelT, subgraph: SubGraphT, operators: list[OperatorT], producer: dict[int, int],
-                rhs: int, wanted: tuple[int, ...]) -> tuple[int, tuple[int, ...], bool, tuple[int, ...]] | None:
-    """(source, permutation, reshaped after, old form's positions from the operand back) of a transpose Vela
-    legacy runs that makes ``wanted`` from the right operand's sources; None where there is none."""
+                rhs: int) -> tuple[int, tuple[int, ...] | None, tuple[int, ...]] | None:
+    """(source, permutation Vela legacy runs or None, the old form's positions from the operand back) that make the
+    right operand with its last two axes swapped; None where no map of its chain gives it."""
     rhs_shape = static_shape(tensor_at(subgraph, rhs))
     assert rhs_shape is not None
-    position = producer.get(rhs)
-    op = operators[position] if position is not None else None
-    if position is not None and op is not None and opcode(model, op) == "TRANSPOSE" and well_formed(subgraph, op) \
-            and len(ints(op.inputs)) == 2:
-        perm_values = int_input(model, subgraph, op, 1)
-        source = ints(op.inputs)[0]
-        source_shape = static_shape(tensor_at(subgraph, source))
-        if perm_values is not None and source_shape is not None and len(source_shape) == len(rhs_shape):
-            perm = tuple(int(p) for p in perm_values.reshape(-1))
-            swapped = (*perm[:-2], perm[-1], perm[-2])
-            if legacy_transpose(source_shape, swapped):
-                return source, swapped, False, (position,)
-            split = _split_heads(model, subgraph, operators, producer, source, perm, wanted)
-            if split is not None:
-                return split[0], (0, 2, 1), True, (position, split[1])
-    if int(np.prod(rhs_shape[:-2], dtype=np.int64)) == 1:
-        last_two = (*range(len(rhs_shape) - 2), len(rhs_shape) - 1, len(rhs_shape) - 2)
-        if legacy_transpose(rhs_shape, last_two):
-            return rhs, last_two, False, ()
-    return None
+    # Which element of each map back along the chain each element of the wanted operand is.
+    chain: list[tuple[int, int | None]] = [(rhs, None)]  # (map, the position of the operator making the one after)
+    while len(chain) <= _CHAIN:
+        position = producer.get(chain[-1][0])
+        op = operators[position] if position is not None else None
+        if op is None or opcode(model, op) not in {*_SHAPE_OPERATORS, "TRANSPOSE"} or not well_formed(subgraph, op):
+            break
+        chain.append((ints(op.inputs)[0], position))
+    shapes = [static_shape(tensor_at(subgraph, index)) for index, _ in chain]
+    found: list[tuple[int, tuple[int, ...] | None, tuple[int, ...]]] = []
+    for depth in range(len(chain)):
+        source, source_shape = chain[depth][0], shapes[depth]
+        if source_shape is None:
+            break
+        elements = np.arange(int(np.prod(source_shape, dtype=np.int64))).reshape(source_shape)
+        made = _replayed(model, subgraph, operators, elements, [position for _, position in chain[1:depth + 1]])
+        if made is None:
+            break
+        wanted = np.swapaxes(made, -1, -2).reshape(-1)
+        old = tuple(position for _, position in chain[1:depth + 1] if position is not None)
+        for perm in (None, *itertools.permutations(range(len(source_shape)))):
+            if perm is not None and (perm == tuple(range(len(perm))) or not legacy_transpose(source_shape, perm)):
+                continue
+            if np.array_equal((elements if perm is None else np.transpose(elements, perm)).reshape(-1), wanted):
+                found.append((source, perm, old))
+                break
+    # A map whose bytes already are the operand's (a reshape, no pass) before the nearest transpose.
+    return next((f for f in found if f[1] is None), found[0] if found else None)
 
 
-def _split_heads(model: ModelT, subgraph: SubGraphT, operators: list[OperatorT], producer: dict[int, int],
-                 heads: int, perm: tuple[int, ...], wanted: tuple[int, ...]) -> tuple[int, int] | None:
-    """(the [1, T, D] map, the RESHAPE's position) where ``heads`` [1, T, H, d] is it reshaped and ``perm`` is
-    [0, 2, 1, 3]."""
-    position = producer.get(heads)
-    if perm != (0, 2, 1, 3) or position is None or opcode(model, operators[position]) != "RESHAPE":
-        return None
-    source = ints(operators[position].inputs)[0]
-    source_shape = static_shape(tensor_at(subgraph, source))
-    split = static_shape(tensor_at(subgraph, heads))
-    if source_shape is None or split is None or len(source_shape) != 3 or source_shape[0] != 1 \
-            or split[:2] != source_shape[:2] or split[2] * split[3] != source_shape[2] \
-            or wanted != (1, split[2], split[3], split[1]):
-        return None
-    return source, position
+def _replayed(model: ModelT, subgraph: SubGraphT, operators: list[OperatorT], elements: np.ndarray,
+              positions: list[int | None]) -> np.ndarray | None:
+    """``elements`` taken through the operators at ``positions`` (nearest the operand first), in their order."""
+    for position in reversed(positions):
+        assert position is not None
+        op = operators[position]
+        out_shape = static_shape(tensor_at(subgraph, ints(op.outputs)[0]))
+        if out_shape is None:
+            return None
+        if opcode(model, op) == "TRANSPOSE":
+            perm = int_input(model, subgraph, op, 1) if len(ints(op.inputs)) == 2 else None
+            if perm is None or perm.size != elements.ndim:
+                return None
+            elements = np.transpose(elements, [int(p) for p in perm.reshape(-1)])
+        if elements.size != int(np.prod(out_shape, dtype=np.int64)):
+            return None
+        elements = elements.reshape(out_shape)
+    return elements
 
 
 def write_matmul_operands(model: ModelT, subgraph: SubGraphT, plans: Sequence[TransposedOperand]) -> None:
@@ -161,16 +176,18 @@ def write_matmul_operands(model: ModelT, subgraph: SubGraphT, plans: Sequence[Tr
         like = subgraph.tensors[rhs]
         source_shape = static_shape(subgraph.tensors[plan.source])
         assert source_shape is not None
-        transposed_shape = tuple(source_shape[p] for p in plan.perm)
-        transposed = add_tensor(subgraph, like, "/adj_y" + ("/t" if plan.reshaped else ""), transposed_shape)
-        perm = const_int32(model, subgraph, f"{name(like)}/adj_y/perm", list(plan.perm), (len(plan.perm),))
-        made = [new_operator(model, schema.BuiltinOperator.TRANSPOSE, [plan.source, perm], [transposed],
-                             schema.BuiltinOptions.TransposeOptions, schema.TransposeOptionsT())]
-        if plan.reshaped:
-            operand = add_tensor(subgraph, like, "/adj_y", plan.shape)
-            made.append(reshape_op(model, subgraph, transposed, operand, plan.shape))
-        else:
-            operand = transposed
+        made, operand = [], plan.source
+        if plan.perm is not None:
+            transposed_shape = tuple(source_shape[p] for p in plan.perm)
+            operand = add_tensor(subgraph, like, "/adj_y" + ("/t" if transposed_shape != plan.shape else ""),
+                                 transposed_shape)
+            perm = const_int32(model, subgraph, f"{name(like)}/adj_y/perm", list(plan.perm), (len(plan.perm),))
+            made.append(new_operator(model, schema.BuiltinOperator.TRANSPOSE, [plan.source, perm], [operand],
+                                     schema.BuiltinOptions.TransposeOptions, schema.TransposeOptionsT()))
+        if static_shape(subgraph.tensors[operand]) != plan.shape:
+            reshaped = add_tensor(subgraph, like, "/adj_y", plan.shape)
+            made.append(reshape_op(model, subgraph, operand, reshaped, plan.shape))
+            operand = reshaped
         made.append(copied_operator(op, [lhs, operand], ints(op.outputs), adjY=True))
         replaced[plan.position] = made
         replaced.update((p, []) for p in plan.removed)
