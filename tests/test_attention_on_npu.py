@@ -129,21 +129,25 @@ def test_every_operand_form_is_read_transposed_exactly(make, transposes: int) ->
     assert _assert_exact(original, normalised) > 10
 
 
-def _gram() -> bytes:
-    """x·xᵀ: a product both of whose operands are one map (left to the CPU: the passes would read it at two shapes)."""
+def _left_to_cpu() -> bytes:
+    """Two products the column passes do not run: x·xᵀ, both operands one map (read at two shapes), and an outer
+    product (a shared axis of 1)."""
     g = GraphBuilder(np.random.default_rng(0))
-    h = g.dense(g.input((1, 12, 32)), 16)
-    return serialise(g.network([g.batch_matmul(h, h, adj_y=True)], "a Gram matrix"))
+    x = g.input((1, 12, 32))
+    h = g.dense(x, 16)
+    outer = g.batch_matmul(g.dense(x, 1), g.dense(x, 1), adj_y=True)
+    return serialise(g.network([g.batch_matmul(h, h, adj_y=True), outer], "a Gram matrix and an outer product"))
 
 
 def test_npuscheds_rule_and_the_bridges_partition_alike() -> None:
     """The bridge asks npusched's rule (``batch_matmul_form``) of Vela's own operations: before normalisation none of
     the three products is in the form the NPU runs, after it none is left to the CPU, in either reading; a product
-    of a map by itself stays on the CPU in both."""
+    of a map by itself and an outer product stay on the CPU in both."""
     from ethosu.vela.model_reader import ModelReaderOptions, read_model
     from ethosu.vela.operation import Op
 
-    for data, products, on_npu in ((_three_forms(), 3, 0), (normalise(_three_forms())[0], 3, 3), (_gram(), 1, 0)):
+    cases = ((_three_forms(), 3, 0), (normalise(_three_forms())[0], 3, 3), (_left_to_cpu(), 2, 0))
+    for data, products, on_npu in cases:
         ours = {op.name for op in _network(data).cpu_ops if op.tflite_op == "BATCH_MATMUL"}
         with tempfile.TemporaryDirectory() as work:
             path = Path(work) / "model.tflite"

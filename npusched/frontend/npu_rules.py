@@ -501,6 +501,8 @@ def batch_matmul_form(lhs_shape: tuple[int, ...], rhs_shape: tuple[int, ...], dt
     if not 2 <= len(lhs_shape) <= 4 or len(lhs_shape) != len(rhs_shape) or lhs_shape[:-2] != rhs_shape[:-2] \
             or (len(lhs_shape) == 4 and lhs_shape[0] != 1) or lhs_shape[-1] != rhs_shape[-1]:
         return f"operands {list(lhs_shape)} x {list(rhs_shape)} (same leading dimensions, batch 1, no broadcast)"
+    if lhs_shape[-1] == 1:
+        return "a shared axis of 1 (an outer product: the row read would be broadcast both ways)"
     if rhs_shape[-2] * rhs_shape[-1] > TENSOR_DIM_MAX:
         return f"right operand {list(rhs_shape)}: its rows read as one row of {rhs_shape[-2] * rhs_shape[-1]}"
     return None
