@@ -118,6 +118,8 @@ class FloorReport:
     returned: bool = False  # the run's answer is this schedule (the search ended no better)
     # The core's own total for its own graph, as it reports it (the default core's summary), where known.
     own_cycles: float | None = None
+    # Operators of the schedule Vela legacy runs only as npusched's bridge teaches it (``TAUGHT_OPERATORS``).
+    taught: tuple[str, ...] = ()
 
     @property
     def total_cycles(self) -> float:
@@ -128,7 +130,7 @@ class FloorReport:
         return {"core": self.core, "own_cycles": self.own_cycles, "cycles_by_estimator": dict(self.cycles_by_estimator),
                 "peak_fast_storage_bytes": self.peak_fast_storage_bytes,
                 "fast_storage_bytes": self.fast_storage_bytes, "fits": self.fits, "note": self.note,
-                "returned": self.returned}
+                "returned": self.returned, "taught": list(self.taught)}
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from ai_edge_litert import interpreter
 from conftest import CONFIGS
 from test_normalise import _assert_exact, _tensors
 
+from npusched.app.floors import legacy_floor
 from npusched.app.pipeline import run
 from npusched.frontend.normalise import normalise
 from npusched.frontend.normalise.matmul_operands import MATMUL_OPERANDS
@@ -196,20 +197,23 @@ def test_the_gelu_table_is_tflites() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("make, config", [(lambda: generate("transformer", 60, 0), "u55-128_hee_shared"),
-                                          (lambda: generate("transformer", 60, 0), "u65-256_mid_dedicated256k"),
-                                          (lambda: generate("transformer", 40, 1), "u55-256_hee_shared_arena128k"),
-                                          (_three_forms, "u65-512_high_dedicated384k"),
-                                          (_torch_forms, "u55-128_hee_shared_size")],
-                         ids=["transformer_u55", "transformer_u65", "transformer_gelu", "three_forms_u65", "torch"])
-def test_vela_legacy_compiles_the_products_and_agrees(tmp_path: Path, make, config: str) -> None:
+@pytest.mark.parametrize("make, config, taught", [
+    (lambda: generate("transformer", 60, 0), "u55-128_hee_shared", ("BATCH_MATMUL",)),
+    (lambda: generate("transformer", 60, 0), "u65-256_mid_dedicated256k", ("BATCH_MATMUL",)),
+    (lambda: generate("transformer", 40, 1), "u55-256_hee_shared_arena128k", ("BATCH_MATMUL", "GELU")),
+    (_three_forms, "u65-512_high_dedicated384k", ("BATCH_MATMUL",)),
+    (_torch_forms, "u55-128_hee_shared_size", ("BATCH_MATMUL",))],
+    ids=["transformer_u55", "transformer_u65", "transformer_gelu", "three_forms_u65", "torch"])
+def test_vela_legacy_compiles_the_products_and_agrees(tmp_path: Path, make, config: str, taught) -> None:
     """The whole network is one NPU subgraph; Vela legacy, taught the column passes, compiles CP-SAT's schedule into
-    a file with no operator left to the CPU and prices it as npusched does."""
+    a file with no operator left to the CPU and prices it as npusched does; the report says what it was taught."""
     model = tmp_path / "model.tflite"
     model.write_bytes(make())
     result = run(run_options_from_vela_args(model, CONFIGS[config], solver="cpsat", time_limit_seconds=5.0,
                                             workers=1, deterministic=True))
     assert not result.network.cpu_ops
+    legacy = legacy_floor(result.network, result.arch)  # what the report prints beside Vela legacy's own schedule
+    assert not isinstance(legacy, Exception) and legacy.report.taught == taught
     compiled = compile_schedule(result, tmp_path / "out")
     assert compiled.agreed, compiled.warnings()
     assert [op.opcode for op in read_tflite(compiled.tflite_path).subgraphs[0].operators] == ["CUSTOM"]

@@ -17,7 +17,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from npusched.errors import NpuschedError, ScheduleError
+from npusched.frontend.op_view import TAUGHT_OPERATORS
 from npusched.lowering.graph import Network
+from npusched.lowering.luts import GELU_TABLE
 from npusched.run import FloorReport, RunOptions
 from npusched.schedule.evaluator import Evaluation, evaluate, verify
 from npusched.schedule.schedule import Schedule, TensorPlacement
@@ -59,7 +61,17 @@ def legacy_floor(network: Network, arch: ArchitectureFeatures) -> Floor | Schedu
         schedule = heuristic_schedule(network, legacy, arch.optimise)
     except ScheduleError as exc:
         return exc
-    return _floor(LEGACY, network, arch, schedule, "")
+    floor = _floor(LEGACY, network, arch, schedule, "")
+    return replace(floor, report=replace(floor.report, taught=taught_operators(network)))
+
+
+def taught_operators(network: Network) -> tuple[str, ...]:
+    """The operators of ``network``'s NPU passes Vela legacy runs only as npusched's bridge teaches it: passes of
+    their own, or a GELU's table fused onto the pass before it (its table is named so: ``luts.GELU_TABLE``)."""
+    found = {op.tflite_op for op in network.npu_ops if op.tflite_op in TAUGHT_OPERATORS}
+    if any(op.activation_lut is not None and op.activation_lut.name.endswith(GELU_TABLE) for op in network.npu_ops):
+        found.add("GELU")
+    return tuple(sorted(found))
 
 
 class DefaultCoreRun:

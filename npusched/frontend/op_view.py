@@ -21,8 +21,10 @@ NPU_OPERATORS = frozenset({
     "RSQRT", "SQUARED_DIFFERENCE", "TRANSPOSE", "BATCH_MATMUL", "GELU",
 })
 
-# TFLite builtins Vela 5.2.0 has an NPU implementation for (anything else is "CPU only" there), and BATCH_MATMUL
-# and GELU, which npusched's backend bridge teaches Vela legacy's graph optimiser (``npusched.vela.lessons``).
+# Operators Vela legacy leaves to the CPU that npusched runs on the NPU: its backend bridge teaches Vela legacy's
+# graph optimiser the same passes (``npusched.vela.lessons``).
+TAUGHT_OPERATORS = frozenset({"BATCH_MATMUL", "GELU"})
+# TFLite builtins Vela 5.2.0 has an NPU implementation for (anything else is "CPU only" there), and the taught ones.
 VELA_NPU_OPERATORS = NPU_OPERATORS | frozenset({
     "ABS", "ARG_MAX", "EXP", "MIRROR_PAD", "PACK", "PRELU", "RELU_0_TO_1", "SHAPE", "UNPACK",
 })

@@ -186,7 +186,8 @@ def floor_lines(result: RunResult) -> list[str]:
         ours = result.cycles_by_estimator.get(floor.core)
         ratio = f", answer {ours / own:.3f}x" if ours is not None and own > 0 else ""
         fits = "" if floor.fits else ", does not fit"
-        lines.append(_kv(names.get(floor.core, floor.core), f"{own:.0f} ({floor.core}{ratio}{fits})"))
+        taught = f", taught {' and '.join(floor.taught)}" if floor.taught else ""
+        lines.append(_kv(names.get(floor.core, floor.core), f"{own:.0f} ({floor.core}{taught}{ratio}{fits})"))
     return lines
 
 

@@ -112,6 +112,10 @@ def rsqrt_lut8_values(ifm_q: Quantization, ofm_q: Quantization) -> list[int]:
     return lut8_values(rsqrt, ifm_q, ofm_q, DataType.int8, zero_point_after_rounding=True)
 
 
+# The end of a GELU's table's name (``rewrites._to_lut`` names a table ``<ofm>_lut_<function>_values``).
+GELU_TABLE = "_lut_gelu_values"
+
+
 def gelu_lut8_values(ifm_q: Quantization, ofm_q: Quantization, approximate: bool) -> list[int]:
     """256 int8 entries of GELU exactly as TFLite's int8 kernel tabulates them (its LUTPopulate): dequantise, GELU
     (erf, or the tanh form when ``approximate``) and rescale in float32, round half away from zero, add the zero
