@@ -6,7 +6,7 @@
 For every corpus model x golden configuration x solver: the schedule is compiled by Vela 5.2.0's legacy backend
 (``solve-schedule --output-dir``); Vela's own per-op estimate is compared with the evaluator's (agreement within
 0.01%, op by op and in total); for the heuristic the ``_vela.tflite`` is compared with the one Vela's legacy core
-writes on its own (``vela --debug-force-legacy-core``, taught BATCH_MATMUL as the bridge teaches it:
+writes on its own (``vela --debug-force-legacy-core``, taught BATCH_MATMUL and GELU as the bridge teaches them:
 ``python -m npusched.vela.taught_vela``; tensors and metadata as sets, operators in order). CP-SAT runs with
 ``--deterministic`` and one worker. Prints a Markdown table (the one in docs/results.md). ``--netgen`` checks
 generated Keras-style networks (``npusched.netgen``, seed 1, ``--passes`` 40; PyTorch-style ones, named ARCH_torch,
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +32,7 @@ from npusched.errors import NpuschedError  # noqa: E402
 from npusched.io.report_json import write_json  # noqa: E402
 from npusched.netgen import ARCHITECTURES, generate  # noqa: E402
 from npusched.vela.backend import compile_schedule, tflite_contents  # noqa: E402
-from npusched.vela.command import run_options_from_vela_args, vela_hardware_args  # noqa: E402
+from npusched.vela.command import VelaError, last_line, run_options_from_vela_args, run_vela  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "tests" / "data" / "corpus"
@@ -41,10 +40,10 @@ CONFIGS = json.loads((REPO / "tests" / "data" / "golden" / "configs.json").read_
 
 
 def plain_vela(model: Path, config: dict, output_dir: Path) -> Path:
-    """Vela's own compilation of ``model`` (legacy core, taught BATCH_MATMUL)."""
-    subprocess.run([sys.executable, "-m", "npusched.vela.taught_vela", str(model), *vela_hardware_args(config),
-                    "--debug-force-legacy-core",
-                    "--output-dir", str(output_dir)], check=True, capture_output=True, cwd=output_dir)
+    """Vela's own compilation of ``model`` (legacy core, taught BATCH_MATMUL and GELU as the bridge teaches it)."""
+    done = run_vela(run_options_from_vela_args(model, config), output_dir, core="taught", cwd=output_dir)
+    if done.returncode != 0:
+        raise VelaError(f"Vela's legacy core failed on {model.name}: {last_line(done)}")
     return output_dir / f"{model.stem}_vela.tflite"
 
 

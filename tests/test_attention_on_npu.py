@@ -20,21 +20,18 @@ import numpy as np
 import pytest
 from ai_edge_litert import interpreter
 from conftest import CONFIGS
-from test_normalise import _assert_exact, _tensors
+from test_normalise import _assert_exact, _lowered, _tensors
 
 from npusched.app.floors import legacy_floor
 from npusched.app.pipeline import run
 from npusched.frontend.normalise import normalise
 from npusched.frontend.normalise.matmul_operands import MATMUL_OPERANDS
 from npusched.frontend.tflite_reader import parse_tflite, read_tflite
-from npusched.frontend.validate import validate_model
 from npusched.ir import NpuOp, Quantization
-from npusched.lowering.graph import Network, lower_model
 from npusched.lowering.luts import gelu_lut8_values
 from npusched.netgen import generate
 from npusched.netgen.flatbuffer import serialise
 from npusched.netgen.graph import GraphBuilder
-from npusched.target.arch import load_architecture
 from npusched.vela.backend import compile_schedule
 from npusched.vela.command import run_options_from_vela_args
 from npusched.vela.default_core import read_default_core_ops, run_default_core, schedule_from_default_core
@@ -54,12 +51,6 @@ def _three_forms() -> bytes:
     context = g.batch_matmul(g.softmax(scores), heads((0, 2, 1, 3)))
     plain = g.batch_matmul(g.dense(x, 12), g.dense(x, 8))
     return serialise(g.network([context, plain], "three BATCH_MATMUL operand forms"))
-
-
-def _network(data: bytes) -> Network:
-    model = parse_tflite(data)
-    validate_model(model)
-    return lower_model(model, load_architecture(accelerator_config="ethos-u55-128"))
 
 
 def _rescaled(total: np.ndarray, multiplier: int, shift: int) -> np.ndarray:
@@ -149,7 +140,7 @@ def test_npuscheds_rule_and_the_bridges_partition_alike() -> None:
 
     cases = ((_three_forms(), 3, 0), (normalise(_three_forms())[0], 3, 3), (_left_to_cpu(), 2, 0))
     for data, products, on_npu in cases:
-        ours = {op.name for op in _network(data).cpu_ops if op.tflite_op == "BATCH_MATMUL"}
+        ours = {op.name for op in _lowered(data).cpu_ops if op.tflite_op == "BATCH_MATMUL"}
         with tempfile.TemporaryDirectory() as work:
             path = Path(work) / "model.tflite"
             path.write_bytes(data)
@@ -164,7 +155,7 @@ def test_npuscheds_rule_and_the_bridges_partition_alike() -> None:
                          ids=["three_forms", "torch", "transformer", "transformer_keras"])
 def test_the_column_passes_compute_tflites_products(make) -> None:
     normalised, _ = normalise(make())
-    network = _network(normalised)
+    network = _lowered(normalised)
     assert "BATCH_MATMUL" not in {op.tflite_op for op in network.cpu_ops}
     passes = [op for op in network.npu_ops if op.tflite_op == "BATCH_MATMUL"]
     for seed in (0, 1):
