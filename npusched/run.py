@@ -6,19 +6,87 @@ These records sit between the solvers and everything that reports or deploys a r
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from npusched.errors import ScheduleError
-from npusched.frontend.normalise import SOFTMAX_SPLIT_BYTES, Normalisation, Site, counted, split_bytes_for
+from npusched.frontend.normalise import Normalisation, RewriteRecord, Site, counted, split_bytes_for
+from npusched.frontend.recipe import SOFTMAX_SPLIT_BYTES, GraphRecipe
 from npusched.lowering.graph import Network
 from npusched.schedule.evaluator import Evaluation
 from npusched.schedule.schedule import Schedule
 from npusched.target.arch import ArchitectureFeatures, OptimisationStrategy
+from npusched.target.estimators import Estimator
 
 # A fast-storage limit no schedule reaches: verifying against it checks everything but the limit.
 UNLIMITED = 1 << 62
+
+
+class GraphKind(enum.Enum):
+    """Which graph of a model a solver schedules: npusched's own (the priced rewrites, in-place concatenation
+    writes and softmax deep views), Vela legacy's (what the heuristic reproduces that core's schedule of), or Vela's
+    default core's (what its schedule is read back onto)."""
+
+    OWN = "own"
+    VELA = "vela"
+    DEFAULT_CORE = "default-core"
+
+
+class Solver(str, enum.Enum):
+    """``--solver``: what makes the schedule."""
+
+    CPSAT = "cpsat"
+    HEURISTIC = "heuristic"  # Vela legacy's own schedule, reproduced
+    DP = "dp"
+    VELA_DEFAULT = "vela-default"  # Vela's default core's own schedule, run by its CLI and read back
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def graph(self) -> GraphKind:
+        return {Solver.HEURISTIC: GraphKind.VELA, Solver.VELA_DEFAULT: GraphKind.DEFAULT_CORE}.get(self, GraphKind.OWN)
+
+    @property
+    def is_baseline(self) -> bool:
+        """A Vela core's own schedule: priced and reported as that core made it, over the limit where it goes."""
+        return self in (Solver.HEURISTIC, Solver.VELA_DEFAULT)
+
+
+class ObjectiveKind(str, enum.Enum):
+    """``--objective``: what CP-SAT minimises: "both" Vela cores' models, each relative to its own core's schedule
+    (docs/guide/estimator.md), or "estimator", ``--estimator``'s model alone."""
+
+    BOTH = "both"
+    ESTIMATOR = "estimator"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+OBJECTIVES = tuple(kind.value for kind in ObjectiveKind)
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The hardware options of Vela (and `solve-schedule`): accelerator, .ini files, system config, memory mode and
+    arena size. Without ``config_files`` a named system config is looked up in Vela's own ``Arm/vela.ini``."""
+
+    accelerator_config: str = "ethos-u55-256"
+    system_config: str | None = None
+    memory_mode: str | None = None
+    arena_cache_size: int | None = None
+    config_files: tuple[str, ...] = ()
+
+    def config_files_or_default(self) -> tuple[str, ...]:
+        named = self.system_config is not None or self.memory_mode is not None
+        return self.config_files or ((VELA_INI,) if named else ())
+
+
+# The configuration file shipped with ethos-u-vela, where a named system config is looked up by default.
+VELA_INI = "Arm/vela.ini"
 
 
 @dataclass(frozen=True)
@@ -37,57 +105,79 @@ class RunOptions:
     workers: int | None = None
     seed: int = 0
     deterministic: bool = False
-    estimator: str = "vela"
-    # What CP-SAT minimises: "both" Vela cores' models, each relative to its own core's schedule (docs/estimator.md),
-    # or "estimator", --estimator's model alone. Every figure a run prints is --estimator's.
+    estimator: str = Estimator.VELA_LEGACY.value
+    # What CP-SAT minimises (``ObjectiveKind``). Every figure a run prints is --estimator's.
     objective: str = "both"
-    # Fold the model's static shape arithmetic first (npusched.frontend.normalise); False schedules it as it is.
+    # Normalise the model first (npusched.frontend.normalise); False schedules it as it is.
     normalise: bool = True
+    # Rewrites switched off by name (``--disable-rewrite``; ``npusched.frontend.normalise.REWRITE_NAMES``).
+    disabled_rewrites: frozenset[str] = frozenset()
+    # Check every normalisation rewrite against the TFLite reference interpreter as it runs (``--verify-rewrites``).
+    verify_rewrites: bool = False
     # Vela's backend compiles the schedule after the run (--output-dir): the time limit covers that compile too, so
     # the solve keeps back its estimated time (npusched.vela.backend.estimated_compile_seconds).
     compile_follows: bool = False
     # That compile was started before the run (``npusched.vela.backend.Compilation``, as the command line does):
     # only what is left of it once the schedule is known is kept back.
     compile_started_ahead: bool = False
-    # Lower the default core's graph (``lower_model``'s ``default_core``) rather than Vela legacy's. None: for
-    # --solver vela-default only, which reads that core's schedule; False there puts it on legacy's graph, as the
-    # comparisons with CP-SAT do (scripts/estimator_matrix.py), so both price the same passes.
+    # Lower the default core's graph rather than Vela legacy's. None: for --solver vela-default only, which reads
+    # that core's schedule; False there puts it on legacy's graph, as the comparisons with CP-SAT do
+    # (scripts/bench/vs_vela.py), so both price the same passes.
     default_core_graph: bool | None = None
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "disabled_rewrites", frozenset(self.disabled_rewrites))
+
+    @classmethod
+    def on(cls, model_path: Path, hardware: Hardware, **options: Any) -> RunOptions:
+        """The options of a run of ``model_path`` on ``hardware``."""
+        return cls(model_path=model_path, accelerator_config=hardware.accelerator_config,
+                   config_files=hardware.config_files_or_default(), system_config=hardware.system_config,
+                   memory_mode=hardware.memory_mode, arena_cache_size=hardware.arena_cache_size, **options)
+
     @property
-    def hardware(self) -> dict[str, Any]:
-        """The arguments of ``npusched.target.arch.load_architecture`` for these options' hardware and estimator."""
+    def hardware(self) -> Hardware:
+        return Hardware(self.accelerator_config, self.system_config, self.memory_mode, self.arena_cache_size,
+                        self.config_files)
+
+    @property
+    def architecture_arguments(self) -> dict[str, Any]:
+        """The arguments of ``npusched.target.arch.load_architecture`` for these options."""
         return {"accelerator_config": self.accelerator_config, "config_files": list(self.config_files) or None,
                 "system_config": self.system_config, "memory_mode": self.memory_mode,
                 "arena_cache_size": self.arena_cache_size, "optimise": self.optimise, "estimator": self.estimator}
 
     @property
-    def schedules_own_graph(self) -> bool:
-        """Whether the run schedules npusched's own graph, where passes may write their slice of a concatenation
-        (``lower_model``'s ``in_place``) and the priced rewrites may apply (``npusched.app.graph_choice``): not for
-        the two Vela cores' own schedules, which are of Vela's graphs (the heuristic reproduces the legacy core's;
-        the default core's is read back by op name)."""
-        return self.solver not in (None, "heuristic", "vela-default")
-
-    def stages_maps(self, arch: ArchitectureFeatures) -> bool:
-        """Whether the run's own graph may stage channel-poor maps (``normalise``'s ``stage``): where feature maps
-        live off fast storage, for the solvers that schedule npusched's own graph."""
-        return self.schedules_own_graph and arch.feature_map_storage_mem_area != arch.fast_storage_mem_area
-
-    def softmax_split_bytes(self, arch: ArchitectureFeatures) -> int:
-        """The int32 map over which the run's own graph may compute a SOFTMAX in row bands (``normalise``'s
-        ``softmax_split_bytes``; Vela's graph keeps Vela's)."""
-        if not self.schedules_own_graph:
-            return SOFTMAX_SPLIT_BYTES
-        return split_bytes_for(int(arch.arena_cache_size), arch.optimise is OptimisationStrategy.SIZE)
-
-    @property
-    def lowers_default_core_graph(self) -> bool:
-        """Whether the run lowers Vela's default core's graph (see ``default_core_graph``)."""
-        return self.solver == "vela-default" if self.default_core_graph is None else self.default_core_graph
+    def graph(self) -> GraphKind:
+        """The graph the options' solver schedules (Vela legacy's for a run that only lowers)."""
+        if self.solver is None:
+            return GraphKind.VELA
+        if self.default_core_graph is not None and Solver(self.solver) is Solver.VELA_DEFAULT:
+            return GraphKind.DEFAULT_CORE if self.default_core_graph else GraphKind.VELA
+        return Solver(self.solver).graph
 
 
-OBJECTIVES = ("both", "estimator")
+def recipe_for(options: RunOptions, arch: ArchitectureFeatures) -> GraphRecipe:
+    """The recipe of the graph a run with ``options`` schedules on ``arch``, every priced site applied (a CP-SAT run
+    prices them: ``npusched.app.graph_choice``). npusched's own graph writes concatenations in place (a write making
+    its OFM live sooner by at most the arena, where feature maps live in fast storage), computes softmaxes on deep
+    views, may split a large softmax into row bands (``split_bytes_for``) and stages channel-poor maps where
+    feature maps live off fast storage; Vela legacy's graph and the default core's do none of that. The default
+    core's cost model (``--estimator vela-default``) prices convolutions with their strides, as that core keeps
+    them."""
+    own = options.graph is GraphKind.OWN
+    resident = arch.feature_map_storage_mem_area == arch.fast_storage_mem_area
+    size = arch.optimise is OptimisationStrategy.SIZE
+    return GraphRecipe(
+        normalise=options.normalise,
+        stage_maps=own and not resident,
+        softmax_split_bytes=split_bytes_for(int(arch.arena_cache_size), size) if own else SOFTMAX_SPLIT_BYTES,
+        disabled_rewrites=options.disabled_rewrites,
+        in_place_writes=own,
+        in_place_budget_bytes=arch.arena_cache_size if resident else None,
+        softmax_deep_views=own,
+        default_core=options.graph is GraphKind.DEFAULT_CORE,
+        keep_strides=Estimator(options.estimator) is Estimator.VELA_DEFAULT)
 
 
 @dataclass(frozen=True)
@@ -109,7 +199,7 @@ class FloorReport:
     """One Vela core's own schedule of the model as Vela reads it, priced by npusched's evaluator under every
     estimator (``npusched.app.floors``): what the run's answer is never slower than."""
 
-    core: str  # "vela-legacy" or "vela-default"
+    core: str  # the core's model's estimator: Estimator.VELA_LEGACY or VELA_DEFAULT
     cycles_by_estimator: dict[str, float]
     peak_fast_storage_bytes: int
     fast_storage_bytes: int  # what it needs at addresses (or the whole network's peak, where larger)
@@ -120,6 +210,8 @@ class FloorReport:
     own_cycles: float | None = None
     # Operators of the schedule Vela legacy runs only as npusched's bridge teaches it (``TAUGHT_OPERATORS``).
     taught: tuple[str, ...] = ()
+    # The model's operators (by TFLite output tensor) this core leaves on the CPU.
+    cpu_operators: tuple[str, ...] = ()
 
     @property
     def total_cycles(self) -> float:
@@ -130,7 +222,19 @@ class FloorReport:
         return {"core": self.core, "own_cycles": self.own_cycles, "cycles_by_estimator": dict(self.cycles_by_estimator),
                 "peak_fast_storage_bytes": self.peak_fast_storage_bytes,
                 "fast_storage_bytes": self.fast_storage_bytes, "fits": self.fits, "note": self.note,
-                "returned": self.returned, "taught": list(self.taught)}
+                "returned": self.returned, "taught": list(self.taught), "cpu_operators": list(self.cpu_operators)}
+
+
+@dataclass(frozen=True)
+class MissingFloor:
+    """A Vela core's own schedule a run could not make or read back (no `vela` CLI, a failure, a time-out, a
+    decision npusched's read-back could not pair): the run goes on without that floor, and says why."""
+
+    core: str
+    reason: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"core": self.core, "reason": self.reason}
 
 
 @dataclass(frozen=True)
@@ -149,26 +253,12 @@ class NormalisationReport:
     model_bytes: bytes = field(repr=False, default=b"")
 
     def describe(self) -> str:
-        """E.g. "folded 48 shape operators; 26 NPU subgraphs → 1; 48 CPU operators → 0" (a large SOFTMAX split into
-        row bands is said after the folding)."""
-        n = self.normalisation
-        parts = [f"folded {counted(n.folded_operators, 'shape operator')}"] if n.folded else []
-        if n.constant_operators:
-            parts.append(f"computed {counted(n.constant_operators, 'operator')} of constants")
-        if n.broadcast_operands:
-            parts.append(f"{counted(n.broadcast_operands, 'broadcast constant')} written at the output's shape")
-        if n.split_softmaxes:
-            parts.append(n.describe_softmax_bands())
+        """What normalising did to the partition, e.g. "26 NPU subgraphs → 1; 48 CPU operators → 0" (the record's
+        own line says what each rewrite did)."""
         if self.subgraphs_before < 0:  # -1: the original model does not lower, so there is nothing to count
-            parts.append(f"the original does not lower; normalised: {self.subgraphs_after} NPU subgraph(s)")
-        else:
-            parts += [f"{counted(self.subgraphs_before, 'NPU subgraph')} → {self.subgraphs_after}",
-                      f"{counted(self.cpu_ops_before, 'CPU operator')} → {self.cpu_ops_after}"]
-        if n.relaid_passes:
-            parts.append(f"{counted(n.relaid_passes, 'element-wise pass', 'es')} re-laid out")
-        if n.fixed_batch_inputs:
-            parts.append("dynamic batch fixed to 1")
-        return "; ".join(parts)
+            return f"the original does not lower; normalised: {self.subgraphs_after} NPU subgraph(s)"
+        return "; ".join((f"{counted(self.subgraphs_before, 'NPU subgraph')} → {self.subgraphs_after}",
+                          f"{counted(self.cpu_ops_before, 'CPU operator')} → {self.cpu_ops_after}"))
 
     def as_json(self) -> dict[str, Any]:
         return {**self.normalisation.as_json(), "npu_subgraphs_before": self.subgraphs_before,
@@ -196,8 +286,9 @@ class SolverReport:
     peak_bound_bytes: int | None = None
     peak_proven_minimal: bool = False
     # What the search minimised (``bound_cycles`` and ``gap`` are in its units): the estimator's model, or both
-    # models weighted ("both: legacy x 1 + default x 0.97").
+    # models weighted ("both: legacy x 1 + default x 0.97"); and in words, as the summary says it.
     objective: str = ""
+    objective_words: str = ""
 
 
 @dataclass(frozen=True)
@@ -221,16 +312,16 @@ class RunResult:
     # The model that was scheduled (what --output-dir compiles and --write-model writes); empty (a result made by
     # hand): the options' file normalised with every priced site (``npusched.vela.backend.scheduled_model_bytes``).
     model_bytes: bytes = field(repr=False, default=b"")
-    # Both Vela cores' own schedules, priced (CP-SAT runs only).
+    # Both Vela cores' own schedules, priced (CP-SAT runs only), and those that could not be made, with why.
     floors: tuple[FloorReport, ...] = ()
+    missing_floors: tuple[MissingFloor, ...] = ()
     # The priced rewrites' sites (and the in-place writes and softmax deep views), each in the scheduled graph or
     # priced out (CP-SAT runs whose two graphs differ).
     sites: tuple[SiteDecision, ...] = ()
-
-    @property
-    def skipped_sites(self) -> frozenset[str]:
-        """The priced rewrite sites the run left out of its graph (``Site.key``)."""
-        return frozenset(d.site.key for d in self.sites if not d.applied)
+    # The recipe of the graph scheduled (``npusched.lowering.build.build_graph`` makes the same graph from it), and
+    # what each rewrite did to it.
+    recipe: GraphRecipe | None = None
+    rewrites: tuple[RewriteRecord, ...] = ()
 
     def solved(self) -> tuple[Schedule, Evaluation]:
         """The schedule and its evaluation, for reports that need both (a run without a solver has neither)."""

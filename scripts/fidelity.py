@@ -1,41 +1,38 @@
 #!/usr/bin/env python3
 """Compare npusched's heuristic schedule and cost model with Vela's golden output, op by op.
 
-Usage: python scripts/fidelity.py CONFIG [--core legacy|default] [--model-dir DIR] [--golden-dir DIR] [--per-op]
-       [--models a,b] [--csv PATH]
-
---core default compares with Vela's default (C++) core instead (golden dir tests/data/golden/vela-5.2.0-regor):
-its own schedule, read from its debug database, priced by npusched's evaluator under --estimator vela-default,
-against its own per-op and network figures (what `--solver vela-default --estimator vela-default` reports,
-without running Vela).
+    python scripts/fidelity.py CONFIG [--core legacy|default] [--model-dir DIR] [--golden-dir DIR] [--per-op]
+        [--models a,b] [--csv PATH] [--markdown PATH]
 
 --model-dir and --golden-dir default to tests/data/corpus and tests/data/golden/vela-5.2.0-legacy; CONFIG is one
 of the names in configs.json (looked up in the golden dir and its parent). For every model with a golden folder it
 prints, per op matched by name: block config equal?, NPU cycles and op cycles (ours, Vela's, error %); then one
-line per model and one summary line.
+line per model and one summary line. --markdown appends the per-model table (docs/results/fidelity.md is made so).
+
+--core default compares with Vela's default (C++) core instead (golden dir tests/data/golden/vela-5.2.0-regor):
+its own schedule, read from its debug database, priced by npusched's evaluator under --estimator vela-default,
+against its own per-op and network figures (what ``--solver vela-default --estimator vela-default`` reports,
+without running Vela).
 """
 
 from __future__ import annotations
 
-import argparse
-import csv
 import sys
 from pathlib import Path
 
 from npusched import solve_options
 from npusched.app.pipeline import load_network
-from npusched.errors import NpuschedError
+from npusched.bench import cli, paths, table
+from npusched.errors import NpuschedError, exit_status
 from npusched.vela.command import run_options_from_vela_args
 from npusched.vela.default_core import compare_default_core
 from npusched.vela.fidelity import ModelComparison, compare_with_golden, load_config
 
-DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
-
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = cli.parser(__doc__)
     parser.add_argument("config")
-    parser.add_argument("--model-dir", type=Path, default=DATA / "corpus")
+    parser.add_argument("--model-dir", type=Path, default=None, help="default: the corpus")
     parser.add_argument("--core", choices=("legacy", "default"), default="legacy",
                         help="which Vela core's golden output to compare with (default: %(default)s)")
     parser.add_argument("--golden-dir", type=Path, default=None,
@@ -45,16 +42,13 @@ def main() -> int:
     parser.add_argument("--csv", type=Path, help="write the per-op comparison as CSV")
     parser.add_argument("--markdown", type=Path, help="append a per-model Markdown table to this file")
     args = parser.parse_args()
-    if args.golden_dir is None:
-        args.golden_dir = DATA / "golden" / ("vela-5.2.0-regor" if args.core == "default" else "vela-5.2.0-legacy")
-    try:
-        config = load_config(args.golden_dir, args.config)
-    except NpuschedError as exc:
-        raise SystemExit(f"error: {exc}") from None
+    args.golden_dir = args.golden_dir or paths.golden_dir(args.core)
+    args.model_dir = args.model_dir or paths.corpus_dir()
+    config = load_config(args.golden_dir, args.config)
     config_dir = args.golden_dir / args.config
     if not config_dir.is_dir():
-        raise SystemExit(f"error: no golden folder {config_dir}")
-    wanted = set(args.models.split(",")) if args.models else None
+        raise NpuschedError(f"no golden folder {config_dir}")
+    wanted = set(paths.split_names(args.models) or ())
     models: list[ModelComparison] = []
     for golden in sorted(p for p in config_dir.iterdir() if p.is_dir()):
         if wanted and golden.name not in wanted:
@@ -86,12 +80,8 @@ def main() -> int:
               f"{model.cycles_vela:>14.1f} ({model.cycles_error:+.2f}%)")
     all_ops = [op for model in models for op in model.ops]
     if args.csv:
-        with open(args.csv, "w", newline="") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(["model", "name", "block_equal", "npu_ours", "npu_vela", "cycles_ours", "cycles_vela"])
-            for op in all_ops:
-                writer.writerow([op.model, op.name, op.block_equal, op.npu_ours, op.npu_vela, op.cycles_ours,
-                                 op.cycles_vela])
+        table.write_csv(args.csv, [vars(op) for op in all_ops],
+                        ["model", "name", "block_equal", "npu_ours", "npu_vela", "cycles_ours", "cycles_vela"])
     equal_ops = [op for op in all_ops if op.block_equal]
     npu_ok = sum(abs(op.npu_error) <= 1.0 for op in equal_ops)
     cycles_ok = sum(abs(op.cycles_error) <= 1.0 for op in equal_ops)
@@ -104,16 +94,16 @@ def main() -> int:
                f"{len(models)}; cascade grouping equal: {cascades}/{len(models)}")
     print("SUMMARY " + summary)
     if args.markdown:
+        rows = [{"model": m.model, "ops": len(m.ops), "equal": sum(op.block_equal for op in m.ops),
+                 "cascades": "yes" if m.cascades_equal else "no", "ours": f"{m.cycles_ours:.1f}",
+                 "vela": f"{m.cycles_vela:.1f}", "error": f"{m.cycles_error:+.2f}"} for m in models]
         with open(args.markdown, "a") as handle:
-            handle.write(f"\n## {args.config}\n\n{summary}\n\n")
-            handle.write("| model | ops | block config equal | cascades equal | npusched cycles | Vela cycles | "
-                         "error % |\n|---|---:|---:|:---:|---:|---:|---:|\n")
-            for m in models:
-                handle.write(f"| {m.model} | {len(m.ops)} | {sum(op.block_equal for op in m.ops)} | "
-                             f"{'yes' if m.cascades_equal else 'no'} | {m.cycles_ours:.1f} | {m.cycles_vela:.1f} | "
-                             f"{m.cycles_error:+.2f} |\n")
+            handle.write(f"\n## {args.config}\n\n{summary}\n\n" + table.markdown(
+                rows, ["model", "ops", "equal", "cascades", "ours", "vela", "error"],
+                ["model", "ops", "block config equal", "cascades equal", "npusched cycles", "Vela cycles", "error %"],
+                cell=table.plain, align="lrrcrrr") + "\n")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_status(main))

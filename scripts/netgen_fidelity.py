@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Vela as the oracle on generated networks: Vela 5.2.0 legacy's total cycles vs npusched's heuristic.
 
-Usage: python scripts/netgen_fidelity.py [--archs a,b] [--sizes 20,100] [--seeds 0] [--configs c1,c2]
-                                         [--golden-configs PATH] [--keep DIR] [--timeout SECONDS] [--torch-style]
+    python scripts/netgen_fidelity.py [--archs a,b] [--sizes 20,100] [--seeds 0] [--configs c1,c2]
+        [--golden-configs PATH] [--keep DIR] [--timeout SECONDS] [--torch-style]
 
 For every (architecture, size, seed) network of npusched.netgen and every configuration of the golden
 configs.json it runs `vela --debug-force-legacy-core --verbose-schedule --verbose-performance` and npusched's
@@ -16,26 +16,23 @@ convolutions; case names end in "-torch").
 
 from __future__ import annotations
 
-import argparse
-import json
 import shutil
 import sys
 import tempfile
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from npusched import solve_options
 from npusched.app.pipeline import scheduled_model_bytes
-from npusched.errors import NpuschedError
-from npusched.netgen import ARCHITECTURES, generate
+from npusched.bench import cli, golden, netgen_models, paths
+from npusched.errors import NpuschedError, exit_status
 from npusched.vela.command import run_options_from_vela_args
 from npusched.vela.fidelity import compare_with_golden
 from npusched.vela.golden import run_golden
 from npusched.vela.report import read_cpu_operator_count, read_per_layer, read_verbose_schedule
 
-DEFAULT_GOLDEN_CONFIGS = Path(__file__).resolve().parents[1] / "tests" / "data" / "golden" / "configs.json"
 WITHIN_PERCENT = 1.0
 # Vela walks the graph recursively; its default limit (1000) stops it on networks of more than ~600 passes.
 VELA_DEEP_GRAPHS = ("--recursion-limit", "50000")
@@ -122,8 +119,9 @@ def first_difference(model: Path, golden: Path, config: dict[str, Any]) -> str:
 def run_case(case: Case, config_name: str, config: dict[str, Any], work: Path, timeout_seconds: float) -> Outcome:
     model = work / f"{case.stem}.tflite"
     if not model.exists():  # normalised, as the heuristic schedules it (Vela is given the same file)
-        model.write_bytes(generate(case.arch, case.passes, case.seed, torch_style=case.torch_style))
-        model.write_bytes(scheduled_model_bytes(run_options_from_vela_args(model, config, solver="heuristic")))
+        written = netgen_models.write_network(work, case.arch, case.passes, case.seed,
+                                              "torch" if case.torch_style else "plain")
+        model.write_bytes(scheduled_model_bytes(run_options_from_vela_args(written, config, solver="heuristic")))
     golden = work / case.stem / config_name
     golden.mkdir(parents=True, exist_ok=True)
     vela_config = {**config, "extra_args": [*config.get("extra_args", ()), *VELA_DEEP_GRAPHS]}
@@ -131,8 +129,8 @@ def run_case(case: Case, config_name: str, config: dict[str, Any], work: Path, t
     if vela_error:
         return Outcome(case, config_name, vela_error=vela_error)
     schedules = read_verbose_schedule(golden / "vela_stdout.txt")
-    counts = {"vela_passes": sum(len(s.ops) for s in schedules),
-              "vela_cpu_ops": read_cpu_operator_count(golden / "vela_stdout.txt")}
+    counted = replace(Outcome(case, config_name), vela_passes=sum(len(s.ops) for s in schedules),
+                      vela_cpu_ops=read_cpu_operator_count(golden / "vela_stdout.txt"))
     try:
         options = run_options_from_vela_args(model, config, solver="heuristic")
         comparison = compare_with_golden(solve_options(options).run, golden)
@@ -140,14 +138,14 @@ def run_case(case: Case, config_name: str, config: dict[str, Any], work: Path, t
         if abs(comparison.cycles_error) > WITHIN_PERCENT:
             difference = first_difference(model, golden, config)
     except NpuschedError as exc:
-        return Outcome(case, config_name, **counts, ours_error=f"error: {exc}"[:200])
+        return replace(counted, ours_error=f"error: {exc}"[:200])
     except Exception as exc:  # a crash of npusched is a finding to report, not a reason to stop
         where = traceback.extract_tb(exc.__traceback__)[-1]
-        return Outcome(case, config_name, **counts, ours_error=(
+        return replace(counted, ours_error=(
             f"CRASH {type(exc).__name__}: {str(exc)[:120]} at {Path(where.filename).name}:{where.lineno}; "
             f"reproduce: {reproduce(case, config)}"))
-    return Outcome(case, config_name, **counts, vela_cycles=comparison.cycles_vela,
-                   ours_cycles=comparison.cycles_ours, first_difference=difference)
+    return replace(counted, vela_cycles=comparison.cycles_vela, ours_cycles=comparison.cycles_ours,
+                   first_difference=difference)
 
 
 def print_outcome(outcome: Outcome) -> None:
@@ -166,32 +164,22 @@ def print_outcome(outcome: Outcome) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--archs", default=",".join(ARCHITECTURES), help="comma-separated (default: all)")
+    parser = cli.parser(__doc__)
+    parser.add_argument("--archs", help="comma-separated (default: all)")
     parser.add_argument("--sizes", default="20,100", help="comma-separated NPU pass budgets (default 20,100)")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
-    parser.add_argument("--configs", help="comma-separated golden configuration names (default: all)")
-    parser.add_argument("--golden-configs", type=Path, default=DEFAULT_GOLDEN_CONFIGS, help="configs.json")
+    cli.add_configs(parser)
+    parser.add_argument("--golden-configs", type=Path, default=None, help="configs.json (default: the checkout's)")
     parser.add_argument("--keep", type=Path, help="keep generated models and Vela output in this folder")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per Vela run (default 900)")
     parser.add_argument("--torch-style", action="store_true",
                         help="generate the networks as PyTorch exports them (python -m npusched.netgen --torch-style)")
     args = parser.parse_args()
-    try:
-        configs = json.loads(args.golden_configs.read_text())
-        archs = args.archs.split(",")
-        unknown = [a for a in archs if a not in ARCHITECTURES]
-        if unknown:
-            raise ValueError(f"unknown architecture {unknown[0]} (known: {', '.join(ARCHITECTURES)})")
-        names = args.configs.split(",") if args.configs else list(configs)
-        missing = [n for n in names if n not in configs]
-        if missing:
-            raise ValueError(f"unknown configuration {missing[0]} (known: {', '.join(configs)})")
-        cases = [Case(a, int(p), int(s), args.torch_style) for a in archs for p in args.sizes.split(",")
-                 for s in args.seeds.split(",")]
-    except (OSError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    configs = golden.load_configs(args.golden_configs)
+    archs, _ = netgen_models.check(paths.split_names(args.archs))
+    names = golden.select(configs, paths.split_names(args.configs))
+    cases = [Case(a, int(p), int(s), args.torch_style) for a in archs for p in args.sizes.split(",")
+             for s in args.seeds.split(",")]
     work = args.keep or Path(tempfile.mkdtemp(prefix="netgen_fidelity_"))
     work.mkdir(parents=True, exist_ok=True)
     outcomes = []
@@ -205,7 +193,7 @@ def main() -> int:
             shutil.rmtree(work, ignore_errors=True)
     compiled = [o for o in outcomes if not o.vela_error]
     compared = [o for o in compiled if o.difference_percent is not None]
-    within = sum(abs(o.difference_percent) <= WITHIN_PERCENT for o in compared)
+    within = sum(abs(o.difference_percent or 0.0) <= WITHIN_PERCENT for o in compared)
     style = "torch-style" if args.torch_style else "plain"
     print(f"SUMMARY ({style} networks) within {WITHIN_PERCENT:g}% in {within}/{len(compiled)} cases Vela compiles "
           f"({len(outcomes)} cases; Vela fails on {len(outcomes) - len(compiled)}; npusched fails on "
@@ -214,4 +202,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_status(main))

@@ -7,15 +7,21 @@ that reads it.
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from npusched.app.pipeline import architecture, load_network
-from npusched.lowering.graph import Network, NpuSubgraph
+from npusched.frontend.tflite_reader import read_tflite
+from npusched.lowering.graph import Network, NpuSubgraph, lower_model
+from npusched.netgen import generate
 from npusched.run import RunOptions
+from npusched.schedule.evaluator import evaluate
+from npusched.solvers.heuristic import heuristic_schedule
 from npusched.vela.command import run_options_from_vela_args
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -31,6 +37,32 @@ MODELS = ("ad01_int8", "dtln", "keyword_scrambled_8bit", "kws_dscnn_int8", "micr
 
 # Where Vela's legacy core itself failed, so there is no golden folder (tests/data/golden/README.md).
 VELA_FAILED = frozenset({("u55-256_hee_shared_arena128k", "mobilenet_v2_224_int8")})
+
+
+# Every rewrite of the graph (``npusched.frontend.normalise.REWRITE_NAMES``) -> (a model where it finds a site,
+# whether that site needs maps staged: ``GraphRecipe.stage_maps``). A new rewrite fails test_pass_manager until it
+# is given one.
+REWRITE_MODELS: dict[str, tuple[Callable[[], bytes], bool]] = {
+    "fold": (lambda: generate("mobilenet_v3", 40, 1, keras_style=True), False),
+    "constant": (lambda: generate("gru", 40, 1), False),
+    "dilated_convolution": (lambda: generate("tcn", 40, 1, keras_style=True), False),
+    "nearest_upsampling": (lambda: generate("yolo", 40, 1, keras_style=True), False),
+    "stacking": (lambda: generate("gru", 40, 1, keras_style=True), False),
+    "grouped_convolution": (lambda: generate("regnet", 40, 1), False),
+    "broadcast_operand": (lambda: generate("transformer", 40, 1), False),
+    "matmul_operand": (lambda: generate("transformer", 40, 1), False),
+    "widened_output": (lambda: generate("unet", 40, 1, keras_style=True), False),
+    "gate_first": (lambda: generate("efficientnet", 40, 1), False),
+    "relayout": (lambda: generate("mobilenet_v3", 40, 1, keras_style=True), False),
+    "staged_input": (lambda: generate("mobilenet_v2", 40, 1), True),
+    "staged_output": (lambda: generate("unet", 40, 1, torch_style=True), True),
+    "softmax_bands": (lambda: generate("unet", 40, 1, segmentation=True), False),
+    "dilated_sequence": (lambda: generate("tcn", 60, 0), False),
+    "causal_convolution": (lambda: generate("tcn", 40, 1), False),
+    "in_place_writes": (lambda: generate("densenet", 40, 1), False),
+    "softmax_deep_views": (lambda: generate("transformer", 40, 1), False),
+}
+
 
 
 def model_path(model: str) -> Path:
@@ -55,10 +87,41 @@ def run_options(config: str, model: str = "kws_dscnn_int8", **overrides: Any) ->
 
 def load_corpus(model: str, config: str, **overrides: Any) -> tuple[Any, Network]:
     """(architecture, lowered network) of a corpus model under a configuration of configs.json: Vela's graph
-    (what its golden output is of), unless ``solver`` names one that schedules npusched's own."""
+    (what its golden output is of), unless ``solver`` names one that schedules npusched's own. Lowered once per
+    test run (the IR is immutable, so every test may share it)."""
     overrides.setdefault("solver", None)
-    arch, network, _ = load_network(run_options(config, model, **overrides))
+    return _loaded_corpus(model, config, tuple(sorted(overrides.items())))
+
+
+@functools.cache
+def _loaded_corpus(model: str, config: str, overrides: tuple[tuple[str, Any], ...]) -> tuple[Any, Network]:
+    arch, network, _ = load_network(run_options(config, model, **dict(overrides)))
     return arch, network
+
+
+# The corpus under each golden configuration as Vela legacy reads it (the file lowered as it is), with Vela
+# legacy's own schedule (the heuristic) and its evaluation: built once per test run, shared by every test.
+@functools.cache
+def corpus_arch(config: str) -> tuple[Any, str]:
+    """The architecture of a golden configuration and its ``--optimise`` strategy."""
+    options = run_options(config)
+    return architecture(options), options.optimise
+
+
+@functools.cache
+def corpus_network(config: str, model: str) -> Network:
+    return lower_model(read_tflite(model_path(model)), corpus_arch(config)[0])
+
+
+@functools.cache
+def corpus_heuristic(config: str, model: str) -> Any:
+    arch, optimise = corpus_arch(config)
+    return heuristic_schedule(corpus_network(config, model), arch, optimise)
+
+
+@functools.cache
+def corpus_evaluation(config: str, model: str) -> Any:
+    return evaluate(corpus_network(config, model), corpus_arch(config)[0], corpus_heuristic(config, model))
 
 
 def first_passes(network: Network, count: int) -> Network:

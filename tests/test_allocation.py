@@ -131,14 +131,15 @@ def _cpsat_under_tight_limit(monkeypatch: pytest.MonkeyPatch, overhead_bytes: in
     """resnet8 on the U65 with its dedicated SRAM at 85% of the heuristic's peak, solved by CP-SAT with answers
     judged by an allocator that loses ``overhead_bytes``."""
     import npusched.solvers.cpsat.repair as repair
-    from npusched.solvers.cpsat import solve_cpsat
+    from npusched.solvers.cpsat import SearchBudget, solve_cpsat
 
     _, network, _, evaluation = _heuristic(DEDICATED, "resnet8_ic_int8")
     limit = int(0.85 * evaluation.network_peak_fast_storage) // 16 * 16
     arch, network, hint, hint_evaluation = _heuristic(DEDICATED, "resnet8_ic_int8", arena_cache_size=limit)
     monkeypatch.setattr(repair, "allocate_ranges", _fragmenting_allocator(overhead_bytes))
-    result = solve_cpsat(network, arch, time_limit_seconds=60, workers=1, deterministic=True, hint=hint,
-                         hint_evaluation=hint_evaluation)
+    result = solve_cpsat(network, arch,
+                         SearchBudget(time_limit_seconds=60, workers=1, deterministic=True),
+                         hint=hint, hint_evaluation=hint_evaluation)
     return result, evaluate(network, arch, result.schedule), limit
 
 
@@ -169,23 +170,23 @@ def test_cpsat_names_the_floor_when_no_schedule_fits_at_addresses(tmp_path: Path
     uses as much, 640 over. CP-SAT's per-step limits count only the subgraph's own maps, so
     tightening them cannot help: the error says no schedule fits and names the size, without repairs."""
     from npusched.app.graph_choice import SOFTMAX_DEEP_VIEWS
-    from npusched.app.pipeline import load_network
+    from npusched.app.pipeline import load
     from npusched.errors import ScheduleError
     from npusched.netgen import generate
-    from npusched.solvers.cpsat import solve_cpsat
+    from npusched.solvers.cpsat import SearchBudget, solve_cpsat
     from npusched.vela.command import run_options_from_vela_args
 
     model = tmp_path / "transformer.tflite"
     model.write_bytes(generate("transformer", 40, 0))
     # Vela legacy's softmax decomposition: without npusched's deeper views, which need less
-    arch, network, _ = load_network(run_options_from_vela_args(model, CONFIGS["u55-256_hee_shared_arena128k"],
-                                                               normalise=False), frozenset({SOFTMAX_DEEP_VIEWS.key}))
+    loaded = load(run_options_from_vela_args(model, CONFIGS["u55-256_hee_shared_arena128k"], normalise=False))
+    arch, network = loaded.arch, loaded.build(loaded.recipe.without({SOFTMAX_DEEP_VIEWS.key})).network
     hint = heuristic_schedule(network, arch, "Performance")
     assert evaluate(network, arch, hint).allocation.size_bytes == 131712  # as Vela legacy: 128.62 KiB
     logged: list[str] = []
     with pytest.raises(ScheduleError) as raised:
-        solve_cpsat(network, arch, time_limit_seconds=60, workers=1, deterministic=True, hint=hint,
-                    log=logged.append)
+        solve_cpsat(network, arch,
+                    SearchBudget(time_limit_seconds=60, workers=1, deterministic=True, log=logged.append), hint=hint)
     assert raised.value.needed_bytes == 131712
     assert str(raised.value).startswith("no schedule fits 131072 bytes of fast storage; the smallest that fits "
                                         "needs 131712 bytes")

@@ -5,7 +5,7 @@ prices it, and above nothing.
 Cases: every corpus model under every configuration of golden/configs.json, against the heuristic's (Vela's own),
 the 2020 DP's and CP-SAT's schedules (a short deterministic search from the heuristic). The small models run in the
 fast tier, the rest in the slow one. How close the bound comes to the best schedule is measured, not asserted:
-scripts/any_schedule_bound.py (docs/results.md, "Lower bound, any schedule").
+scripts/bench/gap.py (docs/results/bounds.md, "The any-schedule bound").
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from conftest import CONFIGS, MODELS, load_corpus
 from npusched.errors import ScheduleError
 from npusched.schedule.evaluator import evaluate
 from npusched.schedule.schedule import Schedule
-from npusched.solvers.cpsat import NetworkFacts, solve_cpsat
+from npusched.solvers.cpsat import NetworkFacts, SearchBudget, solve_cpsat
 from npusched.solvers.cpsat.any_schedule_bound import (
     any_schedule_bound,
     block_configs,
@@ -59,8 +59,9 @@ def _schedules(model: str, config: str) -> tuple[object, object, dict[str, Sched
     except ScheduleError:
         pass
     try:
-        result = solve_cpsat(network, arch, time_limit_seconds=CPSAT_SECONDS, workers=1, deterministic=True,
-                             work_limit_seconds=CPSAT_WORK_SECONDS, hint=found.get("heuristic"), seed=0)
+        budget = SearchBudget(CPSAT_SECONDS, workers=1, seed=0, deterministic=True,
+                              work_limit_seconds=CPSAT_WORK_SECONDS)
+        result = solve_cpsat(network, arch, budget, hint=found.get("heuristic"))
         found["cpsat"] = result.schedule
         reported = result.any_schedule_bound_cycles
     except ScheduleError:

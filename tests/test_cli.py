@@ -36,7 +36,7 @@ def test_example_runs_and_writes_the_document(tmp_path: Path, capsys: pytest.Cap
     text = capsys.readouterr().out
     assert "NPU operators" in text and "CPU operators = 0" in text
     doc = json.loads(out.read_text())
-    assert doc["format"] == "npusched.schedule/1"
+    assert doc["format"] == "npusched.schedule/2"
     assert doc["accelerator_config"] == "ethos-u55-128"
     assert doc["system_config"] == "Ethos_U55_High_End_Embedded"
     assert doc["memory_mode"] == "Shared_Sram"
@@ -156,3 +156,43 @@ def test_impossible_limit_is_one_line_error(capsys: pytest.CaptureFixture[str]) 
                                            "--workers", "2", "--deterministic"],
                                   "no schedule fits 64 bytes of fast storage")
     assert "the smallest that fits needs" in line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("limit", ["1e308", "5e-324"])
+def test_any_finite_positive_time_limit_ends_normally(limit: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The extremes of --time-limit: the smallest returns a schedule made without searching, the largest (taken as
+    a week, the longest wait the system's timers take) searches until the schedule is proven optimal."""
+    assert main([str(EXAMPLE), *HEE[:-2], "--time-limit", limit, "--workers", "1", "--deterministic",
+                 "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "Total cycles" in out and "Traceback" not in out
+    if limit == "1e308":
+        assert "Gap to that bound                                    0.00%" in out
+
+
+@pytest.mark.slow
+def test_ctrl_c_ends_the_search_and_reports_the_best_schedule_so_far(tmp_path: Path) -> None:
+    """The first Ctrl-C stops the search (not the run): the summary and the JSON of the best schedule found so far,
+    exit status 0; the note says it was interrupted. Sent once the floors are made (the search under way)."""
+    import signal
+
+    out = tmp_path / "run.json"
+    model = Path(__file__).resolve().parent / "data" / "corpus" / "mobilenet_v2_224_int8.tflite"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "npusched.app.cli", str(model), "--accelerator-config", "ethos-u65-256", "--config",
+         "Arm/vela.ini", "--system-config", "Ethos_U65_Mid_End", "--memory-mode", "Dedicated_Sram_256KB",
+         "--time-limit", "600", "--workers", "1", "--deterministic", "--quiet", "--json", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if line.startswith("floors:"):
+            process.send_signal(signal.SIGINT)
+            break
+    rest, errors = process.communicate(timeout=600)
+    assert process.returncode == 0, errors
+    assert "interrupted (Ctrl-C): the best schedule found so far" in rest
+    document = json.loads(out.read_text())
+    assert "interrupted (Ctrl-C)" in document["status_reason"] and document["totals"]["cycles"] > 0

@@ -9,7 +9,7 @@ from conftest import CONFIGS
 from test_normalise import _assert_exact
 
 from npusched.app.pipeline import run
-from npusched.frontend.normalise import Site, normalise
+from npusched.frontend.normalise import GraphRecipe, Site, normalise
 from npusched.frontend.normalise.constant_operators import CONSTANT_OPERATORS
 from npusched.frontend.normalise.flatbuffer import unpack_model
 from npusched.frontend.tflite_reader import parse_tflite
@@ -65,7 +65,7 @@ def test_computing_the_state_when_compiling_lowers_the_gru_peak_by_the_gates(tmp
     peaks = []
     for name, skip in (("computed", ()), ("as_is", [site.key for site in _sites(raw)])):
         path = tmp_path / f"{name}.tflite"
-        path.write_bytes(normalise(raw, skip=skip)[0])
+        path.write_bytes(normalise(raw, GraphRecipe(skipped_sites=frozenset(skip)))[0])
         result = run(run_options_from_vela_args(path, CONFIGS["u55-128_hee_shared_size"], solver="cpsat",
                                                 time_limit_seconds=20.0, workers=1, deterministic=True,
                                                 normalise=False))

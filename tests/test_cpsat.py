@@ -15,7 +15,7 @@ from npusched.app.pipeline import run
 from npusched.errors import ScheduleError
 from npusched.schedule.evaluator import evaluate, verify
 from npusched.schedule.schedule import Schedule, TensorPlacement
-from npusched.solvers.cpsat import solve_cpsat
+from npusched.solvers.cpsat import SearchBudget, solve_cpsat
 from npusched.solvers.cpsat.candidates import all_candidates
 from npusched.solvers.cpsat.model import SCALE
 from npusched.solvers.cpsat.search import NO_TIME_TO_SEARCH, STOPPED_BY_CLOCK
@@ -34,7 +34,7 @@ def test_three_pass_slice_matches_brute_force(corpus_dir):
     excludes on purpose). CP-SAT must land on exactly that total."""
     arch, network = load_corpus("kws_dscnn_int8", "u65-256_mid_dedicated256k")
     net = first_passes(network, 3)
-    result = solve_cpsat(net, arch, time_limit_seconds=60, workers=2, deterministic=True, seed=1)
+    result = solve_cpsat(net, arch, SearchBudget(time_limit_seconds=60, workers=2, seed=1, deterministic=True))
     assert result.status == "optimal"
 
     sg = net.subgraphs[0]
@@ -77,7 +77,8 @@ def test_three_pass_slice_matches_brute_force(corpus_dir):
 def test_objective_is_the_evaluators_total(corpus_dir, model, config):
     arch, network = load_corpus(model, config)
     heuristic = heuristic_schedule(network, arch)
-    result = solve_cpsat(network, arch, time_limit_seconds=60, workers=2, deterministic=True, hint=heuristic)
+    result = solve_cpsat(network, arch,
+                         SearchBudget(time_limit_seconds=60, workers=2, deterministic=True), hint=heuristic)
     assert result.status == "optimal"
     ev = evaluate(network, arch, result.schedule)
     assert verify(network, arch, result.schedule, ev) == []
@@ -94,20 +95,20 @@ def test_impossible_limit_names_the_smallest_size(corpus_dir):
     arch, network = load_corpus("micro_speech_int8", "u55-256_hee_shared_arena128k", arena_cache_size=1024)
     with pytest.raises(ScheduleError, match=r"no schedule fits 1024 bytes of fast storage; the smallest that "
                                             r"fits needs \d+ bytes") as info:
-        solve_cpsat(network, arch, time_limit_seconds=10, workers=2, deterministic=True)
+        solve_cpsat(network, arch, SearchBudget(time_limit_seconds=10, workers=2, deterministic=True))
     needed = int(re.search(r"needs (\d+) bytes", str(info.value)).group(1))
     assert needed > 1024 and info.value.needed_bytes == needed
     assert_names_the_peak(str(info.value), needed, network)
     # That size really is enough: the solver fits a schedule in it, and the evaluator agrees.
     arch, network = load_corpus("micro_speech_int8", "u55-256_hee_shared_arena128k", arena_cache_size=needed)
-    result = solve_cpsat(network, arch, time_limit_seconds=10, workers=2, deterministic=True)
+    result = solve_cpsat(network, arch, SearchBudget(time_limit_seconds=10, workers=2, deterministic=True))
     assert result.status in ("optimal", "feasible")
     assert evaluate(network, arch, result.schedule).peak_fast_storage <= needed
     # ... and 16 bytes less (one allocation quantum) is not.
     arch, network = load_corpus("micro_speech_int8", "u55-256_hee_shared_arena128k",
                           arena_cache_size=needed - 16)
     with pytest.raises(ScheduleError):
-        solve_cpsat(network, arch, time_limit_seconds=10, workers=2, deterministic=True)
+        solve_cpsat(network, arch, SearchBudget(time_limit_seconds=10, workers=2, deterministic=True))
 
 
 def test_with_no_time_left_a_fitting_hint_is_the_answer_and_an_unfitting_one_is_not(corpus_dir):
@@ -115,14 +116,14 @@ def test_with_no_time_left_a_fitting_hint_is_the_answer_and_an_unfitting_one_is_
     unimproved when it fits; when it does not, the search still runs (a schedule is needed)."""
     arch, network = load_corpus("kws_dscnn_int8", "u65-256_mid_dedicated256k")
     hint = heuristic_schedule(network, arch)
-    result = solve_cpsat(network, arch, time_limit_seconds=0, workers=1, hint=hint)
+    result = solve_cpsat(network, arch, SearchBudget(time_limit_seconds=0, workers=1), hint=hint)
     assert (result.status, result.reason) == ("fallback", NO_TIME_TO_SEARCH)
     assert result.schedule.ops == hint.ops and result.schedule.tensors == hint.tensors
     assert result.objective_cycles == evaluate(network, arch, hint).total_cycles
     # The heuristic's schedule of a 1 KiB arena does not fit it: no answer without searching.
     small, network = load_corpus("micro_speech_int8", "u55-256_hee_shared_arena128k", arena_cache_size=1024)
     with pytest.raises(ScheduleError, match="fits 1024 bytes"):  # found too small, or none found in time
-        solve_cpsat(network, small, time_limit_seconds=0, workers=1, hint=max_schedule(network, small))
+        solve_cpsat(network, small, SearchBudget(time_limit_seconds=0, workers=1), hint=max_schedule(network, small))
 
 
 @pytest.mark.slow
@@ -158,19 +159,21 @@ def test_a_deterministic_run_cut_by_the_clock_says_so():
     machine, and the result says so; where the budget ends it, nothing is said."""
     arch, network = load_corpus("person_detect", "u65-512_high_dedicated384k")
     hint = heuristic_schedule(network, arch)
-    cut = solve_cpsat(network, arch, time_limit_seconds=0.5, work_limit_seconds=100, workers=1, deterministic=True,
+    cut = solve_cpsat(network, arch,
+                      SearchBudget(time_limit_seconds=0.5, workers=1, deterministic=True, work_limit_seconds=100),
                       hint=hint)
     assert cut.model_stats.get("stopped_by_clock") and STOPPED_BY_CLOCK in cut.reason
-    budgeted = solve_cpsat(network, arch, time_limit_seconds=300, work_limit_seconds=2, workers=1,
-                           deterministic=True, hint=hint)
+    budgeted = solve_cpsat(network, arch,
+                           SearchBudget(time_limit_seconds=300, workers=1, deterministic=True, work_limit_seconds=2),
+                           hint=hint)
     assert not budgeted.model_stats.get("stopped_by_clock") and STOPPED_BY_CLOCK not in budgeted.reason
 
 
 @pytest.mark.slow
 def test_deterministic_runs_give_the_same_schedule(corpus_dir):
     arch, network = load_corpus("kws_dscnn_int8", "u65-256_mid_dedicated256k")
-    first = solve_cpsat(network, arch, time_limit_seconds=30, workers=2, seed=7, deterministic=True)
-    second = solve_cpsat(network, arch, time_limit_seconds=30, workers=2, seed=7, deterministic=True)
+    first = solve_cpsat(network, arch, SearchBudget(time_limit_seconds=30, workers=2, seed=7, deterministic=True))
+    second = solve_cpsat(network, arch, SearchBudget(time_limit_seconds=30, workers=2, seed=7, deterministic=True))
     assert first.schedule.ops == second.schedule.ops
     assert first.schedule.tensors == second.schedule.tensors
     assert first.objective_cycles == second.objective_cycles
@@ -193,7 +196,7 @@ def test_single_pass_optimum_by_hand(corpus_dir, arena):
     in_place = min(o.total_cycles for o in price_options(arch, op, stripe_heights=full, weights_buffered=False))
     buffered = min(o.total_cycles for o in price_options(arch, op, stripe_heights=full, weights_buffered=True))
     expected = in_place if arena == 16 else min(in_place, buffered)
-    result = solve_cpsat(net, arch, time_limit_seconds=10, workers=2, deterministic=True)
+    result = solve_cpsat(net, arch, SearchBudget(time_limit_seconds=10, workers=2, deterministic=True))
     assert result.status == "optimal"
     assert result.objective_cycles == pytest.approx(expected, abs=1e-6)
     assert buffered < in_place  # the two cases really differ

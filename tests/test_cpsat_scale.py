@@ -46,8 +46,9 @@ def test_subgraphs_split_by_cpu_operators(tmp_path, arch, config):
     arch_features, network = load_network(run_options_from_vela_args(path, CONFIGS[config]))[:2]
     assert len(network.subgraphs) > 1
     hint = heuristic_schedule(network, arch_features)
-    result = cpsat.solve_cpsat(network, arch_features, time_limit_seconds=60, workers=2, deterministic=True,
-                               hint=hint, seed=1)
+    result = cpsat.solve_cpsat(network, arch_features,
+                               cpsat.SearchBudget(time_limit_seconds=60, workers=2, seed=1, deterministic=True),
+                               hint=hint)
     ev = evaluate(network, arch_features, result.schedule)
     assert verify(network, arch_features, result.schedule, ev) == []
     assert ev.total_cycles == result.objective_cycles
@@ -64,7 +65,9 @@ def test_window_search_improves_on_the_heuristic(corpus_dir, monkeypatch):
     hint = heuristic_schedule(network, arch)
     hint_cycles = evaluate(network, arch, hint).total_cycles
     monkeypatch.setattr(cpsat_search, "FULL_MODEL_MAX_PASSES", 0)
-    result = cpsat.solve_cpsat(network, arch, time_limit_seconds=60, workers=2, deterministic=True, hint=hint, seed=1)
+    result = cpsat.solve_cpsat(network, arch,
+                               cpsat.SearchBudget(time_limit_seconds=60, workers=2, seed=1, deterministic=True),
+                               hint=hint)
     assert result.model_stats["mode"] == "windows"
     assert result.model_stats["improved_windows"] > 0
     ev = evaluate(network, arch, result.schedule)
@@ -109,7 +112,7 @@ def test_shifted_windows_cover_the_network_with_other_boundaries(corpus_dir):
 def test_a_large_network_is_searched_window_by_window(tmp_path):
     """400 passes are too many for one model: the window search improves on the heuristic. (That the whole run
     ends within its limit plus two seconds is a property of the machine's speed too, so it is measured by
-    scripts/deploy_time_limit.py, not asserted here.)"""
+    scripts/bench/time_limit.py, not asserted here.)"""
     path = _network(tmp_path, "nasnet", 400, 5)
     options = run_options_from_vela_args(path, CONFIGS["u65-256_mid_dedicated256k"], time_limit_seconds=15,
                                          workers=2, deterministic=True)

@@ -64,7 +64,8 @@ def test_size_is_least_peak_then_fewest_cycles(corpus_dir):
     # The two objectives really disagree here, so the test tells Size from Performance.
     assert min(cycles for _, cycles in schedules) < fastest_at_least_peak
 
-    result = cpsat.solve_cpsat(net, arch, time_limit_seconds=60, workers=2, deterministic=True, seed=1)
+    result = cpsat.solve_cpsat(net, arch,
+                               cpsat.SearchBudget(time_limit_seconds=60, workers=2, seed=1, deterministic=True))
     ev = evaluate(net, arch, result.schedule)
     assert verify(net, arch, result.schedule, ev) == []
     assert result.strategy == "Size"
@@ -80,7 +81,8 @@ def test_performance_is_fewest_cycles_within_the_limit(corpus_dir):
     arch, network = load_corpus("kws_dscnn_int8", "u55-128_hee_shared")
     net = first_passes(network, 3)
     fastest = min(cycles for _, cycles in _every_schedule(net, arch))
-    result = cpsat.solve_cpsat(net, arch, time_limit_seconds=60, workers=2, deterministic=True, seed=1)
+    result = cpsat.solve_cpsat(net, arch,
+                               cpsat.SearchBudget(time_limit_seconds=60, workers=2, seed=1, deterministic=True))
     assert result.strategy == "Performance" and result.status == "optimal"
     assert result.peak_bound_bytes is None
     assert result.objective_cycles == pytest.approx(fastest, abs=1e-6)
@@ -97,7 +99,9 @@ def test_window_search_lowers_the_peak_first(corpus_dir, monkeypatch):
     hint_eval = evaluate(network, arch, hint)
     monkeypatch.setattr(cpsat_search, "FULL_MODEL_MAX_PASSES", 0)
     monkeypatch.setattr(cpsat_search, "PRICING_SECONDS_PER_PASS_AND_MODEL", 1e9)
-    result = cpsat.solve_cpsat(network, arch, time_limit_seconds=60, workers=2, deterministic=True, hint=hint, seed=1)
+    result = cpsat.solve_cpsat(network, arch,
+                               cpsat.SearchBudget(time_limit_seconds=60, workers=2, seed=1, deterministic=True),
+                               hint=hint)
     ev = evaluate(network, arch, result.schedule)
     assert verify(network, arch, result.schedule, ev) == []
     assert result.model_stats["mode"] == "windows" and result.model_stats["peak_improved_windows"] >= 1
@@ -114,7 +118,9 @@ def test_large_network_priced_whole_ends_on_the_least_peak_path(corpus_dir, monk
     arch, network = load_corpus("person_detect", SIZE)
     hint = heuristic_schedule(network, arch, "Size")
     monkeypatch.setattr(cpsat_search, "FULL_MODEL_MAX_PASSES", 0)
-    result = cpsat.solve_cpsat(network, arch, time_limit_seconds=60, workers=2, deterministic=True, hint=hint, seed=1)
+    result = cpsat.solve_cpsat(network, arch,
+                               cpsat.SearchBudget(time_limit_seconds=60, workers=2, seed=1, deterministic=True),
+                               hint=hint)
     ev = evaluate(network, arch, result.schedule)
     assert verify(network, arch, result.schedule, ev) == []
     assert result.model_stats["mode"] == "path" and result.status == "optimal" and result.gap == 0

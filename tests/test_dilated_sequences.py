@@ -10,7 +10,7 @@ from conftest import CONFIGS
 from test_normalise import _assert_exact
 
 from npusched.app.pipeline import run
-from npusched.frontend.normalise import normalise
+from npusched.frontend.normalise import GraphRecipe, normalise
 from npusched.frontend.normalise.dilated_sequences import DILATED_SEQUENCES
 from npusched.frontend.normalise.flatbuffer import unpack_model
 from npusched.frontend.tflite_reader import parse_tflite
@@ -42,7 +42,7 @@ def test_a_tcns_large_dilations_are_computed_undilated_and_exactly(keras_style: 
     raw = generate("tcn", 60, 0, keras_style=keras_style)
     normalised, record = normalise(raw)
     sites = [site.key for site in record.applied if site.rewrite == DILATED_SEQUENCES.name]
-    with_zero_taps = normalise(raw, skip=sites)[0]
+    with_zero_taps = normalise(raw, GraphRecipe(skipped_sites=frozenset(sites)))[0]
     large = sum(1 for d in _dilations(generate("tcn", 60, 0)) if d > 2)  # the plain export's, same layers
     assert large > 0 and len(sites) == large == record.sites_of(DILATED_SEQUENCES)
     assert max(_dilations(normalised)) <= 2

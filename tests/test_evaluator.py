@@ -9,18 +9,21 @@ Schedules broken by hand from a real one (over the limit, inconsistent cascades,
 from __future__ import annotations
 
 import csv
-import functools
 from dataclasses import replace
 
 import pytest
-from conftest import MODELS, golden_cases, golden_path, model_path, run_options
+from conftest import (
+    MODELS,
+    corpus_arch,
+    corpus_evaluation,
+    corpus_heuristic,
+    corpus_network,
+    golden_cases,
+    golden_path,
+)
 
-from npusched.app.pipeline import architecture
-from npusched.frontend.tflite_reader import read_tflite
-from npusched.lowering.graph import lower_model
 from npusched.schedule.evaluator import cascade_rolling_buffers, evaluate, verify
 from npusched.schedule.schedule import TensorPlacement
-from npusched.solvers.heuristic import heuristic_schedule
 from npusched.vela.report import read_summary, read_verbose_schedule
 
 CONFIG_NAMES = ("u55-128_hee_shared", "u55-128_hee_shared_size", "u55-256_hee_shared_arena128k",
@@ -28,31 +31,9 @@ CONFIG_NAMES = ("u55-128_hee_shared", "u55-128_hee_shared_size", "u55-256_hee_sh
 GRID = golden_cases(CONFIG_NAMES)
 
 
-@functools.cache
-def _arch(config: str):
-    options = run_options(config)
-    return architecture(options), options.optimise
-
-
-@functools.cache
-def _network(config: str, model: str):
-    return lower_model(read_tflite(model_path(model)), _arch(config)[0])
-
-
-@functools.cache
-def _schedule(config: str, model: str):
-    arch, optimise = _arch(config)
-    return heuristic_schedule(_network(config, model), arch, optimise)
-
-
-@functools.cache
-def _evaluation(config: str, model: str):
-    return evaluate(_network(config, model), _arch(config)[0], _schedule(config, model))
-
-
 def _verify(config: str, model: str, schedule=None, **kwargs) -> list[str]:
-    schedule = schedule if schedule is not None else _schedule(config, model)
-    return verify(_network(config, model), _arch(config)[0], schedule, **kwargs)
+    schedule = schedule if schedule is not None else corpus_heuristic(config, model)
+    return verify(corpus_network(config, model), corpus_arch(config)[0], schedule, **kwargs)
 
 
 def test_grid_is_the_golden_one():
@@ -64,7 +45,7 @@ def test_grid_is_the_golden_one():
 @pytest.mark.parametrize("config,model", GRID)
 def test_vela_schedule_verifies(config, model):
     """Vela's own choice is valid, within the fast storage it was given."""
-    assert _verify(config, model, evaluation=_evaluation(config, model)) == []
+    assert _verify(config, model, evaluation=corpus_evaluation(config, model)) == []
 
 
 @pytest.mark.parametrize("config,model", GRID)
@@ -72,7 +53,7 @@ def test_sram_used_per_pass_is_velas(config, model):
     """At every pass the evaluator sees the fast storage Vela's scheduler saw (rolling buffers of cascades instead
     of whole feature maps, weight buffers, feature maps before they are moved into fast storage)."""
     golden = read_verbose_schedule(golden_path(config, model) / "vela_stdout.txt")
-    evaluation = _evaluation(config, model)
+    evaluation = corpus_evaluation(config, model)
     assert [c.sram_used for c in evaluation.ops] == [op.sram_used_bytes for sg in golden for op in sg.ops]
     assert list(evaluation.sram_used_peaks) == [max(op.sram_used_bytes for op in sg.ops) for sg in golden]
 
@@ -84,9 +65,9 @@ def test_peak_is_velas_sram_memory_used(config, model):
     with open(golden_path(config, model) / "summary.csv", newline="") as handle:
         row = next(csv.DictReader(handle))
     vela = round(float(row["sram_memory_used"]) * 1024)
-    evaluation = _evaluation(config, model)
+    evaluation = corpus_evaluation(config, model)
     assert evaluation.network_peak_fast_storage == vela
-    if len(_network(config, model).subgraphs) == 1 and model != "dtln":  # dtln: variables live across the run
+    if len(corpus_network(config, model).subgraphs) == 1 and model != "dtln":  # dtln: variables live across the run
         assert evaluation.peak_fast_storage == vela
 
 
@@ -95,13 +76,13 @@ def test_prefetch_slack_of_a_sliced_but_unbuffered_op():
     weights in place, but the next op still hides its weight DMA only under the planned last slice. The schedule
     records that depth and the evaluator prices it, landing on Vela's total."""
     config, model = "u55-128_hee_shared_size", "str_ww_int8"
-    schedule = _schedule(config, model)
+    schedule = corpus_heuristic(config, model)
     quirky = [o for o in schedule.ops if o.slack_ofm_depth is not None and not o.weight_buffering.is_buffered]
     assert quirky
     vela = float(read_summary(golden_path(config, model) / "summary.csv")["cycles_total"])
-    assert _evaluation(config, model).total_cycles == vela
+    assert corpus_evaluation(config, model).total_cycles == vela
     plain = schedule.with_ops(replace(o, slack_ofm_depth=None) for o in quirky)
-    assert evaluate(_network(config, model), _arch(config)[0], plain).total_cycles != vela
+    assert evaluate(corpus_network(config, model), corpus_arch(config)[0], plain).total_cycles != vela
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -112,7 +93,7 @@ BROKEN = ("u65-256_mid_dedicated256k", "mobilenet_v2_224_int8")
 
 def _cascaded_pair():
     """The first producer/consumer pair inside a cascade, as (network op, op schedule) each."""
-    network, schedule = _network(*BROKEN), _schedule(*BROKEN)
+    network, schedule = corpus_network(*BROKEN), corpus_heuristic(*BROKEN)
     (sg,) = network.subgraphs
     for prev, op in zip(sg.ops, sg.ops[1:], strict=False):
         a, b = schedule.op(prev.index), schedule.op(op.index)
@@ -122,7 +103,7 @@ def _cascaded_pair():
 
 
 def test_limit_just_below_the_peak_is_exceeded():
-    evaluation = _evaluation(*BROKEN)
+    evaluation = corpus_evaluation(*BROKEN)
     peak = evaluation.peak_fast_storage
     assert peak > 0
     assert _verify(*BROKEN, evaluation=evaluation, limit=peak) == []
@@ -132,11 +113,11 @@ def test_limit_just_below_the_peak_is_exceeded():
 
 def test_extra_feature_map_in_fast_storage_is_over_the_limit():
     """Moving the largest feature map left in DRAM (the 224x224x3 input) into the SRAM overflows the 256 KiB."""
-    arch = _arch(BROKEN[0])[0]
-    schedule = _schedule(*BROKEN)
+    arch = corpus_arch(BROKEN[0])[0]
+    schedule = corpus_heuristic(*BROKEN)
     in_dram = [(fm, place) for fm, place in schedule.tensors if place.mem_area != arch.fast_storage_mem_area]
     fm, place = max(in_dram, key=lambda item: item[0].shape.elements())
-    assert fm.shape.elements() + _evaluation(*BROKEN).peak_fast_storage > arch.arena_cache_size
+    assert fm.shape.elements() + corpus_evaluation(*BROKEN).peak_fast_storage > arch.arena_cache_size
     moved = replace(schedule, tensors=tuple((f, TensorPlacement(arch.fast_storage_mem_area, p.format) if f is fm else p)
                                             for f, p in schedule.tensors))
     problems = _verify(*BROKEN, moved)
@@ -144,21 +125,21 @@ def test_extra_feature_map_in_fast_storage_is_over_the_limit():
 
 
 def test_explicit_rolling_buffer_equal_to_velas_changes_nothing():
-    network, schedule = _network(*BROKEN), _schedule(*BROKEN)
+    network, schedule = corpus_network(*BROKEN), corpus_heuristic(*BROKEN)
     (sg,) = network.subgraphs
     rolling = cascade_rolling_buffers(sg, schedule)
     assert rolling
     explicit = schedule.with_ops(replace(schedule.op(i), rolling_buffer=shape) for i, shape in rolling.items())
-    arch = _arch(BROKEN[0])[0]
-    assert evaluate(network, arch, explicit).memory == _evaluation(*BROKEN).memory
+    arch = corpus_arch(BROKEN[0])[0]
+    assert evaluate(network, arch, explicit).memory == corpus_evaluation(*BROKEN).memory
     assert _verify(*BROKEN, explicit) == []
 
 
 def test_consumer_stripe_taller_than_its_rolling_buffer_is_rejected():
     """The consumer's stripes grow while the rolling buffer stays as sized for the old ones."""
     (_, producer), (op, consumer) = _cascaded_pair()
-    schedule = _schedule(*BROKEN)
-    (sg,) = _network(*BROKEN).subgraphs
+    schedule = corpus_heuristic(*BROKEN)
+    (sg,) = corpus_network(*BROKEN).subgraphs
     buffer = cascade_rolling_buffers(sg, schedule)[op.index]
     taller = buffer.height + producer.ofm_stripe.height
     assert consumer.ofm_stripe.height + taller < op.ofm.shape.height
@@ -171,17 +152,17 @@ def test_consumer_stripe_taller_than_its_rolling_buffer_is_rejected():
 
 def test_ifm_stripe_short_of_what_the_ofm_stripe_reads_is_rejected():
     (_, _), (op, consumer) = _cascaded_pair()
-    schedule = _schedule(*BROKEN)
+    schedule = corpus_heuristic(*BROKEN)
     broken = replace(consumer, ofm_stripe=consumer.ofm_stripe.with_height(consumer.ofm_stripe.height + 2))
     problems = _verify(*BROKEN, schedule.with_ops([broken]))
     assert any(p.startswith(f"op {op.index} ") and "IFM stripe" in p for p in problems), problems
 
 
 def test_missing_op_is_rejected():
-    schedule = _schedule(*BROKEN)
+    schedule = corpus_heuristic(*BROKEN)
     dropped = schedule.ops[len(schedule.ops) // 2]
     broken = replace(schedule, ops=tuple(o for o in schedule.ops if o is not dropped))
     problems = _verify(*BROKEN, broken)
     assert any(p.startswith(f"op {dropped.op_index} ") and "no schedule entry" in p for p in problems), problems
-    notes = evaluate(_network(*BROKEN), _arch(BROKEN[0])[0], broken).notes
+    notes = evaluate(corpus_network(*BROKEN), corpus_arch(BROKEN[0])[0], broken).notes
     assert any("no schedule entry" in n for n in notes)

@@ -5,7 +5,7 @@ a few run the command line with the default solver. A case passes when it either
 passes the evaluator's verification and serialises as strict JSON, or stops with an ``NpuschedError`` (the CLI's
 one ``error:`` line, exit 2) that is not an internal error. A case still running long after its time limit is a
 hang and fails; how close to the limit a run ends depends on the machine, so that is measured by
-scripts/deploy_time_limit.py rather than asserted here.
+scripts/bench/time_limit.py rather than asserted here.
 
 Models are mutated by patching values in place at the byte offsets where the flatbuffer stores them (found
 through the ``tflite`` schema bindings), so the file stays a well-formed flatbuffer unless the case is about raw

@@ -60,7 +60,7 @@ def test_a_large_input_is_not_staged_where_the_copy_costs_more_than_it_saves(tmp
     assert decision.reason.startswith("kept: CP-SAT" if applied else "priced out: CP-SAT")
     staged = any("/staged" in op.name for op in result.network.npu_ops)
     assert staged is applied
-    assert (decision.site.key in result.skipped_sites) is not applied
+    assert (decision.site.key in result.recipe.skipped_sites) is not applied
 
 
 def test_a_schedule_of_vela_graph_replays_and_compiles_on_that_graph(tmp_path: Path,

@@ -12,9 +12,17 @@ import functools
 import re
 
 import pytest
-from conftest import VELA_FAILED, assert_names_the_peak, golden_cases, golden_path, model_path, run_options
+from conftest import (
+    VELA_FAILED,
+    assert_names_the_peak,
+    corpus_arch,
+    corpus_heuristic,
+    corpus_network,
+    golden_cases,
+    golden_path,
+    model_path,
+)
 
-from npusched.app.pipeline import architecture
 from npusched.errors import ScheduleError
 from npusched.frontend.tflite_reader import read_tflite
 from npusched.ir import Shape4D
@@ -32,26 +40,9 @@ CASES = golden_cases(CONFIG_NAMES)
 
 
 @functools.cache
-def _arch(config: str):
-    options = run_options(config)
-    return architecture(options), options.optimise
-
-
-@functools.cache
-def _network(config: str, model: str):
-    return lower_model(read_tflite(model_path(model)), _arch(config)[0])
-
-
-@functools.cache
 def _results(config: str, model: str):
-    arch, optimise = _arch(config)
-    return schedule_subgraphs(_network(config, model), arch, optimise)
-
-
-@functools.cache
-def _schedule(config: str, model: str):
-    arch, optimise = _arch(config)
-    return heuristic_schedule(_network(config, model), arch, optimise)
+    arch, optimise = corpus_arch(config)
+    return schedule_subgraphs(corpus_network(config, model), arch, optimise)
 
 
 @pytest.mark.parametrize("config,model", CASES)
@@ -93,9 +84,9 @@ def test_fidelity_targets_as_judged_by_the_evaluator():
     for config, model in CASES:
         folder = golden_path(config, model)
         cases += 1
-        arch, _ = _arch(config)
+        arch, _ = corpus_arch(config)
         vela = float(read_summary(folder / "summary.csv")["cycles_total"])
-        ours = evaluate(_network(config, model), arch, _schedule(config, model)).total_cycles
+        ours = evaluate(corpus_network(config, model), arch, corpus_heuristic(config, model)).total_cycles
         error = abs(ours - vela) / vela
         within_2 += error <= 0.02
         within_10 += error <= 0.10
@@ -112,9 +103,9 @@ def test_staging_limit_failure_becomes_a_schedule_error():
     schedule of the same network uses at its peak."""
     config, model = "u55-256_hee_shared_arena128k", "mobilenet_v2_224_int8"
     assert (config, model) in VELA_FAILED and not golden_path(config, model).exists()
-    arch, _ = _arch(config)
+    arch, _ = corpus_arch(config)
     with pytest.raises(ScheduleError) as caught:
-        heuristic_schedule(_network(config, model), arch, "Performance")
+        heuristic_schedule(corpus_network(config, model), arch, "Performance")
     match = re.match(r"no schedule fits (\d+) bytes of fast storage; the smallest that fits needs (\d+) bytes: ",
                      str(caught.value))
     assert match is not None, str(caught.value)
@@ -123,7 +114,7 @@ def test_staging_limit_failure_becomes_a_schedule_error():
     needed = max(op.sram_used_bytes for op in size_run.ops)
     assert int(match.group(2)) == needed == caught.value.needed_bytes
     # ... and why: Vela's size-optimised schedule peaks in its first cascade, with the network's input live.
-    assert_names_the_peak(str(caught.value), needed, _network(config, model))
+    assert_names_the_peak(str(caught.value), needed, corpus_network(config, model))
     assert "(the cascade of 6 ops" in str(caught.value)
 
 
@@ -132,10 +123,10 @@ def test_max_buffered_choice_is_the_max_schedule(model):
     """Where Vela keeps MAX_BUFFERED (128 KiB arena, small models) the heuristic returns exactly the schedule
     the max-schedule solver builds."""
     config = "u55-256_hee_shared_arena128k"
-    arch, _ = _arch(config)
-    ours = _schedule(config, model)
+    arch, _ = corpus_arch(config)
+    ours = corpus_heuristic(config, model)
     assert ours.label == "MAX_BUFFERED"
-    reference = max_schedule(_network(config, model), arch)
+    reference = max_schedule(corpus_network(config, model), arch)
     assert [(o.block_config, o.ofm_stripe, o.weight_buffering, o.encoded_weights) for o in ours.ops] == \
         [(o.block_config, o.ofm_stripe, o.weight_buffering, o.encoded_weights) for o in reference.ops]
 
@@ -145,12 +136,12 @@ def test_evaluated_memory_matches_vela_per_layer_sram(config):
     """The snapshot of the final schedule (feature maps where the schedule put them, cascades with rolling
     buffers) equals the per-layer "SRAM Usage" of Vela, for the single-subgraph networks without state
     tensors (Vela times the others on one timeline across CPU operators)."""
-    arch, _ = _arch(config)
+    arch, _ = corpus_arch(config)
     models = ("kws_dscnn_int8", "resnet8_ic_int8", "person_detect", "str_ww_int8", "mobilenet_v2_224_int8")
     for _, model in golden_cases((config,), models):
         (rows,) = read_per_layer(golden_path(config, model) / "per_layer.csv")
-        network = _network(config, model)
-        (memory,) = evaluate(network, arch, _schedule(config, model)).memory
+        network = corpus_network(config, model)
+        (memory,) = evaluate(network, arch, corpus_heuristic(config, model)).memory
         (sg,) = network.subgraphs
         assert [memory.usage[memory.op_steps[op.index]] for op in sg.ops] == \
             [int(float(r["SRAM Usage"])) for r in rows], model

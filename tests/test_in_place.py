@@ -26,7 +26,7 @@ from npusched.netgen.graph import GraphBuilder
 from npusched.run import RunResult
 from npusched.schedule.evaluator import evaluate, verify
 from npusched.schedule.schedule import BufferKind, EncodedWeightsRef, WeightBuffering
-from npusched.solvers.cpsat import solve_cpsat
+from npusched.solvers.cpsat import SearchBudget, solve_cpsat
 from npusched.solvers.heuristic import heuristic_schedule
 from npusched.target.weights import encode_op_weights
 from npusched.vela.backend import compile_schedule
@@ -127,11 +127,13 @@ def test_writing_in_place_saves_the_copies(densenet: Path) -> None:
     saved, and the run, which searches both, keeps the writes and says why."""
     options = _options(densenet, "u55-128_hee_shared", solver="cpsat", estimator="vela-default",
                        objective="estimator", time_limit_seconds=60, workers=1, deterministic=True)
-    arch = pipeline.architecture(options)
-    graphs = Graphs(densenet.read_bytes(), str(densenet), arch, normalise_model=True, stage=False)
+    loaded = pipeline.load(options)
+    arch = loaded.arch
+    graphs = Graphs(loaded.build, loaded.recipe)
     assert IN_PLACE_WRITES in graphs.sites
-    with_copies = graphs.variant(frozenset({IN_PLACE_WRITES.key}), True)
-    in_place, copies = (solve_cpsat(variant.network, arch, time_limit_seconds=30, workers=1, deterministic=True)
+    with_copies = graphs.variant(loaded.recipe.without({IN_PLACE_WRITES.key}))
+    in_place, copies = (solve_cpsat(variant.network, arch,
+                                    SearchBudget(time_limit_seconds=30, workers=1, deterministic=True))
                         for variant in (graphs.own, with_copies))
     assert in_place.status == copies.status == "optimal"
     assert in_place.objective_cycles < 0.98 * copies.objective_cycles

@@ -146,7 +146,7 @@ def test_cli_writes_the_file_and_rejects_bad_input(tmp_path):
 
 
 # (architecture, passes, seed, configuration) whose heuristic totals equal Vela's today (scripts/netgen_fidelity.py
-# over every architecture at 30 and 150 passes; docs/netgen.md lists the cases that do not).
+# over every architecture at 30 and 150 passes; docs/results/fidelity.md lists the cases that do not).
 VELA_CASES = [
     ("mobilenet_v2", 30, 0, "u55-128_hee_shared"), ("mobilenet_v3", 30, 0, "u65-256_mid_dedicated256k"),
     ("efficientnet", 30, 0, "u55-128_hee_shared"), ("densenet", 30, 0, "u65-256_mid_dedicated256k"),
@@ -358,7 +358,7 @@ def test_grouped_convolutions_compile_and_velas_estimate_agrees(tmp_path):
     model = _write(tmp_path, "regnet", 40, 9)
     result = run(run_options_from_vela_args(model, CONFIGS["u65-256_mid_dedicated256k"], solver="cpsat",
                                             time_limit_seconds=10.0, workers=1, deterministic=True))
-    assert result.normalisation is not None and result.normalisation.normalisation.split_grouped_convolutions == 3
+    assert result.normalisation is not None and result.normalisation.normalisation.sites_of("grouped_convolution") == 3
     assert not result.network.cpu_ops
     compiled = compile_schedule(result, tmp_path / "out")
     assert compiled.agreed, compiled.warnings()

@@ -13,9 +13,16 @@ import numpy as np
 import pytest
 from conftest import CORPUS_DIR as CORPUS
 
-from npusched.frontend.normalise import normalise, repack
+from npusched.frontend.normalise import GraphRecipe, normalise, repack
 from npusched.frontend.normalise.causal_convolutions import CAUSAL_CONVOLUTIONS
+from npusched.frontend.normalise.gates_first import GATES_FIRST
+from npusched.frontend.normalise.grouped_convolutions import GROUPED_CONVOLUTIONS
+from npusched.frontend.normalise.relayout import RELAYOUT
+from npusched.frontend.normalise.softmax_bands import SOFTMAX_BANDS
 from npusched.frontend.normalise.stacking import STACKING
+from npusched.frontend.normalise.staged_inputs import STAGED_INPUTS
+from npusched.frontend.normalise.staged_outputs import STAGED_OUTPUTS
+from npusched.frontend.normalise.widened_outputs import WIDENED_OUTPUTS
 from npusched.frontend.tflite_reader import parse_tflite
 from npusched.frontend.validate import validate_model
 from npusched.lowering.graph import lower_model
@@ -33,6 +40,8 @@ CORPUS_MODELS = sorted(p.name for p in CORPUS.glob("*.tflite"))
 # quantized_dimension 3 (it refuses the file), and keyword_scrambled aborts when asked to keep every tensor.
 # Their normalised bytes are their own (nothing to fold), and the writer's round trip is checked structurally.
 NOT_RUNNABLE = {"person_detect.tflite", "keyword_scrambled_8bit.tflite"}
+# The channel-poor re-layouts switched off (the widened outputs, the gate order and the re-layout itself).
+NO_RELAYOUT = GraphRecipe(disabled_rewrites=frozenset({"widened_output", "gate_first", "relayout"}))
 
 
 def _tensors(data: bytes, seed: int) -> dict[str, np.ndarray]:
@@ -135,7 +144,8 @@ def test_channel_poor_rescaling_is_computed_16_deep():
     RESHAPEs; the ADD's output keeps its name and shape, so the first convolution reads what it read."""
     raw = _keras("mobilenet_v3", 60, 1)
     normalised, record = normalise(raw)
-    assert record.relaid_passes == 2 and "2 element-wise passes re-laid out 16 or more deep" in record.describe()
+    assert record.operators_of(RELAYOUT) == 2
+    assert "2 element-wise passes re-laid out 16 or more deep" in record.describe()
     sg = parse_tflite(normalised).main
     ops = [op.opcode for op in sg.operators]
     assert ops[:4] == ["RESHAPE", "MUL", "ADD", "RESHAPE"]
@@ -143,7 +153,7 @@ def test_channel_poor_rescaling_is_computed_16_deep():
     assert sg.tensors[mul.inputs[0]].shape == (1, 64, 48, 16) == sg.tensors[add.outputs[0]].shape  # 128*128*3/16
     assert sg.tensors[sg.operators[3].outputs[0]].shape == (1, 128, 128, 3)
     assert sg.tensors[sg.operators[3].outputs[0]].name == "net/rescale_add_5"
-    plain, _ = normalise(raw, relayout=False)
+    plain, _ = normalise(raw, NO_RELAYOUT)
     assert _assert_exact(plain, normalised) > 20
 
 
@@ -152,7 +162,7 @@ def test_channel_poor_work_is_re_laid_out_in_a_model_with_nothing_to_fold():
     default core re-lays such work out in any model), exactly."""
     data = generate("unet", 40, 1)
     normalised, record = normalise(data)
-    assert record.folded_operators == 0 and record.relaid_passes == 1
+    assert record.folded_operators == 0 and record.operators_of(RELAYOUT) == 1
     assert [op.opcode for op in parse_tflite(normalised).main.operators][-3:] == ["RESHAPE", "LOGISTIC", "RESHAPE"]
     assert _assert_exact(data, normalised) > 20
 
@@ -173,7 +183,7 @@ def test_per_channel_constants_are_tiled_onto_a_48_deep_view():
     16)), each constant repeated 16 times, exactly."""
     data = _normalised_input()
     normalised, record = normalise(data)
-    assert record.relaid_passes == 4
+    assert record.operators_of(RELAYOUT) == 4
     model = parse_tflite(normalised)
     assert [op.opcode for op in model.main.operators][:6] == ["RESHAPE", "MUL", "ADD", "SUB", "MUL", "RESHAPE"]
     sub = model.main.operators[3]
@@ -211,7 +221,7 @@ def test_a_swish_gate_goes_first_exactly():
     producers = {index: op for op in sg.operators for index in op.outputs}
     swapped = [op for op in sg.operators if op.opcode == "MUL" and op.inputs[0] in producers
                and producers[op.inputs[0]].opcode == "LOGISTIC"]
-    assert record.gates_first == len(swapped) > 0 and "with the gate first" in record.describe()
+    assert record.sites_of(GATES_FIRST) == len(swapped) > 0 and "with the gate first" in record.describe()
     for op in swapped:
         assert producers[op.inputs[0]].inputs[0] == op.inputs[1]
     assert _assert_exact(data, normalised) > 20
@@ -222,7 +232,7 @@ def test_a_pointwise_convolution_making_a_channel_poor_output_is_widened_exactly
     view, 4 pixels a row of the view with block-diagonal weights, and the output is the same bit for bit."""
     data = generate("unet", 40, 1, keras_style=True)
     normalised, record = normalise(data)
-    assert record.widened_convolutions == 1
+    assert record.sites_of(WIDENED_OUTPUTS) == 1
     model = parse_tflite(normalised)
     assert [op.opcode for op in model.main.operators][-7:] == ["CONV_2D", "RESHAPE", "CONV_2D", "RESHAPE",
                                                                "RESHAPE", "LOGISTIC", "RESHAPE"]
@@ -261,7 +271,7 @@ def test_a_model_with_nothing_to_fold_is_returned_as_it_is():
 def test_keras_style_option_keeps_the_plain_layers():
     """The Keras-style variant is the plain network plus its shape arithmetic and input rescaling."""
     plain = parse_tflite(generate("efficientnet", 40, 5))
-    keras = parse_tflite(normalise(_keras("efficientnet", 40, 5), relayout=False)[0])
+    keras = parse_tflite(normalise(_keras("efficientnet", 40, 5), NO_RELAYOUT)[0])
     plain_counts, keras_counts = plain.op_counts(), keras.op_counts()
     assert keras_counts["MUL"] == plain_counts["MUL"] + 1 and keras_counts["ADD"] == plain_counts.get("ADD", 0) + 1
     assert {k: v for k, v in keras_counts.items() if k not in ("MUL", "ADD")} == \
@@ -413,7 +423,8 @@ def test_run_schedules_the_normalised_model_and_says_what_changed(tmp_path):
     assert report is not None and as_is.normalisation is None and on_written.normalisation is None
     assert (report.subgraphs_before, report.subgraphs_after) == (len(as_is.network.subgraphs), 1)
     assert (report.cpu_ops_before, report.cpu_ops_after) == (len(as_is.network.cpu_ops), 0)
-    assert report.describe().startswith(f"folded 21 shape operators; {report.subgraphs_before} NPU subgraphs → 1")
+    assert report.describe().startswith(f"{report.subgraphs_before} NPU subgraphs → 1")
+    assert report.normalisation.describe().startswith("folded 21 shape operators")
     # Scheduling the model normalised here is scheduling the written file.
     assert result.evaluation.total_cycles == on_written.evaluation.total_cycles
     assert result.evaluation.total_cycles < as_is.evaluation.total_cycles
@@ -433,7 +444,8 @@ def test_cli_writes_the_normalised_model_and_vela_compiles_it(tmp_path, capsys):
             str(out), "--json", str(doc)]
     assert main(argv) == 0
     printed = capsys.readouterr().out
-    assert "Normalised: folded 7 shape operators" in printed and "agrees with npusched's" in printed
+    assert "Normalised: " in printed and "\n  folded 7 shape operators" in printed
+    assert "agrees with npusched's" in printed
     assert written.read_bytes() == normalise(raw.read_bytes())[0]
     assert (out / "unet_vela.tflite").exists()
     normalisation = json.loads(doc.read_text())["normalisation"]
@@ -498,11 +510,11 @@ def test_a_large_softmax_is_computed_in_row_bands_bit_exactly():
     softmax = next(op for op in before.operators if op.opcode == "SOFTMAX")
     assert before.tensors[softmax.inputs[0]].shape == (1, 128, 128, 4)
     normalised, record = normalise(raw)
-    assert record.split_softmaxes == 1 and record.softmax_bands > 1 and not record.folded
-    assert f"1 SOFTMAX split into {record.softmax_bands} row bands" in record.describe()
+    assert record.sites_of(SOFTMAX_BANDS) == 1 and record.operators_of(SOFTMAX_BANDS) > 1 and not record.folded
+    assert f"1 SOFTMAX split into {record.operators_of(SOFTMAX_BANDS)} row bands" in record.describe()
     after = parse_tflite(normalised).main
     ops = [op.opcode for op in after.operators]
-    assert ops.count("SOFTMAX") == record.softmax_bands and ops.count("SPLIT_V") == 1
+    assert ops.count("SOFTMAX") == record.operators_of(SOFTMAX_BANDS) and ops.count("SPLIT_V") == 1
     split = next(op for op in after.operators if op.opcode == "SPLIT_V")
     bands = [after.tensors[i].shape for i in split.outputs]
     assert sum(shape[1] for shape in bands) == 128 and all(shape[2:] == (128, 4) for shape in bands)
@@ -542,7 +554,7 @@ def test_banded_segmentation_head_needs_a_fraction_of_the_fast_storage(tmp_path)
     assert runs[True].evaluation.peak_fast_storage * 4 < runs[False].evaluation.peak_fast_storage
     assert runs[True].evaluation.total_cycles < 1.02 * runs[False].evaluation.total_cycles
     report = runs[True].normalisation
-    assert report is not None and report.describe().startswith("1 SOFTMAX split into")
+    assert report is not None and "1 SOFTMAX split into" in report.normalisation.describe()
 
 
 @pytest.mark.slow
@@ -604,7 +616,7 @@ def test_a_grouped_convolution_is_split_into_whole_groups_exactly(channels, grou
     bit for bit under the reference kernels."""
     data = _grouped_model(channels, group_width)
     normalised, record = normalise(data)
-    assert record.split_grouped_convolutions == 1 and "1 grouped convolution split" in record.describe()
+    assert record.sites_of(GROUPED_CONVOLUTIONS) == 1 and "1 grouped convolution split" in record.describe()
     sg = parse_tflite(normalised).main
     opcodes = [op.opcode for op in sg.operators]
     assert opcodes == ["CONV_2D", "SPLIT", *["CONV_2D"] * parts, "CONCATENATION", "CONV_2D"]
@@ -640,9 +652,9 @@ def test_a_channel_poor_input_is_staged_by_a_copy_exactly():
     staged; an input an element-wise chain reads (a Keras Rescaling, re-laid out itself) is left alone; a
     40-channel one is staged too."""
     data = generate("mobilenet_v2", 40, 1)
-    assert normalise(data)[1].staged_inputs == 0
-    staged, record = normalise(data, stage=True)
-    assert record.staged_inputs == 1 and "1 input copied in full bursts" in record.describe()
+    assert normalise(data)[1].sites_of(STAGED_INPUTS) == 0
+    staged, record = normalise(data, GraphRecipe(stage_maps=True))
+    assert record.sites_of(STAGED_INPUTS) == 1 and "1 input copied in full bursts" in record.describe()
     sg = parse_tflite(staged).main
     assert [op.opcode for op in sg.operators[:4]] == ["RESHAPE", "MAX_POOL_2D", "RESHAPE", "CONV_2D"]
     view, copy_ = (sg.tensors[sg.operators[1].inputs[0]], sg.tensors[sg.operators[1].outputs[0]])
@@ -650,17 +662,17 @@ def test_a_channel_poor_input_is_staged_by_a_copy_exactly():
         sg.operators[2].outputs[0]
     assert sg.operators[0].inputs[0] == sg.inputs[0]
     assert _assert_exact(data, staged) > 20
-    assert normalise(_keras("mobilenet_v2"), stage=True)[1].staged_inputs == 0
+    assert normalise(_keras("mobilenet_v2"), GraphRecipe(stage_maps=True))[1].sites_of(STAGED_INPUTS) == 0
     # Any depth that is not whole 16-channel bricks: audio1d's 40 features are read in 32-byte bursts.
-    assert normalise(generate("audio1d", 40, 1), stage=True)[1].staged_inputs == 1
+    assert normalise(generate("audio1d", 40, 1), GraphRecipe(stage_maps=True))[1].sites_of(STAGED_INPUTS) == 1
 
 
 def test_an_nchw_input_transposed_on_the_cpu_is_staged_before_its_pad():
     """A PyTorch export's input TRANSPOSE runs on the CPU; its NHWC output, read by the PAD of the first
     convolution, is staged, and the PAD reads the copy."""
     data = generate("mobilenet_v2", 40, 1, torch_style=True)
-    staged, record = normalise(data, stage=True)
-    assert record.staged_inputs == 1
+    staged, record = normalise(data, GraphRecipe(stage_maps=True))
+    assert record.sites_of(STAGED_INPUTS) == 1
     opcodes = [op.opcode for op in parse_tflite(staged).main.operators]
     assert opcodes[:6] == ["TRANSPOSE", "RESHAPE", "MAX_POOL_2D", "RESHAPE", "PAD", "CONV_2D"]
     assert _assert_exact(data, staged) > 20
@@ -671,15 +683,15 @@ def test_inputs_are_staged_only_for_npuscheds_own_graph_off_fast_storage():
     (Vela legacy's graph) and the default core's read-back never do, nor does any solver on Shared_Sram."""
     from conftest import CONFIGS
 
-    from npusched.app.pipeline import load_normalised_network
+    from npusched.app.pipeline import load_graph
     from npusched.vela.command import run_options_from_vela_args
 
     path = CORPUS / "vww_96_int8.tflite"
     staged = {}
     for config in ("u65-512_high_dedicated384k", "u55-128_hee_shared"):
         for solver in ("cpsat", "dp", "heuristic", "vela-default"):
-            report = load_normalised_network(run_options_from_vela_args(path, CONFIGS[config], solver=solver))[3]
-            staged[config, solver] = report.normalisation.staged_inputs if report is not None else 0
+            record = load_graph(run_options_from_vela_args(path, CONFIGS[config], solver=solver))[1].normalisation
+            staged[config, solver] = record.sites_of("staged_input") if record is not None else 0
     assert staged == {("u65-512_high_dedicated384k", "cpsat"): 1, ("u65-512_high_dedicated384k", "dp"): 1,
                       **{key: 0 for key in staged if key[0] == "u55-128_hee_shared" or key[1] in
                          ("heuristic", "vela-default")}}
@@ -691,9 +703,9 @@ def test_a_channel_poor_map_the_cpu_reads_is_staged_out_exactly():
     over a 16-deep view into the original tensor (same index, same name), which the TRANSPOSE still reads; every
     tensor is the same bit for bit."""
     data = generate("unet", 40, 1, torch_style=True)
-    assert normalise(data)[1].staged_outputs == 0
-    staged, record = normalise(data, stage=True)
-    assert record.staged_outputs == 1 and "1 output copied out in full bursts" in record.describe()
+    assert normalise(data)[1].sites_of(STAGED_OUTPUTS) == 0
+    staged, record = normalise(data, GraphRecipe(stage_maps=True))
+    assert record.sites_of(STAGED_OUTPUTS) == 1 and "1 output copied out in full bursts" in record.describe()
     before, after = parse_tflite(data).main, parse_tflite(staged).main
     transpose = after.operators[-1]
     assert transpose.opcode == "TRANSPOSE"
@@ -718,7 +730,7 @@ def _heuristic_on_u65(data: bytes, estimator: str, part: Callable[[Any], list[in
     arch = architecture(options)
     costs = {}
     for stage in (False, True):
-        network = lower_model(parse_tflite(normalise(data, stage=stage)[0]), arch)
+        network = lower_model(parse_tflite(normalise(data, GraphRecipe(stage_maps=stage))[0]), arch)
         evaluation = evaluate(network, arch, heuristic_schedule(network, arch))
         picked = set(part(network))
         costs[stage] = (sum(c.total_cycles for c in evaluation.ops if c.op_index in picked), evaluation.total_cycles)

@@ -14,41 +14,25 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 from ai_edge_litert import schema_py_generated as schema
-from conftest import CONFIGS
+from conftest import CONFIGS, REWRITE_MODELS
 
 from npusched.app.cli import main
 from npusched.errors import NpuschedError
-from npusched.frontend.normalise import ALWAYS_REWRITES, PRICED_REWRITES, normalise
-from npusched.frontend.normalise.constant_operators import CONSTANT_OPERATORS
+from npusched.frontend.normalise import PIPELINE, GraphRecipe, normalise
 from npusched.frontend.normalise.flatbuffer import pack_model, unpack_model
-from npusched.frontend.normalise.folding import FOLDING, fix_batch
+from npusched.frontend.normalise.folding import fix_batch
 from npusched.frontend.normalise.rewrite import Rewrite
 from npusched.frontend.tflite_reader import parse_tflite
 from npusched.frontend.validate import validate_model
 from npusched.lowering.graph import lower_model
-from npusched.netgen import generate
 from npusched.target.arch import load_architecture
 from npusched.vela.command import vela_hardware_args
 
-_BY_NAME = {rewrite.name: rewrite for rewrite in (FOLDING, CONSTANT_OPERATORS, *ALWAYS_REWRITES, *PRICED_REWRITES)}
+_BY_NAME = {rewrite.name: rewrite for rewrite in PIPELINE}
+# A concatenation's inputs written in place, as npusched's own graph does.
+IN_PLACE = GraphRecipe(in_place_writes=True, in_place_budget_bytes=None)
 # rewrite -> (a model where it finds a site, whether the model is normalised with ``stage``)
-MODELS: dict[str, tuple[Callable[[], bytes], bool]] = {
-    "fold": (lambda: generate("mobilenet_v3", 40, 1, keras_style=True), False),
-    "grouped_convolution": (lambda: generate("regnet", 40, 1), False),
-    "dilated_convolution": (lambda: generate("tcn", 40, 1, keras_style=True), False),
-    "nearest_upsampling": (lambda: generate("yolo", 40, 1, keras_style=True), False),
-    "stacking": (lambda: generate("gru", 40, 1, keras_style=True), False),
-    "relayout": (lambda: generate("mobilenet_v3", 40, 1, keras_style=True), False),
-    "widened_output": (lambda: generate("unet", 40, 1, keras_style=True), False),
-    "gate_first": (lambda: generate("efficientnet", 40, 1), False),
-    "staged_input": (lambda: generate("mobilenet_v2", 40, 1), True),
-    "staged_output": (lambda: generate("unet", 40, 1, torch_style=True), True),
-    "softmax_bands": (lambda: generate("unet", 40, 1, segmentation=True), False),
-    "causal_convolution": (lambda: generate("tcn", 40, 1), False),
-    "dilated_sequence": (lambda: generate("tcn", 60, 0), False),
-    "constant": (lambda: generate("gru", 40, 1), False),
-    "broadcast_operand": (lambda: generate("transformer", 40, 1), False),
-}
+MODELS = {name: entry for name, entry in REWRITE_MODELS.items() if name in _BY_NAME}
 
 
 def _other_options(op: schema.OperatorT, tensors: list[schema.TensorT], model: schema.ModelT) -> None:
@@ -85,7 +69,7 @@ def _mutated(rewrite: Rewrite, data: bytes, mutation: Callable[..., None], where
     model = unpack_model(data)
     subgraph = model.subgraphs[0]
     fix_batch(subgraph)
-    for before in (FOLDING, *ALWAYS_REWRITES):  # what normalisation applies before it
+    for before in (rewrite for rewrite in PIPELINE if not rewrite.priced):  # what normalisation applies before it
         if before is rewrite:
             break
         before.apply(model, subgraph, before.find(model, subgraph))
@@ -104,10 +88,10 @@ def test_a_mutated_site_is_an_error_line_or_left_alone(name: str, mutation: str)
     bad = _mutated(_BY_NAME[name], make(), MUTATIONS[mutation])
     arch = load_architecture("ethos-u65-256")
     try:
-        normalised, _ = normalise(bad, "bad.tflite", stage=stage)
+        normalised, _ = normalise(bad, GraphRecipe(stage_maps=stage), "bad.tflite")
         model = parse_tflite(normalised, "bad.tflite")
         validate_model(model)
-        lower_model(model, arch, in_place=True)
+        lower_model(model, arch, IN_PLACE)
     except NpuschedError as exc:  # the CLI's one-line error
         assert "\n" not in str(exc) and str(exc)
 
@@ -121,8 +105,8 @@ def test_a_chain_mutated_inside_is_an_error_line_or_left_alone(name: str, mutati
     make, stage = MODELS[name]
     bad = _mutated(_BY_NAME[name], make(), MUTATIONS[mutation], where)
     try:
-        lower_model(parse_tflite(normalise(bad, "bad.tflite", stage=stage)[0], "bad.tflite"),
-                    load_architecture("ethos-u65-256"), in_place=True)
+        lower_model(parse_tflite(normalise(bad, GraphRecipe(stage_maps=stage), "bad.tflite")[0], "bad.tflite"),
+                    load_architecture("ethos-u65-256"), IN_PLACE)
     except NpuschedError as exc:
         assert "\n" not in str(exc) and str(exc)
 

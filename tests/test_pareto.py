@@ -26,7 +26,7 @@ from npusched.io.pareto_report import COLUMNS, write_pareto_csv
 from npusched.io.plots import plot_pareto
 from npusched.schedule.evaluator import evaluate, verify
 from npusched.schedule.rules import ALLOCATION_QUANTUM
-from npusched.solvers.cpsat import solve_cpsat
+from npusched.solvers.cpsat import SearchBudget, solve_cpsat
 from npusched.solvers.heuristic import heuristic_schedule
 from npusched.solvers.pareto import limits_between
 from npusched.vela.command import vela_hardware_args
@@ -86,7 +86,7 @@ def test_the_first_point_is_the_smallest_fit(pareto, network) -> None:
     vela = heuristic_schedule(network, arch, "Performance")
     assert verify(network, arch, vela)
     with pytest.raises(ScheduleError, match="no schedule fits"):
-        solve_cpsat(network, arch, time_limit_seconds=10, workers=1, deterministic=True, hint=vela)
+        solve_cpsat(network, arch, SearchBudget(time_limit_seconds=10, workers=1, deterministic=True), hint=vela)
 
 
 def test_the_last_point_is_where_more_memory_stops_helping(pareto, network) -> None:
@@ -97,8 +97,8 @@ def test_the_last_point_is_where_more_memory_stops_helping(pareto, network) -> N
     # Proven optimal over the candidate space even with all the memory the hardware has, and no schedule with
     # more memory is faster.
     assert last.gap == 0.0
-    unlimited = solve_cpsat(network, _arch_at(_arch_at(0).max_address_offset), time_limit_seconds=10, workers=1,
-                            deterministic=True)
+    unlimited = solve_cpsat(network, _arch_at(_arch_at(0).max_address_offset),
+                            SearchBudget(time_limit_seconds=10, workers=1, deterministic=True))
     assert unlimited.objective_cycles == pytest.approx(last.cycles)
 
 

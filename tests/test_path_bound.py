@@ -40,7 +40,7 @@ def _proven_optimum(net, references, hint, minimise_memory=False):
     built = build_model(net, whole_subgraph_regions(net), references, hint_first=True,
                         minimise_memory=minimise_memory)
     add_hint(built, hint)
-    solver = new_solver(120, SearchBudget(float("inf"), workers=2, deterministic=True), 60)
+    solver = new_solver(120, SearchBudget(workers=2, deterministic=True), 60)
     assert solver.solve(built.model) == 4  # OPTIMAL
     return solver.objective_value
 

@@ -14,7 +14,7 @@ from npusched.netgen import generate
 from npusched.netgen.flatbuffer import serialise
 from npusched.netgen.graph import GraphBuilder
 from npusched.schedule.evaluator import evaluate
-from npusched.solvers.cpsat import solve_cpsat
+from npusched.solvers.cpsat import SearchBudget, solve_cpsat
 from npusched.solvers.dp import dp_schedule
 from npusched.solvers.heuristic import heuristic_schedule
 from npusched.solvers.max_schedule import max_schedule
@@ -54,7 +54,8 @@ def test_cpsat_smallest_schedule_meets_the_floor(model):
     cascades CP-SAT's Size rules allow (Vela's, gates and residual joins held or read lagged, rolling buffers
     sized in Vela's pull order). Where the two meet, CP-SAT's schedule is the smallest there is."""
     arch, network = load_corpus(model, SIZE)
-    result = solve_cpsat(network, arch, time_limit_seconds=60, workers=2, deterministic=True,
+    result = solve_cpsat(network, arch,
+                         SearchBudget(time_limit_seconds=60, workers=2, deterministic=True),
                          hint=heuristic_schedule(network, arch, "Size"))
     assert result.peak_proven_minimal
     evaluation = evaluate(network, arch, result.schedule)
@@ -87,7 +88,8 @@ def test_floor_holds_on_generated_networks(tmp_path: Path, architecture: str):
     path.write_bytes(generate(architecture, 40, 5))
     arch, network, _ = load_network(run_options_from_vela_args(path, CONFIGS[SIZE]))
     heuristic = heuristic_schedule(network, arch, "Size")
-    result = solve_cpsat(network, arch, time_limit_seconds=20, workers=2, deterministic=True, hint=heuristic)
+    result = solve_cpsat(network, arch,
+                         SearchBudget(time_limit_seconds=20, workers=2, deterministic=True), hint=heuristic)
     _assert_above_floor(network, arch, [heuristic])
     _assert_above_floor(network, arch, [result.schedule], joins=True)
 

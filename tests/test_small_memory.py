@@ -17,7 +17,7 @@ from npusched.app.pipeline import load_network
 from npusched.errors import ScheduleError
 from npusched.netgen import generate
 from npusched.schedule.evaluator import evaluate, verify
-from npusched.solvers.cpsat import NetworkFacts, solve_cpsat
+from npusched.solvers.cpsat import NetworkFacts, SearchBudget, solve_cpsat
 from npusched.solvers.heuristic import heuristic_schedule
 from npusched.vela.command import run_options_from_vela_args
 
@@ -101,7 +101,7 @@ def test_mobilenet_v2_smallest_fit_is_the_first_cascades_floor():
     assert vela_kib * 1024 == VELA_MINIMAL_BYTES > MOBILENET_V2_FLOOR_BYTES
     arch, network = load_corpus("mobilenet_v2_224_int8", ARENA_128K)
     with pytest.raises(ScheduleError) as info:
-        solve_cpsat(network, arch, time_limit_seconds=120, workers=2, deterministic=True)
+        solve_cpsat(network, arch, SearchBudget(time_limit_seconds=120, workers=2, deterministic=True))
     needed = re.search(r"smallest that fits needs (\d+) bytes", str(info.value))
     assert needed is not None and int(needed.group(1)) == MOBILENET_V2_PULLED_BYTES
     assert "not proven" not in str(info.value)
@@ -115,7 +115,7 @@ def test_mobilenet_v2_fits_the_floor_without_the_heuristic():
     """At exactly that size CP-SAT, given no heuristic schedule to start from, finds a schedule of its own
     candidates that the evaluator verifies, its first cascade in one-row stripes."""
     arch, network = load_corpus("mobilenet_v2_224_int8", ARENA_128K, arena_cache_size=MOBILENET_V2_FLOOR_BYTES)
-    result = solve_cpsat(network, arch, time_limit_seconds=120, workers=2, deterministic=True)
+    result = solve_cpsat(network, arch, SearchBudget(time_limit_seconds=120, workers=2, deterministic=True))
     assert result.status in ("optimal", "feasible")
     evaluation = evaluate(network, arch, result.schedule)
     assert verify(network, arch, result.schedule, evaluation) == []
@@ -186,7 +186,7 @@ def test_generated_unet_fits_below_the_heuristic(tmp_path):
     heuristic_peak = evaluate(network, arch, heuristic_schedule(network, arch, "Size")).peak_fast_storage
     limit = heuristic_peak - (4 * 64 * 32 + 3 * 64 * 16 - 3 * 64 * 32 - 2 * 64 * 16)
     arch, network, _ = load_network(run_options_from_vela_args(path, CONFIGS[SIZE], arena_cache_size=limit))
-    result = solve_cpsat(network, arch, time_limit_seconds=60, workers=2, deterministic=True)
+    result = solve_cpsat(network, arch, SearchBudget(time_limit_seconds=60, workers=2, deterministic=True))
     evaluation = evaluate(network, arch, result.schedule)
     assert verify(network, arch, result.schedule, evaluation) == []
     assert evaluation.peak_fast_storage <= limit
@@ -212,7 +212,7 @@ def test_person_detect_fits_below_velas_size_schedule():
     assert vela_kib * 1024 == one_row + 2 * 48 * 16
     pulled = 96 * 96 * 1 + (3 * 48 * 16 + 1 * 48 * 16 + 3 * 48 * 16) + 24 * 24 * 16
     arch, network = load_corpus("person_detect", SIZE, arena_cache_size=one_row)
-    result = solve_cpsat(network, arch, time_limit_seconds=120, workers=2, deterministic=True)
+    result = solve_cpsat(network, arch, SearchBudget(time_limit_seconds=120, workers=2, deterministic=True))
     evaluation = evaluate(network, arch, result.schedule)
     assert verify(network, arch, result.schedule, evaluation) == []
     assert evaluation.peak_fast_storage == pulled

@@ -10,7 +10,7 @@ import pytest
 
 from npusched.app.graph_choice import SOFTMAX_DEEP_VIEWS
 from npusched.app.pipeline import architecture, run
-from npusched.frontend.normalise import normalise
+from npusched.frontend.normalise import GraphRecipe, normalise
 from npusched.frontend.tflite_reader import parse_tflite
 from npusched.ir import Shape4D, TensorFormat
 from npusched.lowering.graph import Network, lower_model
@@ -63,9 +63,9 @@ def test_deep_views_price_the_segmentation_head_a_fraction_of_vela_legacys(tmp_p
     what makes every view read the same bytes."""
     path = _segmentation_unet(tmp_path, int16)
     arch = architecture(RunOptions(model_path=path, **HARDWARE))
-    whole, _ = normalise(path.read_bytes(), str(path), softmax_split_bytes=1 << 40)  # one softmax, no bands
+    whole, _ = normalise(path.read_bytes(), GraphRecipe(softmax_split_bytes=1 << 40), str(path))  # one, no bands
     model = parse_tflite(whole, str(path))
-    vela_graph, own = lower_model(model, arch), lower_model(model, arch, deep_views=True)
+    vela_graph, own = lower_model(model, arch), lower_model(model, arch, GraphRecipe(softmax_deep_views=True))
     assert [op.name for op in own.npu_ops] == [op.name for op in vela_graph.npu_ops]
     viewed = [op for op in own.npu_ops if op.attr(DEEP_VIEW)]
     assert len(viewed) == viewed_passes and not any(op.attr(DEEP_VIEW) for op in vela_graph.npu_ops)

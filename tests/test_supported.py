@@ -206,8 +206,13 @@ EDIT_CASES = {
                                    _chain(_tensor(1, data=np.array([0, 2, 1, 3], np.int32)),
                                           _tensor(0, shape=(1, 3, 224, 224)), _tensor(0, True, shape=(1, 224, 3, 224))),
                                    None),
-    # EXP: Vela runs it on the NPU as a lookup table, npusched does not lower it (docs/operator_support.md)
-    "exp": ("dtln", 3, lambda sg, op: (sg, replace(op, opcode="EXP")), "npusched does not lower EXP"),
+    # EXP: Vela runs it on the NPU as a lookup table, and so does npusched (docs/guide/operator_support.md)
+    "exp": ("dtln", 3, lambda sg, op: (sg, replace(op, opcode="EXP")), None),
+    "exp uint8": ("dtln", 3, _chain(lambda sg, op: (sg, replace(op, opcode="EXP")),
+                                    _tensor(0, False, dtype=DataType.uint8), _tensor(0, True, dtype=DataType.uint8)),
+                  "int8 or int16"),
+    # SHAPE: Vela and npusched fold it into a constant before placement; left unfolded, npusched does not lower it
+    "shape": ("dtln", 3, lambda sg, op: (sg, replace(op, opcode="SHAPE")), "npusched does not lower SHAPE"),
     "exp int8 to int16": ("dtln", 3, _chain(lambda sg, op: (sg, replace(op, opcode="EXP")),
                                             _tensor(0, True, dtype=DataType.int16)), "same data type"),
     # RSQRT: int8 only (its lookup table). These four verdicts follow Vela's rules as read in its source; the
@@ -241,7 +246,7 @@ def test_edited_operator(corpus_dir, case):
 
 
 def test_vela_verdict_and_npusched_scope_differ_only_outside_npusched_operators(corpus_dir):
-    sg, op = _edited(*EDIT_CASES["exp"][:3])
+    sg, op = _edited(*EDIT_CASES["shape"][:3])
     assert vela_cpu_reason(op, sg) is None and op.opcode not in NPU_OPERATORS
     for model in MODELS:
         sg = _subgraph(model)

@@ -169,12 +169,12 @@ def test_vela_cells_read_the_vela_clis_summary(corpus_dir: Path, golden_dir: Pat
     store = tmp_path / "s.sqlite"
     assert main([str(corpus_dir / "micro_speech_int8.tflite"), "--accelerator-config", "ethos-u55-128",
                  "--system-config", "Ethos_U55_High_End_Embedded", "--memory-mode", "Shared_Sram",
-                 "--solver", "vela-legacy,heuristic", "--store", str(store), "--quiet"]) == 0
+                 "--solver", "vela-cli-legacy,heuristic", "--store", str(store), "--quiet"]) == 0
     with (golden_dir / "u55-128_hee_shared" / "micro_speech_int8" / "summary.csv").open() as handle:
         golden = next(csv.DictReader(handle))
     rows = {r["solver"]: r for r in cells_of(store)}
-    assert (rows["vela-legacy"]["outcome"], rows["vela-legacy"]["status"]) == ("done", "vela")
-    assert rows["vela-legacy"]["cycles"] == float(golden["cycles_total"])
-    assert rows["vela-legacy"]["peak_fast_storage_bytes"] == round(float(golden["sram_memory_used"]) * 1024)
-    assert rows["vela-legacy"]["bytes_sram"] == float(golden["sram_total_bytes"])
-    assert rows["heuristic"]["cycles"] == pytest.approx(rows["vela-legacy"]["cycles"], abs=1)
+    assert (rows["vela-cli-legacy"]["outcome"], rows["vela-cli-legacy"]["status"]) == ("done", "vela")
+    assert rows["vela-cli-legacy"]["cycles"] == float(golden["cycles_total"])
+    assert rows["vela-cli-legacy"]["peak_fast_storage_bytes"] == round(float(golden["sram_memory_used"]) * 1024)
+    assert rows["vela-cli-legacy"]["bytes_sram"] == float(golden["sram_total_bytes"])
+    assert rows["heuristic"]["cycles"] == pytest.approx(rows["vela-cli-legacy"]["cycles"], abs=1)

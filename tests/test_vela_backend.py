@@ -22,6 +22,7 @@ from npusched.app.replay import as_compiled, read_schedule
 from npusched.frontend.normalise import repack
 from npusched.io.report_json import document
 from npusched.schedule.evaluator import evaluate
+from npusched.solvers.cpsat import SearchBudget
 from npusched.vela import backend
 from npusched.vela.backend import Compilation, VelaRefusal, compile_schedule, output_paths, tflite_contents
 from npusched.vela.command import run_options_from_vela_args, vela_hardware_args
@@ -259,8 +260,8 @@ def _cpsat_time_limit(monkeypatch: pytest.MonkeyPatch, **overrides: object) -> f
 
     given: list[float] = []
 
-    def stand_in(*args: object, time_limit_seconds: float, **kwargs: object) -> None:
-        given.append(time_limit_seconds)
+    def stand_in(network: object, objective: object, budget: SearchBudget, **kwargs: object) -> None:
+        given.append(budget.time_limit_seconds)
         raise _Stop
 
     monkeypatch.setattr(cpsat_run, "solve_cpsat", stand_in)
@@ -288,8 +289,8 @@ def test_the_public_api_keeps_the_compile_back_when_asked(monkeypatch: pytest.Mo
     monkeypatch.setattr(cpsat_run, "estimated_compile_seconds", lambda network, **kwargs: 500.0)
     given: list[float] = []
 
-    def stand_in(*args: object, time_limit_seconds: float, **kwargs: object) -> None:
-        given.append(time_limit_seconds)
+    def stand_in(network: object, objective: object, budget: SearchBudget, **kwargs: object) -> None:
+        given.append(budget.time_limit_seconds)
         raise _Stop
 
     monkeypatch.setattr(cpsat_run, "solve_cpsat", stand_in)
@@ -359,3 +360,36 @@ def test_time_steps_sharing_their_weights_are_priced_as_velas_cache_makes_them(t
         assert any(op.attr(WEIGHT_TWINS) for op in result.network.npu_ops)
         compiled = compile_schedule(result, tmp_path / solver)
         assert compiled.agreed, compiled.warnings()
+
+
+@pytest.mark.slow
+def test_a_refused_answer_leaves_the_fallback_compiled_beside_the_run(tmp_path: Path, monkeypatch, capsys) -> None:
+    """--output-dir compiles Vela legacy's own schedule beside the run from the start: where Vela's backend
+    refuses the answer, that fallback is written, and the output and the JSON say so (and why)."""
+    import json as json_module
+
+    from npusched.app.cli import main
+    from npusched.vela import backend as backend_module
+    from npusched.vela.command import vela_hardware_args
+    from npusched.vela.forced_scheduler import VelaRefusal
+
+    real = backend_module._vela_compile
+
+    def refusing_cpsat(options, model_bytes, staging, plan):  # type: ignore[no-untyped-def]
+        def checked():  # type: ignore[no-untyped-def]
+            given = plan()
+            if given.schedule.solver == "cpsat":
+                raise VelaRefusal("op 0 'x': refused by this test")
+            return given
+        return real(options, model_bytes, staging, checked)
+
+    monkeypatch.setattr(backend_module, "_vela_compile", refusing_cpsat)
+    out, document = tmp_path / "out", tmp_path / "run.json"
+    assert main([str(model_path("resnet8_ic_int8")), *vela_hardware_args(CONFIGS["u55-128_hee_shared"]),
+                 "--time-limit", "30", "--workers", "1", "--deterministic", "--quiet", "--output-dir", str(out),
+                 "--json", str(document)]) == 0
+    printed = capsys.readouterr().out
+    written = json_module.loads(document.read_text())["vela_backend"]
+    assert written["written"] == "fallback" and "refused by this test" in written["fallback_reason"]
+    assert written["agreed"] and (out / "resnet8_ic_int8_vela.tflite").is_file()
+    assert "of the fallback, Vela legacy's own schedule" in printed

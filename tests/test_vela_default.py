@@ -46,7 +46,7 @@ def test_every_estimator_totals_a_run() -> None:
 SAME_GRAPH = ("kws_dscnn_int8", "micro_speech_int8", "person_detect", "str_ww_int8", "vww_96_int8")
 
 
-# (str_ww_int8 and person_detect on u65-256 are off: weight buffering of a few ops, see docs/estimator.md)
+# (str_ww_int8 and person_detect on u65-256 are off: weight buffering of a few ops, see docs/results/fidelity.md)
 CASES = [("u55-128_hee_shared", model) for model in SAME_GRAPH] + [
     ("u65-256_mid_dedicated256k", model) for model in ("kws_dscnn_int8", "micro_speech_int8", "vww_96_int8")]
 

@@ -8,12 +8,14 @@ lowering module. Each golden op's block config, depth slices and kernel come fro
 from __future__ import annotations
 
 import functools
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import DATA_DIR
 
 from npusched.frontend.tflite_reader import TfliteModel, read_tflite
 from npusched.ir import (
@@ -328,58 +330,17 @@ def test_scale_entry_format():
 # Calls of Vela 5.2.0's Scheduler.propose_weight_buffering, recorded from an instrumented copy of Vela run on
 # the corpus: (config, model, golden op index, inputs, Vela's outputs). op_cycles / transfer are the answers
 # Vela's own estimate_op_performance (per OFM depth) and measure_mem2mem_cycles (per byte count) gave.
-VELA_BUFFERING_CALLS = [
-    ("u55-128_hee_shared", "kws_dscnn_int8", 0,
-     {"stripe": 64, "block": 16, "fc": False, "cascaded": False, "limit": 4294958800, "slack_cycles": 0,
-      "slack_memory": 0, "transfer": {4416: 4480.0}, "op_cycles": {16: 5834, 48: 15818}},
-     {"slices": (0, 16, 64), "buffers": (1120, 3312), "pre_buffer": False, "encoded": 4432,
-      "slack_memory_used": 3312, "slack_cycles_after": 15818}),
-    ("u55-128_hee_shared", "kws_dscnn_int8", 1,
-     {"stripe": 64, "block": 16, "fc": False, "cascaded": False, "limit": 4294951296, "slack_cycles": 15818,
-      "slack_memory": 4294955488, "transfer": {1328: 1392.0}, "op_cycles": {}},
-     {"slices": (0, 64), "buffers": (1328,), "pre_buffer": True, "encoded": 1328, "slack_memory_used": 1328,
-      "slack_cycles_after": 8624}),
-    ("u55-128_hee_shared", "kws_dscnn_int8", 10,
-     {"stripe": 12, "block": 16, "fc": True, "cascaded": False, "limit": 4294967216, "slack_cycles": 1356,
-      "slack_memory": 4294959232, "transfer": {}, "op_cycles": {}},
-     {"slices": (0, 12), "buffers": (), "pre_buffer": False, "encoded": 1040, "slack_memory_used": 0,
-      "slack_cycles_after": 181}),
-    ("u55-128_hee_shared", "person_detect", 0,
-     {"stripe": 8, "block": 8, "fc": False, "cascaded": False, "limit": 4294921216, "slack_cycles": 0,
-      "slack_memory": 0, "transfer": {224: 288.0}, "op_cycles": {16: 18944, 8: 9728}},
-     {"slices": (0, 8), "buffers": (224,), "pre_buffer": False, "encoded": 224, "slack_memory_used": 224,
-      "slack_cycles_after": 9728}),
-    ("u55-128_hee_shared", "person_detect", 12,
-     {"stripe": 128, "block": 48, "fc": False, "cascaded": False, "limit": 4294960384, "slack_cycles": 3360,
-      "slack_memory": 4294954448, "transfer": {9248: 9312.0}, "op_cycles": {32: 1152, 48: 1728}},
-     {"slices": (0, 32, 80, 128), "buffers": (3488, 3504), "pre_buffer": True, "encoded": 9280,
-      "slack_memory_used": 3488, "slack_cycles_after": 1728}),
-    ("u55-128_hee_shared_size", "kws_dscnn_int8", 0,
-     {"stripe": 64, "block": 64, "fc": False, "cascaded": True, "limit": 464, "slack_cycles": 0,
-      "slack_memory": 0, "transfer": {}, "op_cycles": {}},
-     {"slices": (0, 64), "buffers": (), "pre_buffer": False, "encoded": 4416, "slack_memory_used": 0,
-      "slack_cycles_after": 51788}),
-    ("u55-128_hee_shared_size", "kws_dscnn_int8", 1,
-     {"stripe": 64, "block": 16, "fc": False, "cascaded": False, "limit": 0, "slack_cycles": 15818,
-      "slack_memory": 4192, "transfer": {1328: 1392.0}, "op_cycles": {16: 2576}},
-     {"slices": (0, 64), "buffers": (), "pre_buffer": False, "encoded": 1328, "slack_memory_used": 0,
-      "slack_cycles_after": 2576}),
-    ("u55-128_hee_shared_size", "person_detect", 4,
-     {"stripe": 32, "block": 32, "fc": False, "cascaded": True, "limit": 4608, "slack_cycles": 0,
-      "slack_memory": 0, "transfer": {}, "op_cycles": {}},
-     {"slices": (0, 32), "buffers": (992,), "pre_buffer": False, "encoded": 992, "slack_memory_used": 992,
-      "slack_cycles_after": 9412}),
-    ("u65-512_high_dedicated384k", "person_detect", 12,
-     {"stripe": 128, "block": 64, "fc": False, "cascaded": False, "limit": 393216, "slack_cycles": 1984,
-      "slack_memory": 391872, "transfer": {9280: 2974.0}, "op_cycles": {80: 1762, 48: 1026}},
-     {"slices": (0, 80, 128), "buffers": (5808, 3504), "pre_buffer": True, "encoded": 9312,
-      "slack_memory_used": 3504, "slack_cycles_after": 1026}),
-    ("u65-512_high_dedicated384k", "kws_dscnn_int8", 0,
-     {"stripe": 64, "block": 16, "fc": False, "cascaded": False, "limit": 393216, "slack_cycles": 0,
-      "slack_memory": 0, "transfer": {4432: 1681.0}, "op_cycles": {16: 2466, 48: 4962}},
-     {"slices": (0, 16, 64), "buffers": (1120, 3328), "pre_buffer": False, "encoded": 4448,
-      "slack_memory_used": 3328, "slack_cycles_after": 4962}),
-]
+def _buffering_calls() -> list[tuple[str, str, int, dict, dict]]:
+    """What Vela's weight-buffering decision was called with and returned, per op (tests/data/golden)."""
+    rows = json.loads((DATA_DIR / "golden" / "vela_buffering_calls.json").read_text())
+    return [(row["config"], row["model"], row["op_index"],
+             {**row["inputs"], "transfer": {int(k): v for k, v in row["inputs"]["transfer"].items()},
+              "op_cycles": {int(k): v for k, v in row["inputs"]["op_cycles"].items()}},
+             {key: tuple(value) if isinstance(value, list) else value for key, value in row["vela"].items()})
+            for row in rows]
+
+
+VELA_BUFFERING_CALLS = _buffering_calls()
 
 
 @pytest.mark.parametrize("config,model_name,op_index,inputs,vela", VELA_BUFFERING_CALLS,

@@ -22,29 +22,12 @@ from npusched.io.plots import plot_memory
 from npusched.io.report_json import document, write_json
 from npusched.io.report_text import format_summary
 from npusched.lowering.graph import Network
-from npusched.run import RunOptions, RunResult
+from npusched.run import Hardware, ObjectiveKind, RunOptions, RunResult
 from npusched.schedule.evaluator import Evaluation
 from npusched.schedule.memory_breakdown import memory_breakdown
 from npusched.schedule.schedule import Schedule
+from npusched.target.estimators import Estimator
 from npusched.vela.backend import BackendResult, compile_schedule
-
-VELA_INI = "Arm/vela.ini"
-
-
-@dataclass(frozen=True)
-class Hardware:
-    """The hardware options of Vela (and `solve-schedule`): accelerator, .ini files, system config, memory mode
-    and arena size. Without ``config_files`` a named system config is looked up in Vela's own ``Arm/vela.ini``."""
-
-    accelerator_config: str = "ethos-u55-256"
-    system_config: str | None = None
-    memory_mode: str | None = None
-    arena_cache_size: int | None = None
-    config_files: tuple[str, ...] = ()
-
-    def config_files_or_default(self) -> tuple[str, ...]:
-        named = self.system_config is not None or self.memory_mode is not None
-        return self.config_files or ((VELA_INI,) if named else ())
 
 
 @dataclass(frozen=True)
@@ -83,7 +66,7 @@ class Result:
         return self.evaluation.peak_fast_storage
 
     def document(self) -> dict[str, Any]:
-        """The JSON schedule document (docs/schedule-format.md) as a dict."""
+        """The JSON schedule document (docs/guide/schedule-format.md) as a dict."""
         return document(self.run)
 
     def write_json(self, path: str | Path) -> None:
@@ -106,8 +89,9 @@ class Result:
 
 def solve(model: str | Path, hardware: Hardware | None = None, *, solver: str = "cpsat",
           optimise: str = "Performance", time_limit_seconds: float = 30.0, workers: int | None = None,
-          seed: int = 0, deterministic: bool = False, estimator: str = "vela", objective: str = "both",
-          compile_follows: bool = False, log: Callable[[str], None] | None = None) -> Result:
+          seed: int = 0, deterministic: bool = False, estimator: str = Estimator.VELA_LEGACY.value,
+          objective: str = ObjectiveKind.BOTH.value, compile_follows: bool = False,
+          log: Callable[[str], None] | None = None) -> Result:
     """Schedule ``model`` on ``hardware`` (default: an ethos-u55-256 with Vela's internal defaults).
 
     ``solver`` is 'cpsat', 'heuristic' (Vela legacy's choices) or 'dp'; ``objective`` what CP-SAT minimises
@@ -115,13 +99,10 @@ def solve(model: str | Path, hardware: Hardware | None = None, *, solver: str = 
     ``npusched.errors.NpuschedError`` with a one-line message. With ``compile_follows`` the time limit also covers
     a ``Result.compile`` made right after: the search keeps back Vela's estimated compile time, as --output-dir.
     """
-    hardware = hardware or Hardware()
-    options = RunOptions(
-        model_path=Path(model), accelerator_config=hardware.accelerator_config,
-        config_files=hardware.config_files_or_default(), system_config=hardware.system_config,
-        memory_mode=hardware.memory_mode, arena_cache_size=hardware.arena_cache_size, optimise=optimise,
-        solver=solver, time_limit_seconds=time_limit_seconds, workers=workers, seed=seed,
-        deterministic=deterministic, estimator=estimator, objective=objective, compile_follows=compile_follows)
+    options = RunOptions.on(Path(model), hardware or Hardware(), optimise=optimise, solver=solver,
+                            time_limit_seconds=time_limit_seconds, workers=workers, seed=seed,
+                            deterministic=deterministic, estimator=estimator, objective=objective,
+                            compile_follows=compile_follows)
     return solve_options(options, log)
 
 

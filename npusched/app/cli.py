@@ -24,18 +24,21 @@ from npusched.app.pareto import run_pareto
 from npusched.app.pipeline import run, write_model
 from npusched.app.replay import compile_as_deployed, replay
 from npusched.errors import NpuschedError, OutputError, ScheduleError, exit_status
+from npusched.frontend.normalise import REWRITE_NAMES
 from npusched.io.pareto_report import format_pareto, write_pareto_csv
 from npusched.io.plots import plot_memory, plot_pareto
 from npusched.io.report_json import check_output_path, write_json
 from npusched.io.report_text import format_summary
-from npusched.run import OBJECTIVES, RunOptions, RunResult
+from npusched.run import OBJECTIVES, RunOptions, RunResult, Solver
 from npusched.schedule.memory_breakdown import memory_breakdown
+from npusched.solvers.interruption import handling_ctrl_c
 from npusched.solvers.pareto import DEFAULT_INNER_POINTS
 from npusched.target.arch import Estimator
 from npusched.vela.backend import Compilation, VelaRefusal
+from npusched.vela.command import LONGEST_WAIT_SECONDS
 
-SOLVERS = ("heuristic", "cpsat", "dp", "vela-default")
-DEFAULT_SOLVER = "cpsat"
+SOLVERS = tuple(solver.value for solver in Solver)
+DEFAULT_SOLVER = Solver.CPSAT.value
 SEED_RANGE = (-(2 ** 31), 2 ** 31 - 1)  # CP-SAT's random_seed is an int32
 WORKERS_MAX = 256  # more search threads than this only thrash; a typo like 10000 should not start them
 
@@ -58,6 +61,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("model", type=Path, help="the .tflite model to schedule")
     parser.add_argument("--version", action="version", version=f"npusched {__version__}")
+    _hardware_options(parser)
+    _scheduling_options(parser)
+    _output_options(parser)
+    _curve_options(parser)
+    return parser
+
+
+def _hardware_options(parser: argparse.ArgumentParser) -> None:
     hw = parser.add_argument_group("hardware (as Vela's options)")
     hw.add_argument("--accelerator-config", default="ethos-u55-256",
                     help="ethos-u55-32/64/128/256 or ethos-u65-256/512 (default: %(default)s)")
@@ -69,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="[Memory_Mode.NAME] section to use (default: Vela's internal default)")
     hw.add_argument("--arena-cache-size", type=_non_negative_int, default=None, metavar="BYTES",
                     help="override the memory mode's arena cache size (fast-storage limit)")
+
+
+def _scheduling_options(parser: argparse.ArgumentParser) -> None:
     sched = parser.add_argument_group("scheduling")
     sched.add_argument("--optimise", choices=("Performance", "Size"), default="Performance",
                        help="Performance: fewest cycles within the fast-storage limit; Size: least peak fast "
@@ -76,8 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "strategy of that name) (default: %(default)s)")
     sched.add_argument("--solver", choices=SOLVERS, default=DEFAULT_SOLVER,
                        help="scheduler to run (default: %(default)s)")
-    sched.add_argument("--time-limit", type=_positive_float, default=30.0, metavar="SECONDS",
-                       help="wall-clock limit for the whole run, loading included (default: %(default)s)")
+    sched.add_argument("--time-limit", type=_time_limit, default=30.0, metavar="SECONDS",
+                       help="wall-clock limit for the whole run, loading included; a limit over a week is a week "
+                            "(default: %(default)s)")
     sched.add_argument("--workers", type=_workers, default=None,
                        help=f"CP-SAT search workers, 1-{WORKERS_MAX} (default: the number of CPUs)")
     sched.add_argument("--seed", type=_seed, default=0,
@@ -89,18 +104,28 @@ def build_parser() -> argparse.ArgumentParser:
                             "of the pass they hide under; the summary shows all (default: vela-legacy)")
     sched.add_argument("--objective", choices=OBJECTIVES, default=RunOptions.objective,
                        help="what CP-SAT minimises: 'both' Vela cores' models, each relative to that core's own "
-                            "schedule, so the answer is faster than either core by both (docs/estimator.md), or "
+                            "schedule, so the answer is faster than either core by both (docs/guide/estimator.md), or "
                             "'estimator', --estimator's model alone; the figures printed are --estimator's "
                             "(default: %(default)s)")
     sched.add_argument("--no-normalise", action="store_true",
                        help="schedule the model as it is: do not fold its static shape arithmetic (SHAPE -> "
                             "STRIDED_SLICE -> PACK -> RESHAPE of Keras-style exports) first")
+    sched.add_argument("--disable-rewrite", action="append", default=[], metavar="NAME",
+                       type=_rewrite_name,
+                       help="switch off one rewrite of the graph by name (repeatable): "
+                            f"{', '.join(REWRITE_NAMES)}")
+    sched.add_argument("--verify-rewrites", action="store_true",
+                       help="check every normalisation rewrite against the TFLite reference interpreter as it runs "
+                            "(every tensor the model before and after it share, on random inputs); slow")
     sched.add_argument("--deterministic", action="store_true",
                        help="reproducible CP-SAT search: same inputs, seed and workers give the same schedule "
                             "(a note says where the time limit ended the search first)")
+
+
+def _output_options(parser: argparse.ArgumentParser) -> None:
     out = parser.add_argument_group("output")
     out.add_argument("--json", type=_output_path, metavar="PATH",
-                     help="write the schedule document (npusched.schedule/1)")
+                     help="write the schedule document (npusched.schedule/2)")
     out.add_argument("--quiet", action="store_true", help="print only the network totals, not the per-layer table")
     out.add_argument("--output-dir", type=_output_path, metavar="DIR",
                      help="compile the schedule with Vela 5.2.0's backend (legacy core) into DIR: <model>_vela.tflite, "
@@ -114,6 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "instead of solving")
     out.add_argument("--plot-memory", type=_output_path, metavar="PATH",
                      help="draw the schedule's fast-storage use per step, stacked by what holds it (.png or .svg)")
+
+
+def _curve_options(parser: argparse.ArgumentParser) -> None:
     curve = parser.add_argument_group("cycles against fast storage (instead of one schedule)")
     curve.add_argument("--pareto", type=_output_path, metavar="CSV",
                        help="CP-SAT's fewest cycles at fast-storage limits from the smallest fit up to where more "
@@ -124,7 +152,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="limits between the smallest fit and the top of the curve (default: 5)")
     curve.add_argument("--with-vela", action="store_true",
                        help="with --pareto: also run Vela's legacy core (the vela CLI) at each limit")
-    return parser
+
+
+def _rewrite_name(text: str) -> str:
+    if text not in REWRITE_NAMES:
+        raise argparse.ArgumentTypeError(f"unknown rewrite '{text}' (known: {', '.join(REWRITE_NAMES)})")
+    return text
 
 
 def _pareto_points(text: str) -> int:
@@ -163,6 +196,12 @@ def _output_path(text: str) -> Path:
     if not text.strip():  # Path("") would silently mean the current directory
         raise argparse.ArgumentTypeError("expected a file path, got an empty one")
     return Path(text)
+
+
+def _time_limit(text: str) -> float:
+    """A positive finite number of seconds; over a week (``LONGEST_WAIT_SECONDS``) it is a week: no run takes that
+    long, and the system's timers overflow on, say, 1e308."""
+    return min(_positive_float(text), LONGEST_WAIT_SECONDS)
 
 
 def _positive_float(text: str) -> float:
@@ -210,6 +249,8 @@ def _run(args: argparse.Namespace, started: float) -> int:
         estimator=args.estimator,
         objective=args.objective,
         normalise=not args.no_normalise,
+        disabled_rewrites=frozenset(args.disable_rewrite),
+        verify_rewrites=args.verify_rewrites,
         compile_follows=args.output_dir is not None,  # the time limit covers Vela's compile too
         compile_started_ahead=args.output_dir is not None,
     )
@@ -227,7 +268,8 @@ def _report(args: argparse.Namespace, options: RunOptions, started: float, compi
     if args.schedule is not None:
         result = replay(options, args.schedule)
     else:
-        result = run(options, log=_progress, started=started, compilation=compilation)
+        with handling_ctrl_c():  # Ctrl-C ends the search, and the best schedule so far is reported (and compiled)
+            result = run(options, log=_progress, started=started, compilation=compilation)
     for warning in result.warnings:
         sys.stderr.write(f"warning: {warning}\n")
 
@@ -270,13 +312,16 @@ def _deploy(args: argparse.Namespace, result: RunResult, compilation: Compilatio
     if args.json is not None:  # again, now with what Vela made of the schedule
         write_json(result, args.json, inputs=args.config or (), vela_backend=backend.as_json())
     verdict = "agrees with npusched's" if backend.agreed else "DISAGREES with npusched's (see the warnings)"
+    what = "" if backend.written == "answer" else \
+        f" of the fallback, Vela legacy's own schedule ({backend.fallback_reason})"
     print(f"Vela's backend wrote {backend.tflite_path}, {backend.summary_csv_path.name} and "
-          f"{backend.per_layer_csv_path.name}; Vela's estimate, {backend.vela_total_cycles:,.0f} cycles, {verdict}")
+          f"{backend.per_layer_csv_path.name}{what}; Vela's estimate, {backend.vela_total_cycles:,.0f} cycles, "
+          f"{verdict}")
 
 
 def _check_plot_options(args: argparse.Namespace) -> None:
     """Refuse option combinations that make no sense, and plot paths that cannot be drawn, before any work."""
-    if args.output_dir is not None and args.solver == "vela-default":
+    if args.output_dir is not None and args.solver == Solver.VELA_DEFAULT:
         raise NpuschedError("--output-dir compiles with Vela legacy's backend, and --solver vela-default's schedule "
                             "is of the default core's graph (passes legacy does not make): `vela` itself deploys it")
     if args.pareto is None:

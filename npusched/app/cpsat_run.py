@@ -15,21 +15,28 @@
 
 from __future__ import annotations
 
+import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from npusched.app.floors import DefaultCoreRun, Floor, legacy_floor
-from npusched.app.graph_choice import Graphs, Variant, decisions
-from npusched.errors import ScheduleError
+from npusched.app.floors import DEFAULT, LEGACY, DefaultCoreRun, Floor, legacy_floor
+from npusched.app.graph_choice import Graphs, decisions
+from npusched.app.time_plan import OWN_GRAPH_SHARE, NetworkSize, TimePlan, plan_run, predicted_spent_seconds
+from npusched.errors import ScheduleError, one_line
+from npusched.frontend.recipe import GraphRecipe
+from npusched.lowering.build import BuiltGraph
 from npusched.lowering.graph import Network
-from npusched.run import FloorReport, RunOptions, SiteDecision, SolverReport
+from npusched.run import FloorReport, MissingFloor, ObjectiveKind, RunOptions, SiteDecision, SolverReport
 from npusched.schedule.evaluator import Evaluation, evaluate, verify
 from npusched.schedule.schedule import Schedule
+from npusched.solvers import interruption
 from npusched.solvers.cpsat import (
     NO_TIME_TO_SEARCH,
     CpSatResult,
     NetworkFacts,
+    SearchBudget,
     objective_rank,
     solve_cpsat,
     with_any_schedule_bound,
@@ -42,20 +49,15 @@ from npusched.vela.backend import estimated_compile_seconds
 from npusched.vela.command import VelaError, vela_executable
 
 Log = Callable[[str], None]
-# Of the time left (and of a deterministic run's work), what the search of npusched's own graph gets when Vela's
-# is searched too; Vela's gets the rest. Vela's starts from the better floor, mostly the better start already where
-# a rewrite does not pay (the staged 320 x 320 input: its floor is 25% faster than npusched's graph's answer).
-OWN_GRAPH_SHARE = 2 / 3
-# What both Vela cores' schedules and the search of Vela's graph add to a run, per pass: on a 700-pass MobileNet-V2
-# (u65-256) the floors took 5.2 s and Vela's graph's lowering 1.2 s beside the heuristic's 1.5 s.
-FLOORS_SECONDS_PER_PASS = 0.008
+# What is told of a schedule to compile beside the run as its fallback: its network, hardware, schedule and model.
+Fallback = Callable[[Network, ArchitectureFeatures, Schedule, bytes], None]
 
 
 @dataclass(frozen=True)
 class Searched:
     """One graph's search: its answer and that answer's evaluation under the objective."""
 
-    variant: Variant
+    graph: BuiltGraph
     result: CpSatResult
     evaluation: Evaluation
     objective: ArchitectureFeatures
@@ -69,11 +71,13 @@ class Searched:
 class CpSatRun:
     """What the run returns: the graph and schedule chosen, CP-SAT's report, the floors and the site decisions."""
 
-    variant: Variant
+    graph: BuiltGraph
     schedule: Schedule
     report: SolverReport
     floors: tuple[FloorReport, ...]
     decisions: tuple[SiteDecision, ...]
+    missing_floors: tuple[MissingFloor, ...] = ()
+    warnings: tuple[str, ...] = ()
 
 
 def objective_arch(arch: ArchitectureFeatures, options: RunOptions, floors: Sequence[Floor]) -> ArchitectureFeatures:
@@ -86,7 +90,7 @@ def objective_arch(arch: ArchitectureFeatures, options: RunOptions, floors: Sequ
     if options.objective != "both" or arch.estimator not in (Estimator.VELA_LEGACY, Estimator.VELA_DEFAULT):
         return arch
     by_core = {floor.report.core: floor for floor in floors}
-    legacy, default = by_core.get("vela-legacy"), by_core.get("vela-default")
+    legacy, default = by_core.get(LEGACY), by_core.get(DEFAULT)
     reference = legacy or default
     if reference is None:
         return blended(arch, 0.5, 0.5)
@@ -100,6 +104,7 @@ def objective_arch(arch: ArchitectureFeatures, options: RunOptions, floors: Sequ
 
 
 def describe_objective(objective: ArchitectureFeatures) -> str:
+    """The objective as the JSON's ``objective`` field states it (docs/guide/schedule-format.md)."""
     if objective.estimator is Estimator.BOTH:
         legacy, default = objective.blend_weights
         over = f", each over {objective.blend_cap:,.0f} x {OVER_CAP_PENALTY}" if objective.blend_cap > 0 else ""
@@ -107,91 +112,165 @@ def describe_objective(objective: ArchitectureFeatures) -> str:
     return objective.estimator.value
 
 
-def solve(data: bytes, options: RunOptions, arch: ArchitectureFeatures, *, started: float, log: Log | None,
-          timings: dict[str, float], begin: Callable[[bytes], None] | None = None) -> CpSatRun:
-    """The run (module docstring). ``begin`` is told each graph the run may schedule as soon as it is known (a
-    compile started ahead); the time limit counts from ``started``."""
+def objective_in_words(objective: ArchitectureFeatures) -> str:
+    """The objective as the summary says it to a user: which totals it weighs, against which cores."""
+    if objective.estimator is not Estimator.BOTH:
+        return f"the cycles by {objective.estimator.value}'s model"
+    legacy, default = objective.blend_weights
+    words = (f"both Vela cores' models, each against that core's own schedule: {legacy:.3g} x the cycles by Vela "
+             f"legacy's model + {default:.3g} x the cycles by the default core's (so that a cycle is the same share "
+             "of either core's total)")
+    if objective.blend_cap > 0:
+        words += (f"; a weighted total over {objective.blend_cap:,.0f}, where the answer would be slower than that "
+                  f"core's own schedule by its own model, costs {OVER_CAP_PENALTY}x")
+    return words
+
+
+def solve(build: Callable[[GraphRecipe], BuiltGraph], recipe: GraphRecipe, options: RunOptions,
+          arch: ArchitectureFeatures, *, started: float, log: Log | None, timings: dict[str, float],
+          begin: Callable[[bytes], None] | None = None, fallback: Fallback | None = None) -> CpSatRun:
+    """The run (module docstring): npusched's graph is ``recipe``'s, each graph made by ``build``. ``begin`` is
+    told each graph the run may schedule as soon as it is known (a compile started ahead), and ``fallback`` Vela
+    legacy's own schedule as soon as it is made (compiled beside the run, so that a compiled model exists at the
+    limit); the time limit counts from ``started``."""
     start = time.monotonic()
-    graphs = Graphs(data, str(options.model_path), arch, normalise_model=options.normalise,
-                    stage=options.stages_maps(arch), softmax_split_bytes=options.softmax_split_bytes(arch))
+    graphs = Graphs(build, recipe)
     compile_seconds = estimated_compile_seconds(graphs.own.network, started_ahead=options.compile_started_ahead) \
         if options.compile_follows else 0.0
     if compile_seconds and log is not None:
         log(f"keeping {compile_seconds:.1f} s of the time limit for Vela's backend compile")
-    lean = too_short_for_floors(options, graphs.own.network, compile_seconds)
-    variants = [graphs.own] if lean or not graphs.distinct else [graphs.own, graphs.vela]
+    plan = _time_plan(options, graphs, started, compile_seconds)
+    if log is not None:
+        for phase, why in plan.dropped:
+            log(f"time plan: no {phase.replace('_', ' ')} ({why})")
+    variants = [graphs.own, graphs.vela] if plan.vela_graph_search else [graphs.own]
     for variant in variants:
         if begin is not None:
             begin(variant.model_bytes)
     timings["lower"] = time.monotonic() - start
     start = time.monotonic()
-    floors, default_run = ([], None) if lean else _floors(graphs, options, arch, log)
-    objective = arch if lean else objective_arch(arch, options, floors)
+    floors, default_run, missing = _floors(graphs, options, arch, log, plan)
+    legacy = next((f for f in floors if f.report.core == LEGACY and f.report.fits), None)
+    if fallback is not None and legacy is not None:
+        fallback(graphs.vela.network, arch, legacy.start, graphs.vela.model_bytes)
+    objective = objective_arch(arch, options, floors)
     timings["floors"] = time.monotonic() - start
     hints = {id(variant): _fitting(_starts(variant, graphs, floors, default_run, arch), variant, objective)
              for variant in variants}
+    searches, errors = _search_graphs(variants, graphs, hints, objective, options, plan, started=started, log=log,
+                                      timings=timings)
+    if not plan.vela_graph_search and graphs.distinct:
+        searches += _floor_answers(floors, graphs, objective)
+    if not searches:
+        raise _no_fit_error(errors, graphs, arch)
+    best = min(searches, key=lambda s: s.rank)  # a tie keeps npusched's graph (searched first)
+    # Worked out to a deadline: what is left of the limit but the final evaluation and the compile.
+    deadline = started + options.time_limit_seconds - plan.compile_seconds - plan.predicted["evaluation"]
+    bound = any_schedule_bound(NetworkFacts(best.graph.network, objective), deadline) if plan.any_schedule_bound \
+        else math.nan
+    return replace(_outcome(best, searches, graphs, floors, arch, objective, compile_seconds, bound, plan),
+                   missing_floors=tuple(missing), warnings=(plan.warning,) if plan.warning else ())
+
+
+def _time_plan(options: RunOptions, graphs: Graphs, started: float, compile_seconds: float) -> TimePlan:
+    """The run's plan (``time_plan``) once npusched's graph is lowered: in a deterministic run from predictions
+    alone, else from what loading and lowering took."""
+    both = options.objective == ObjectiveKind.BOTH and Estimator(options.estimator) is not Estimator.CONTENTION
+    size = NetworkSize.of(graphs.own.network, graphs.distinct, 2 if both else 1)
+    spent = predicted_spent_seconds(size) if options.deterministic else time.monotonic() - started
+    try:
+        vela_executable()
+        available = True
+    except VelaError:
+        available = False
+    return plan_run(options.time_limit_seconds, size, spent, compile_seconds,
+                    cpus=options.workers or os.cpu_count() or 1, default_core_available=available)
+
+
+def _search_graphs(variants: list[BuiltGraph], graphs: Graphs,
+                   hints: dict[int, tuple[Schedule, Evaluation] | None], objective: ArchitectureFeatures,
+                   options: RunOptions, plan: TimePlan, *, started: float, log: Log | None,
+                   timings: dict[str, float]) -> tuple[list[Searched], list[tuple[BuiltGraph, ScheduleError]]]:
+    """Each graph's search, npusched's first, with its share of what is left of the limit; with
+    ``--deterministic`` each sized by the limit alone (its share of the work), never by the clock."""
     searches: list[Searched] = []
-    errors: list[tuple[Variant, ScheduleError]] = []
-    # The any-schedule bound is worked out once, for the graph returned: kept back for the larger one.
-    bound_seconds = max(any_schedule_bound_seconds(variant.network, objective) for variant in variants)
+    errors: list[tuple[BuiltGraph, ScheduleError]] = []
+    # The any-schedule bound is worked out once, for the graph returned: its time kept back (the larger graph's).
+    # A deterministic search's work is sized with the bound's nominal share, its clock with the plan's prediction.
+    bound_work = max(any_schedule_bound_seconds(v.network, objective) for v in variants) \
+        if plan.any_schedule_bound else 0.0
+    bound_seconds = max(bound_work, plan.predicted.get("any_schedule_bound", 0.0)) if plan.any_schedule_bound \
+        else 0.0
     shares = (OWN_GRAPH_SHARE, 1.0) if len(variants) == 2 else (1.0,)
     work_shares = (OWN_GRAPH_SHARE, 1 - OWN_GRAPH_SHARE) if len(variants) == 2 else (1.0,)
     for variant, share, work_share in zip(variants, shares, work_shares, strict=True):
+        if searches and interruption.requested():
+            break  # Ctrl-C: the answer so far
         hint, hint_eval = hints[id(variant)] or (None, None)
         # Keep back what the final evaluation, verification and report take after the search (the schedule is
         # also evaluated under every other estimator), and Vela's compile when one follows.
         after_search = (1.5 + len(Estimator.single()) - 1) * _evaluation_seconds(variant) + 0.2
-        left = options.time_limit_seconds - (time.monotonic() - started) - after_search - compile_seconds \
+        left = options.time_limit_seconds - (time.monotonic() - started) - after_search - plan.compile_seconds \
             - bound_seconds
         search_start = time.monotonic()
         try:
-            result = solve_cpsat(variant.network, objective, time_limit_seconds=left * share,
-                                 workers=options.workers, seed=options.seed, deterministic=options.deterministic,
-                                 hint=hint, hint_evaluation=hint_eval, log=log, any_bound=False,
-                                 work_limit_seconds=(options.time_limit_seconds - compile_seconds - bound_seconds)
-                                 * work_share)
+            work = (options.time_limit_seconds - plan.compile_seconds - bound_work) * work_share
+            budget = SearchBudget(left * share, options.workers, options.seed, options.deterministic, work, log)
+            result = solve_cpsat(variant.network, objective, budget, hint=hint, hint_evaluation=hint_eval,
+                                 any_bound=False)
         except ScheduleError as exc:
             errors.append((variant, exc))
             continue
         finally:
             timings[f"search_{'own' if variant is graphs.own else 'vela'}"] = time.monotonic() - search_start
         searches.append(Searched(variant, result, evaluate(variant.network, objective, result.schedule), objective))
-    if not searches:
-        raise _no_fit_error(errors, graphs, arch)
-    best = min(searches, key=lambda s: s.rank)  # a tie keeps npusched's graph (searched first)
-    bound = any_schedule_bound(NetworkFacts(best.variant.network, objective))
-    own_start = hints[id(graphs.own)]
-    start_eval = own_start[1] if own_start is not None else None
-    return _outcome(best, searches, graphs, floors, arch, objective, compile_seconds, lean, start_eval, bound)
+    return searches, errors
 
 
-def too_short_for_floors(options: RunOptions, network: Network, compile_seconds: float) -> bool:
-    """Whether the limit is too short for the network to make both Vela cores' schedules and search Vela's graph
-    too: less Vela's compile, under three times what they add (``FLOORS_SECONDS_PER_PASS``), so that twice that is
-    left to search. Such a run searches npusched's graph alone, by ``--estimator``'s model, as earlier releases
-    did. Decided by the inputs alone (a deterministic run's graphs must not depend on the machine)."""
-    return options.time_limit_seconds - compile_seconds < 3 * FLOORS_SECONDS_PER_PASS * len(network.npu_ops)
+def _floor_answers(floors: list[Floor], graphs: Graphs, objective: ArchitectureFeatures) -> list[Searched]:
+    """Both cores' own schedules of Vela's graph as answers, where that graph is not searched (the time plan
+    dropped its search): the run's answer is then never worse than either by the objective all the same."""
+    answers = []
+    for floor in floors:
+        if not floor.report.fits:
+            continue
+        evaluation = evaluate(graphs.vela.network, objective, floor.start)
+        total = objective_cycles(objective, evaluation.total_cycles, evaluation.parts)
+        result = CpSatResult(floor.start.with_status("fallback", ""), "fallback", total, math.nan, math.nan, 0.0)
+        answers.append(Searched(graphs.vela, result, evaluation, objective))
+    return answers
 
 
-def _floors(graphs: Graphs, options: RunOptions, arch: ArchitectureFeatures,
-            log: Log | None) -> tuple[list[Floor], DefaultCoreRun | None]:
-    """Both Vela cores' own schedules of Vela's graph (the default core's started first: it runs meanwhile)."""
-    default_run = _start_default_core(options, graphs.vela.model_bytes)
-    legacy = legacy_floor(graphs.vela.network, arch)
-    floors = [legacy] if isinstance(legacy, Floor) else []
-    default_why = "the vela CLI is not installed"
+def _floors(graphs: Graphs, options: RunOptions, arch: ArchitectureFeatures, log: Log | None,
+            plan: TimePlan) -> tuple[list[Floor], DefaultCoreRun | None, list[MissingFloor]]:
+    """Both Vela cores' own schedules of Vela's graph (the default core's started first: it runs meanwhile; not
+    where the time plan dropped it), and those that could not be made, with why: a floor is a bonus, never a
+    failure of the run."""
+    default_run = _start_default_core(options, graphs.vela.model_bytes, plan) if plan.default_core_floor else None
+    floors: list[Floor] = []
+    missing: list[MissingFloor] = []
+    try:
+        legacy = legacy_floor(graphs.vela.network, arch)
+    except Exception as exc:  # noqa: BLE001 - the search goes on from the other starts
+        legacy = ScheduleError(f"internal error ({type(exc).__name__}: {one_line(str(exc))[:200]})")
+    if isinstance(legacy, Floor):
+        floors.append(legacy)
+    else:
+        missing.append(MissingFloor(LEGACY, str(legacy)))
+    default_why = next((why for phase, why in plan.dropped if phase == "default_core_floor"), "")
     if default_run is not None:
         default, default_why = default_run.floor(graphs.vela.network, arch)
         floors += [default] if default is not None else []
+    if not any(f.report.core == DEFAULT for f in floors):
+        missing.append(MissingFloor(DEFAULT, default_why))
     if log is not None:
-        log("floors: " + "; ".join(f"{f.report.core} {f.report.cycles_by_estimator[arch.estimator.value]:,.0f} "
-                                   f"cycles{'' if f.report.fits else ' (does not fit)'}" for f in floors)
-            + ("" if any(f.report.core == "vela-default" for f in floors)
-               else f"; no default-core floor ({default_why})"))
-    return floors, default_run
+        log("floors: " + "; ".join([f"{f.report.core} {f.report.cycles_by_estimator[arch.estimator.value]:,.0f} "
+                                    f"cycles{'' if f.report.fits else ' (does not fit)'}" for f in floors]
+                                   + [f"no {m.core} floor ({m.reason})" for m in missing]))
+    return floors, default_run, missing
 
 
-def _starts(variant: Variant, graphs: Graphs, floors: list[Floor], default_run: DefaultCoreRun | None,
+def _starts(variant: BuiltGraph, graphs: Graphs, floors: list[Floor], default_run: DefaultCoreRun | None,
             arch: ArchitectureFeatures) -> list[Schedule]:
     """What the search of ``variant`` may start from: on Vela's graph, both cores' own schedules; on npusched's, the
     heuristic's and the default core's read onto it (and the floors, where the two graphs are one)."""
@@ -205,7 +284,7 @@ def _starts(variant: Variant, graphs: Graphs, floors: list[Floor], default_run: 
     return [s for s in starts if s is not None]
 
 
-def _no_fit_error(errors: list[tuple[Variant, ScheduleError]], graphs: Graphs,
+def _no_fit_error(errors: list[tuple[BuiltGraph, ScheduleError]], graphs: Graphs,
                   arch: ArchitectureFeatures) -> ScheduleError:
     """Why no graph has a schedule within the limit: the least a graph needs where its search found it (the smaller
     of the two), but not Vela's graph's as the run's where npusched's graph, whose rewrites may need less, ended
@@ -226,14 +305,14 @@ def _legacy_error(graphs: Graphs, arch: ArchitectureFeatures) -> ScheduleError |
     return legacy if isinstance(legacy, ScheduleError) else None
 
 
-def heuristic_schedule_or_none(variant: Variant, arch: ArchitectureFeatures) -> Schedule | None:
+def heuristic_schedule_or_none(variant: BuiltGraph, arch: ArchitectureFeatures) -> Schedule | None:
     try:
         return heuristic_schedule(variant.network, arch, arch.optimise)
     except ScheduleError:
         return None
 
 
-def _fitting(schedules: Sequence[Schedule], variant: Variant,
+def _fitting(schedules: Sequence[Schedule], variant: BuiltGraph,
              objective: ArchitectureFeatures) -> tuple[Schedule, Evaluation] | None:
     """The best of ``schedules`` of ``variant`` by the objective among those that verify; None where none does."""
     best: tuple[Schedule, Evaluation] | None = None
@@ -246,63 +325,64 @@ def _fitting(schedules: Sequence[Schedule], variant: Variant,
     return best
 
 
-def _start_default_core(options: RunOptions, model_bytes: bytes) -> DefaultCoreRun | None:
+def _start_default_core(options: RunOptions, model_bytes: bytes, plan: TimePlan) -> DefaultCoreRun:
     """The default core started on Vela's graph: a deterministic run waits for it up to the limit (its answer
-    must not depend on the machine's load), another a third of the limit."""
-    try:
-        vela_executable()
-    except VelaError:
-        return None
-    share = 1.0 if options.deterministic else 1 / 3
-    return DefaultCoreRun(options, model_bytes, max(options.time_limit_seconds * share, 1.0))
+    must not depend on the machine's load); another stops it (the process is killed) where it runs past twice the
+    plan's prediction, or a third of the limit."""
+    if options.deterministic:
+        return DefaultCoreRun(options, model_bytes, max(options.time_limit_seconds, 1.0))
+    allowance = 2 * plan.default_core_cli_seconds + 2.0
+    return DefaultCoreRun(options, model_bytes, max(min(options.time_limit_seconds / 3, allowance), 1.0))
 
 
-def _evaluation_seconds(variant: Variant) -> float:
-    """About what one evaluation of the variant takes (scripts/bench_pricing.py: about 1 ms per pass)."""
+def _evaluation_seconds(variant: BuiltGraph) -> float:
+    """About what one evaluation of the variant takes (scripts/bench/pricing.py: about 1 ms per pass)."""
     return 0.001 * len(variant.network.npu_ops)
 
 
 def _outcome(best: Searched, searches: list[Searched], graphs: Graphs, floors: list[Floor],
              arch: ArchitectureFeatures, objective: ArchitectureFeatures, compile_seconds: float,
-             lean: bool, start_eval: Evaluation | None, any_bound_cycles: float) -> CpSatRun:
-    """The answer, its report (``any_bound_cycles``: the any-schedule bound of its graph) and the site decisions.
-    The report's "heuristic" is Vela legacy's own schedule (a lean run's: the heuristic's on npusched's graph,
-    ``start_eval``)."""
+             any_bound_cycles: float, plan: TimePlan) -> CpSatRun:
+    """The answer, its report (``any_bound_cycles``: the any-schedule bound of its graph, NaN where the time plan
+    dropped it) and the site decisions. The report's "heuristic" is Vela legacy's own schedule."""
     result = best.result
     reason = result.reason
     if reason == NO_TIME_TO_SEARCH and compile_seconds:
         reason += f"; {compile_seconds:.1f} s of the limit kept for Vela's compile (--output-dir)"
-    if lean:
-        reason = "; ".join(filter(None, (reason, "the time limit is too short for the network to make both Vela "
-                                                 "cores' schedules too: npusched's graph alone, by --estimator's "
-                                                 "model")))
-    returned = {f.report.core for f in floors if best.variant is graphs.vela
+    if interruption.requested():
+        reason = "; ".join(filter(None, (reason, "interrupted (Ctrl-C): the best schedule found so far")))
+    if plan.dropped:
+        reason = "; ".join(filter(None, (reason, "the time plan left out " + ", ".join(
+            phase.replace("_", " ") for phase, _ in plan.dropped) + f" ({plan.dropped[0][1]})")))
+    returned = {f.report.core for f in floors if best.graph is graphs.vela
                 and (f.start.ops, f.start.tensors) == (result.schedule.ops, result.schedule.tensors)}
     if returned:
         reason = "; ".join(filter(None, (reason, f"the search found nothing better than {' and '.join(returned)}'s "
                                                   "own schedule, which is returned")))
-    legacy = next((f for f in floors if f.report.core == "vela-legacy"), None)
-    legacy_eval = legacy.by_estimator[arch.estimator.value] if legacy is not None else start_eval if lean else None
+    legacy = next((f for f in floors if f.report.core == LEGACY), None)
+    legacy_eval = legacy.by_estimator[arch.estimator.value] if legacy is not None else None
     result = with_any_schedule_bound(result, any_bound_cycles, lambda: objective_cycles(
         objective, best.evaluation.total_cycles, best.evaluation.parts))
     report = SolverReport(
         status=result.status, bound_cycles=result.bound_cycles, gap=result.gap, solve_seconds=result.solve_seconds,
-        reason=reason, model_stats={**result.model_stats, "graphs_searched": len(searches)},
+        reason=reason, model_stats={**result.model_stats, "graphs_searched": len(searches),
+                                    "time_plan": plan.as_json()},
         heuristic_cycles=legacy_eval.total_cycles if legacy_eval is not None else None,
         heuristic_peak_fast_storage_bytes=legacy_eval.peak_fast_storage if legacy_eval is not None else None,
         any_schedule_bound_cycles=result.any_schedule_bound_cycles, strategy=result.strategy,
         peak_bound_bytes=result.peak_bound_bytes, peak_proven_minimal=result.peak_proven_minimal,
-        objective=describe_objective(objective))
+        objective=describe_objective(objective), objective_words=objective_in_words(objective))
     floor_reports = tuple(_returned(f.report, f.report.core in returned) for f in floors)
     other = next((s for s in searches if s is not best), None)
-    if other is None:
-        kept = ("kept: not priced (the time limit is too short for the network to search Vela's graph too)" if lean
-                else "kept: no schedule of Vela's graph fits")
-        chosen = decisions(graphs.sites, best.variant, kept, "priced out")
+    if not plan.vela_graph_search:
+        chosen = decisions(graphs.sites, best.graph, "kept: Vela's graph was not searched (the time plan left it out)",
+                           "priced out: a Vela core's own schedule of Vela's graph is better")
+    elif other is None:
+        chosen = decisions(graphs.sites, best.graph, "kept: no schedule of Vela's graph fits", "priced out")
     else:
         with_sites = f"CP-SAT {_figure(searches[0])} with the priced rewrites, {_figure(searches[1])} without"
-        chosen = decisions(graphs.sites, best.variant, f"kept: {with_sites}", f"priced out: {with_sites}")
-    return CpSatRun(best.variant, result.schedule, report, floor_reports, chosen)
+        chosen = decisions(graphs.sites, best.graph, f"kept: {with_sites}", f"priced out: {with_sites}")
+    return CpSatRun(best.graph, result.schedule, report, floor_reports, chosen)
 
 
 def _figure(searched: Searched) -> str:

@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from npusched.errors import NpuschedError, ScheduleError
+from npusched.errors import NpuschedError, ScheduleError, one_line
 from npusched.frontend.op_view import TAUGHT_OPERATORS
 from npusched.lowering.graph import Network
 from npusched.lowering.luts import GELU_TABLE
@@ -35,8 +35,8 @@ from npusched.vela.default_core import (
 )
 from npusched.vela.report import read_summary
 
-LEGACY = "vela-legacy"
-DEFAULT = "vela-default"
+LEGACY = Estimator.VELA_LEGACY.value
+DEFAULT = Estimator.VELA_DEFAULT.value
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,8 @@ def legacy_floor(network: Network, arch: ArchitectureFeatures) -> Floor | Schedu
     except ScheduleError as exc:
         return exc
     floor = _floor(LEGACY, network, arch, schedule, "")
-    return replace(floor, report=replace(floor.report, taught=taught_operators(network)))
+    return replace(floor, report=replace(floor.report, taught=taught_operators(network),
+                                         cpu_operators=tuple(op.name for op in network.cpu_ops)))
 
 
 def taught_operators(network: Network) -> tuple[str, ...]:
@@ -104,6 +105,8 @@ class DefaultCoreRun:
                 self._answer = None, f"the vela CLI did not finish within {self.timeout_seconds:.0f} s"
             except (NpuschedError, OSError) as exc:
                 self._answer = None, str(exc)
+            except Exception as exc:  # noqa: BLE001 - a floor is a bonus: whatever stops it is its reason
+                self._answer = None, f"its output could not be read ({type(exc).__name__}: {one_line(str(exc))[:200]})"
             finally:
                 self._executor.shutdown(wait=True)
                 self._tmp.cleanup()
@@ -111,24 +114,53 @@ class DefaultCoreRun:
 
     def schedule_onto(self, network: Network, arch: ArchitectureFeatures) -> Schedule | None:
         """The default core's decisions read onto another graph of the same model (npusched's own, where its
-        passes have the same names), as a start for the search there; None where there are none."""
+        passes have the same names), as a start for the search there; None where there are none (or they cannot
+        be read onto it: a start is a bonus)."""
         ops, _ = self.ops()
         if ops is None:
             return None
-        imported = schedule_from_default_core(network, with_estimator(arch, Estimator.VELA_DEFAULT), ops)
-        return with_vela_formats(imported.schedule, network, arch)
+        try:
+            imported = schedule_from_default_core(network, with_estimator(arch, Estimator.VELA_DEFAULT), ops)
+            return with_vela_formats(imported.schedule, network, arch)
+        except Exception:  # noqa: BLE001 - whatever the read-back trips on, the search starts from the others
+            return None
 
     def floor(self, network: Network, arch: ArchitectureFeatures) -> tuple[Floor | None, str]:
         """The default core's schedule read onto ``network`` (Vela legacy's graph), or None and why."""
         ops, why = self.ops()
         if ops is None:
             return None, why
-        imported = schedule_from_default_core(network, with_estimator(arch, Estimator.VELA_DEFAULT), ops)
-        note = f"{len(imported.warnings)} decision(s) npusched cannot express as the default core made them" \
-            if imported.warnings else ""
-        floor = _floor(DEFAULT, network, arch, imported.schedule, note)
-        return replace(floor, report=replace(floor.report, own_cycles=self.own_cycles),
-                       start=with_vela_formats(imported.schedule, network, arch)), ""
+        try:
+            imported = schedule_from_default_core(network, with_estimator(arch, Estimator.VELA_DEFAULT), ops)
+            if network.npu_ops and not imported.matched:
+                return None, (f"none of the {len(network.npu_ops)} passes pairs with one of the default core's "
+                              f"{len(ops)} operations")
+            note = f"{len(imported.warnings)} decision(s) npusched cannot express as the default core made them" \
+                if imported.warnings else ""
+            floor = _floor(DEFAULT, network, arch, imported.schedule, note)
+            start = with_vela_formats(imported.schedule, network, arch)
+        except Exception as exc:  # noqa: BLE001 - a floor is a bonus: the run goes on without it, and says why
+            return None, f"its schedule could not be read back ({type(exc).__name__}: {one_line(str(exc))[:200]})"
+        cpu = _left_to_the_cpu(network, {core_op.name for core_op in ops})
+        return replace(floor, report=replace(floor.report, own_cycles=self.own_cycles, cpu_operators=cpu),
+                       start=start), ""
+
+
+def _left_to_the_cpu(network: Network, names: set[str]) -> tuple[str, ...]:
+    """The operators of ``network`` (Vela legacy's graph) left on the CPU that the default core, whose operations
+    are ``names``, leaves on the CPU too: it runs one it names by the operator's output (or by that name and a
+    suffix, where it decomposes the operator), or, for a reshape it removes, by the name of the map it reads."""
+    kept = []
+    for op in network.cpu_ops:
+        runs = op.name in names or any(name.startswith(f"{op.name}_") for name in names)
+        if op.tflite_op in _RESHAPES:
+            runs = runs or any(fm.name in names for fm in op.inputs)
+        if not runs:
+            kept.append(op.name)
+    return tuple(kept)
+
+
+_RESHAPES = frozenset({"RESHAPE", "EXPAND_DIMS", "SQUEEZE"})
 
 
 def _floor(name: str, network: Network, arch: ArchitectureFeatures, schedule: Schedule, note: str) -> Floor:

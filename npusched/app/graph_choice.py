@@ -10,88 +10,57 @@ where CP-SAT gains 0.5-23%), so the run searches both graphs, each with part of 
 better schedule (``npusched.app.cpsat_run``): npusched's graph, every site applied, and Vela's graph, the
 unconditional rewrites only (folding, grouped convolutions), which is also the graph of both Vela cores' own
 schedules (``npusched.app.floors``). The sites of a network are priced together (kept or left out as one); the
-decision is recorded per site. ``Graphs.variant`` builds any graph between the two (``--schedule`` rebuilds the
-one a run chose).
+decision is recorded per site. Each graph is a recipe's (``GraphRecipe``): Vela's is npusched's with every site
+left out and no in-place write; the schedule document stores the recipe of the one a run chose.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
-from npusched.frontend.normalise import SOFTMAX_SPLIT_BYTES, Normalisation, Site, normalise
-from npusched.frontend.tflite_reader import parse_tflite
-from npusched.frontend.validate import validate_model
-from npusched.lowering.graph import Network, lower_model
+from npusched.frontend.normalise import Site
+from npusched.frontend.recipe import GraphRecipe
+from npusched.lowering.build import BuiltGraph
 from npusched.lowering.in_place import IN_PLACE_OF
 from npusched.lowering.softmax import DEEP_VIEW
 from npusched.run import SiteDecision
-from npusched.target.arch import ArchitectureFeatures
 
 # The pseudo-sites that stand for the lowering's in-place concatenation writes and its softmax deep views.
 IN_PLACE_WRITES = Site("in_place_writes", "*")
 SOFTMAX_DEEP_VIEWS = Site("softmax_deep_views", "*")
 
 
-@dataclass(frozen=True)
-class Variant:
-    """One graph a run may schedule: the model's bytes, what normalisation did (None: not normalised), the priced
-    sites it leaves out, whether passes write their slices of a concatenation in place, and the lowered network."""
-
-    model_bytes: bytes
-    normalisation: Normalisation | None
-    skipped: frozenset[str]
-    in_place: bool
-    network: Network
-
-    @property
-    def sites(self) -> tuple[Site, ...]:
-        """The priced sites this graph has (the lowering's pseudo-sites included)."""
-        applied = self.normalisation.applied if self.normalisation is not None else ()
-        return applied + ((IN_PLACE_WRITES,) if self.writes_in_place else ()) + \
-            ((SOFTMAX_DEEP_VIEWS,) if self.has_deep_views else ())
-
-    @property
-    def writes_in_place(self) -> bool:
-        return any(op.attr(IN_PLACE_OF) for op in self.network.npu_ops)
-
-    @property
-    def has_deep_views(self) -> bool:
-        return any(op.attr(DEEP_VIEW) for op in self.network.npu_ops)
+def graph_sites(graph: BuiltGraph) -> tuple[Site, ...]:
+    """The priced sites ``graph`` has (the lowering's pseudo-sites included)."""
+    applied = graph.normalisation.applied if graph.normalisation is not None else ()
+    writes_in_place = any(op.attr(IN_PLACE_OF) for op in graph.network.npu_ops)
+    has_deep_views = any(op.attr(DEEP_VIEW) for op in graph.network.npu_ops)
+    return applied + ((IN_PLACE_WRITES,) if writes_in_place else ()) + \
+        ((SOFTMAX_DEEP_VIEWS,) if has_deep_views else ())
 
 
 class Graphs:
-    """The variants of one model a run may schedule, built on demand and kept (each is lowered once)."""
+    """The graphs of one model a run may schedule, built on demand by ``build`` and kept (each is built once):
+    npusched's own, of the run's ``recipe``, and Vela's."""
 
-    def __init__(self, data: bytes, source: str, arch: ArchitectureFeatures, *, normalise_model: bool, stage: bool,
-                 in_place: bool = True, softmax_split_bytes: int = SOFTMAX_SPLIT_BYTES) -> None:
-        self.data, self.source, self.arch = data, source, arch
-        self.normalise_model, self.stage, self.in_place = normalise_model, stage, in_place
-        self.softmax_split_bytes = softmax_split_bytes
-        self._built: dict[tuple[frozenset[str], bool], Variant] = {}
-        self.own = self.variant(frozenset(), in_place)
+    def __init__(self, build: Callable[[GraphRecipe], BuiltGraph], recipe: GraphRecipe) -> None:
+        self._build = build
+        self._built: dict[GraphRecipe, BuiltGraph] = {}
+        self.own = self.variant(recipe)
         # Every priced site npusched's graph has (with the in-place writes, when it has any).
-        self.sites: tuple[Site, ...] = self.own.sites
+        self.sites: tuple[Site, ...] = graph_sites(self.own)
 
     @property
-    def vela(self) -> Variant:
-        """Vela's graph (lowered when first asked for)."""
-        return self.variant(frozenset(site.key for site in self.sites), False)
+    def vela(self) -> BuiltGraph:
+        """Vela's graph (built when first asked for): every site left out, no in-place write."""
+        recipe = self.own.recipe.without(site.key for site in self.sites)
+        return self.variant(replace(recipe, in_place_writes=False))
 
-    def variant(self, skipped: frozenset[str], in_place: bool) -> Variant:
-        """The graph without the sites ``skipped`` names (``IN_PLACE_WRITES`` among them: no in-place writes)."""
-        in_place = in_place and IN_PLACE_WRITES.key not in skipped
-        key = (skipped, in_place)
-        if key not in self._built:
-            model_bytes, record = (normalise(self.data, self.source, stage=self.stage, skip=skipped,
-                                             softmax_split_bytes=self.softmax_split_bytes)
-                                   if self.normalise_model else (self.data, None))
-            model = parse_tflite(model_bytes, self.source)
-            validate_model(model)
-            network = lower_model(model, self.arch, in_place=in_place,
-                                  deep_views=SOFTMAX_DEEP_VIEWS.key not in skipped)
-            self._built[key] = Variant(model_bytes, record, skipped, in_place, network)
-        return self._built[key]
+    def variant(self, recipe: GraphRecipe) -> BuiltGraph:
+        if recipe not in self._built:
+            self._built[recipe] = self._build(recipe)
+        return self._built[recipe]
 
     @property
     def distinct(self) -> bool:
@@ -99,7 +68,8 @@ class Graphs:
         return bool(self.sites)
 
 
-def decisions(sites: Sequence[Site], chosen: Variant, why_kept: str, why_out: str) -> tuple[SiteDecision, ...]:
+def decisions(sites: Sequence[Site], chosen: BuiltGraph, why_kept: str, why_out: str) -> tuple[SiteDecision, ...]:
     """Every site, applied or not in ``chosen``, with the reason the run gives for each side."""
-    return tuple(SiteDecision(site, site.key not in chosen.skipped, why_out if site.key in chosen.skipped
-                              else why_kept) for site in sites)
+    skipped = chosen.recipe.skipped_sites
+    return tuple(SiteDecision(site, site.key not in skipped, why_out if site.key in skipped else why_kept)
+                 for site in sites)

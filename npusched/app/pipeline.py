@@ -1,52 +1,101 @@
-"""The one-way flow of a run: model file -> pass graph -> schedule -> evaluation -> report.
+"""The one-way flow of a run: model file -> graph (its recipe) -> schedule -> evaluation -> report.
 
-The CLI and the scripts both call `run`, so every number they print comes from the same evaluator.
+Every solver goes the same way (``run``): the run's recipe is made from its options (``recipe_for``), the solver's
+runner (``SOLVERS``) builds the graphs it schedules (``build_graph``) and returns one schedule of one of them, and
+that schedule is evaluated and verified here. The CLI, the Python API and the scripts all call ``run``, so every
+number they print comes from the same evaluator.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from npusched.app import cpsat_run
-from npusched.app.graph_choice import IN_PLACE_WRITES, SOFTMAX_DEEP_VIEWS
 from npusched.errors import ConfigError, NpuschedError, OutputError, ScheduleError, StagingLimitError
-from npusched.frontend.normalise import normalise
-from npusched.frontend.tflite_reader import TfliteModel, parse_tflite, read_model_bytes
-from npusched.frontend.validate import validate_model
-from npusched.lowering.graph import Network, lower_model
-from npusched.run import OBJECTIVES, UNLIMITED, NormalisationReport, RunOptions, RunResult
+from npusched.frontend.recipe import GraphRecipe
+from npusched.frontend.tflite_reader import TfliteModel, read_model_bytes
+from npusched.lowering.build import BuiltGraph, build_graph, normalised_bytes, read_model
+from npusched.lowering.graph import Network
+from npusched.run import (
+    OBJECTIVES,
+    UNLIMITED,
+    FloorReport,
+    MissingFloor,
+    NormalisationReport,
+    RunOptions,
+    RunResult,
+    SiteDecision,
+    Solver,
+    SolverReport,
+    recipe_for,
+)
 from npusched.schedule.evaluator import Evaluation, evaluate, staging_limit, verify
 from npusched.schedule.schedule import Schedule
 from npusched.solvers.dp import dp_schedule
 from npusched.solvers.heuristic import heuristic_schedule
 from npusched.target.arch import ArchitectureFeatures, load_architecture
 from npusched.target.estimators import Estimator, with_estimator
-from npusched.vela import backend
 from npusched.vela.backend import Compilation
 from npusched.vela.default_core import solve_with_default_core
+
+Log = Callable[[str], None]
 
 
 def architecture(options: RunOptions) -> ArchitectureFeatures:
     """The hardware description the options name, pricing passes with the options' estimator."""
-    return load_architecture(**options.hardware)
+    return load_architecture(**options.architecture_arguments)
 
 
-def load_network(options: RunOptions, skipped: frozenset[str] = frozenset()
-                 ) -> tuple[ArchitectureFeatures, Network, dict[str, float]]:
-    """Read the model and the hardware description, and lower the (normalised) model into NPU passes: npusched's
-    own graph for the solvers that schedule it (every priced rewrite applied, but the sites ``skipped`` names:
-    what ``--solver cpsat`` prices against Vela's graph), Vela's for the two cores' own schedules."""
-    arch, network, timings, _ = load_normalised_network(options, skipped)
-    return arch, network, timings
+@dataclass(frozen=True)
+class Loaded:
+    """A run's inputs read: the model's bytes (checked to be a model), the hardware and the run's recipe."""
+
+    data: bytes = field(repr=False)
+    model: TfliteModel = field(repr=False)
+    arch: ArchitectureFeatures
+    recipe: GraphRecipe
+    source: str
+    read_seconds: float
+
+    def build(self, recipe: GraphRecipe | None = None, *, verify_rewrites: bool = False) -> BuiltGraph:
+        """The graph ``recipe`` (default: the run's) makes of the model."""
+        return build_graph(self.data, self.source, self.arch, recipe or self.recipe, verify_rewrites=verify_rewrites,
+                           parsed=self.model)
+
+
+def load(options: RunOptions, recipe: GraphRecipe | None = None) -> Loaded:
+    """Read and check the model (its errors first), then the hardware; the recipe is ``recipe_for`` the options
+    unless given."""
+    start = time.monotonic()
+    data = read_model_bytes(options.model_path)
+    model = read_model(data, str(options.model_path))
+    read_seconds = time.monotonic() - start
+    arch = architecture(options)
+    return Loaded(data, model, arch, recipe or recipe_for(options, arch), str(options.model_path), read_seconds)
+
+
+def load_graph(options: RunOptions, recipe: GraphRecipe | None = None) -> tuple[ArchitectureFeatures, BuiltGraph]:
+    """The hardware and the graph of the options' recipe (or of ``recipe``)."""
+    loaded = load(options, recipe)
+    graph = loaded.build(verify_rewrites=options.verify_rewrites)
+    return loaded.arch, replace(graph, timings_seconds={"read": loaded.read_seconds, **graph.timings_seconds})
+
+
+def load_network(options: RunOptions) -> tuple[ArchitectureFeatures, Network, dict[str, float]]:
+    """The hardware, the network the options' solver schedules (every priced site applied) and what each step
+    took."""
+    arch, graph = load_graph(options)
+    return arch, graph.network, dict(graph.timings_seconds)
 
 
 def scheduled_model_bytes(options: RunOptions) -> bytes:
-    """``npusched.vela.backend.scheduled_model_bytes`` for the options' own hardware."""
-    return backend.scheduled_model_bytes(options, architecture(options))
+    """The model a run with ``options`` schedules with every priced site applied (what `vela` is given to compile
+    the same schedule): the options' file, normalised as the options' recipe says."""
+    loaded = load(options)
+    return normalised_bytes(loaded.data, loaded.source, loaded.recipe)[0]
 
 
 def write_model(result: RunResult, path: Path) -> None:
@@ -57,58 +106,95 @@ def write_model(result: RunResult, path: Path) -> None:
         raise OutputError(f"--write-model {path}: cannot write ({exc.strerror or exc})") from None
 
 
-def load_normalised_network(options: RunOptions, skipped: frozenset[str] = frozenset()
-                            ) -> tuple[ArchitectureFeatures, Network, dict[str, float], NormalisationReport | None]:
-    """Read -> validate -> normalise (but the priced sites ``skipped`` names) -> lower; with what normalisation
-    changed (None: nothing, or not asked)."""
-    timings: dict[str, float] = {}
-    data, model, arch = _read(options, timings)
-    report = None
-    if options.normalise:
-        start = time.monotonic()
-        normalised, record = normalise(data, str(options.model_path), stage=options.stages_maps(arch),
-                                       skip=skipped, softmax_split_bytes=options.softmax_split_bytes(arch))
-        if record.changed:
-            report = _normalisation_report(model, arch, normalised, record)
-            model = parse_tflite(normalised, str(options.model_path))
-            validate_model(model)
-        timings["normalise"] = time.monotonic() - start
-    start = time.monotonic()
-    own = options.schedules_own_graph
-    network = lower_model(model, arch, in_place=own and IN_PLACE_WRITES.key not in skipped,
-                          deep_views=own and SOFTMAX_DEEP_VIEWS.key not in skipped,
-                          default_core=options.lowers_default_core_graph)
-    timings["lower"] = time.monotonic() - start
-    if report is not None:
-        report = replace(report, subgraphs_after=len(network.subgraphs), cpu_ops_after=len(network.cpu_ops))
-    return arch, network, timings, report
+@dataclass(frozen=True)
+class Solved:
+    """What a solver's runner returns: the graph it scheduled and its schedule, with what it says of them."""
+
+    graph: BuiltGraph
+    schedule: Schedule
+    status: str = "feasible"
+    report: SolverReport | None = None
+    floors: tuple[FloorReport, ...] = ()
+    missing_floors: tuple[MissingFloor, ...] = ()
+    sites: tuple[SiteDecision, ...] = ()
+    warnings: tuple[str, ...] = ()
 
 
-def _read(options: RunOptions, timings: dict[str, float]) -> tuple[bytes, TfliteModel, ArchitectureFeatures]:
-    start = time.monotonic()
-    data = read_model_bytes(options.model_path)
-    model = parse_tflite(data, str(options.model_path))
-    validate_model(model)
-    timings["read"] = time.monotonic() - start
-    return data, model, architecture(options)
+@dataclass(frozen=True)
+class RunContext:
+    """What a solver's runner is given: the options, the loaded inputs, where to log, when the run started (the
+    time limit counts from it), the compile started ahead (if any) and the timings to add to."""
+
+    options: RunOptions
+    loaded: Loaded
+    log: Log | None
+    started: float
+    compilation: Compilation | None
+    timings: dict[str, float]
 
 
-def _normalisation_report(original: TfliteModel, arch: ArchitectureFeatures, normalised: bytes, record: Any,
-                          network: Network | None = None) -> NormalisationReport:
-    """What normalising changed; the original is lowered only to count the NPU subgraphs and CPU operators it
-    saved (a file that lowers only normalised is no error)."""
+def _run_cpsat(context: RunContext) -> Solved:
+    """``--solver cpsat``: both graphs searched, both Vela cores' schedules as floors (``cpsat_run``)."""
+    options, loaded = context.options, context.loaded
+    if options.objective not in OBJECTIVES:
+        raise ConfigError(f"unknown objective '{options.objective}' (known: {', '.join(OBJECTIVES)})")
+    compilation = context.compilation
+    outcome = cpsat_run.solve(lambda recipe: loaded.build(recipe, verify_rewrites=options.verify_rewrites),
+                              loaded.recipe, options, loaded.arch, started=context.started, log=context.log,
+                              timings=context.timings, begin=compilation.begin if compilation is not None else None,
+                              fallback=compilation.start_fallback if compilation is not None else None)
+    return Solved(outcome.graph, outcome.schedule, outcome.report.status, outcome.report, outcome.floors,
+                  outcome.missing_floors, outcome.decisions, outcome.warnings)
+
+
+def _heuristic(network: Network, arch: ArchitectureFeatures, options: RunOptions, _: bytes) -> Schedule:
     try:
-        before = lower_model(original, arch)
-        counts = len(before.subgraphs), len(before.cpu_ops)
-    except NpuschedError:
-        counts = -1, -1
-    after = (len(network.subgraphs), len(network.cpu_ops)) if network is not None else (0, 0)
-    return NormalisationReport(record, counts[0], after[0], counts[1], after[1], normalised)
+        return heuristic_schedule(network, arch, options.optimise)
+    except StagingLimitError as exc:
+        raise StagingLimitError(f"{exc} (Vela's legacy scheduler stops here too: 'Allocation exceeds staging "
+                                "limit')", needed_bytes=exc.needed_bytes) from None
 
 
-def run(options: RunOptions, log: Callable[[str], None] | None = None, started: float | None = None,
+def _dp(network: Network, arch: ArchitectureFeatures, options: RunOptions, _: bytes) -> Schedule:
+    return dp_schedule(network, arch, options.optimise)
+
+
+def _default_core(network: Network, arch: ArchitectureFeatures, options: RunOptions, model_bytes: bytes) -> Schedule:
+    return solve_with_default_core(network, arch, options, model_bytes=model_bytes).schedule
+
+
+def _one_graph(solve: Callable[[Network, ArchitectureFeatures, RunOptions, bytes], Schedule]
+               ) -> Callable[[RunContext], Solved]:
+    """The runner of a solver that schedules the run's graph alone."""
+
+    def runner(context: RunContext) -> Solved:
+        graph = context.loaded.build(verify_rewrites=context.options.verify_rewrites)
+        context.timings.update(graph.timings_seconds)
+        if context.compilation is not None:
+            context.compilation.begin(graph.model_bytes)
+        start = time.monotonic()
+        schedule = solve(graph.network, context.loaded.arch, context.options, graph.model_bytes)
+        context.timings["solve"] = time.monotonic() - start
+        return Solved(graph, schedule)
+
+    return runner
+
+
+# What each solver is run by (``Solver.graph`` says which graph the run's recipe is of).
+SOLVERS: dict[Solver, Callable[[RunContext], Solved]] = {
+    Solver.CPSAT: _run_cpsat, Solver.HEURISTIC: _one_graph(_heuristic), Solver.DP: _one_graph(_dp),
+    Solver.VELA_DEFAULT: _one_graph(_default_core)}
+# How a baseline's schedule is named where it goes over the limit, and why that is still that core's schedule:
+# legacy only warns there; the default core checks the limit only where it can spill feature maps to another memory
+# (and its memory count can differ from npusched's, which is the judge).
+_BASELINE_OVER_LIMIT = {
+    Solver.HEURISTIC: ("the heuristic's (Vela legacy's)", "as Vela's legacy core goes over its arena"),
+    Solver.VELA_DEFAULT: ("Vela's default core's", "by npusched's count of its buffers")}
+
+
+def run(options: RunOptions, log: Log | None = None, started: float | None = None,
         compilation: Compilation | None = None) -> RunResult:
-    """Load and lower the model, then schedule it with ``options.solver`` (None: lower only).
+    """Load the model, build its graph(s) and schedule with ``options.solver`` (None: lower only).
 
     ``log`` receives progress lines of long solves. The time limit counts from ``started`` (a ``time.monotonic``
     reading; default: now), so a command line tool can count its own start-up too. A ``compilation`` started
@@ -117,87 +203,89 @@ def run(options: RunOptions, log: Callable[[str], None] | None = None, started: 
     meanwhile).
     """
     started = time.monotonic() if started is None else started
-    if options.solver == "cpsat":
-        return _run_cpsat(options, log, started, compilation)
-    arch, network, timings, normalisation = load_normalised_network(options)
-    model_bytes = normalisation.model_bytes if normalisation is not None else read_model_bytes(options.model_path)
+    loaded = load(options)
+    timings = {"read": loaded.read_seconds}
     if options.solver is None:
-        return RunResult(options=options, arch=arch, network=network, status="lowered", timings_seconds=timings,
-                         normalisation=normalisation, model_bytes=model_bytes)
+        graph = loaded.build(verify_rewrites=options.verify_rewrites)
+        timings.update(graph.timings_seconds)
+        return RunResult(options=options, arch=loaded.arch, network=graph.network, status="lowered",
+                         timings_seconds=timings, normalisation=normalisation_report(loaded, graph),
+                         model_bytes=graph.model_bytes, recipe=graph.recipe, rewrites=graph.rewrites)
+    try:
+        solver = Solver(options.solver)
+    except ValueError:
+        raise ScheduleError(f"unknown solver '{options.solver}' (known: {', '.join(s.value for s in Solver)})"
+                            ) from None
     if compilation is not None:
-        compilation.begin(model_bytes)
-    start = time.monotonic()
-    schedule = _solve(network, arch, options, model_bytes)
-    timings["solve"] = time.monotonic() - start
+        compilation.deadline = started + options.time_limit_seconds
+    solved = SOLVERS[solver](RunContext(options, loaded, log, started, compilation, timings))
+    return _evaluated(solved, solver, loaded, options, compilation, timings)
+
+
+def _evaluated(solved: Solved, solver: Solver, loaded: Loaded, options: RunOptions,
+               compilation: Compilation | None, timings: dict[str, float]) -> RunResult:
+    """The run's result: the schedule handed to the compile, then evaluated and verified (a baseline's schedule
+    over the limit is reported as such, not refused)."""
+    arch, graph, schedule = loaded.arch, solved.graph, solved.schedule
+    network = graph.network
     if compilation is not None:
-        compilation.submit(network, arch, schedule, model_bytes)
+        compilation.submit(network, arch, schedule, graph.model_bytes)
     start = time.monotonic()
     evaluation = evaluate(network, arch, schedule)
     problems = verify(network, arch, schedule, evaluation)
     timings["evaluate"] = time.monotonic() - start
+    status, warnings = solved.status, solved.warnings
+    if solver.is_baseline:
+        status, problems, warnings = _as_baseline(solver, network, arch, schedule, evaluation, problems)
+    if problems:
+        raise ScheduleError(f"the {options.solver} schedule fails verification: {problems[0]}"
+                            + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+    return RunResult(options=options, arch=arch, network=network, status=status,
+                     schedule=schedule, evaluation=evaluation, timings_seconds=timings, warnings=warnings,
+                     solver_report=solved.report, normalisation=normalisation_report(loaded, graph),
+                     model_bytes=graph.model_bytes, floors=solved.floors, missing_floors=solved.missing_floors,
+                     sites=solved.sites, recipe=graph.recipe, rewrites=graph.rewrites,
+                     cycles_by_estimator=totals_by_estimator(network, arch, schedule, evaluation))
+
+
+def _as_baseline(solver: Solver, network: Network, arch: ArchitectureFeatures, schedule: Schedule,
+                 evaluation: Evaluation, problems: list[str]) -> tuple[str, list[str], tuple[str, ...]]:
+    """A Vela core's own schedule is that core's whatever npusched's rules say: over the limit it is reported as
+    over it; the default core's decisions npusched cannot express, or its rules reject, are said, not fatal."""
     status = "feasible"
     warnings: tuple[str, ...] = ()
-    # Why a baseline's schedule may go over the arena and still be that core's: legacy only warns there; the default
-    # core checks the limit only where it can spill feature maps to another memory (and its memory count can
-    # differ from npusched's, which is the judge).
-    baseline = {"heuristic": ("the heuristic's (Vela legacy's)", "as Vela's legacy core goes over its arena"),
-                "vela-default": ("Vela's default core's", "by npusched's count of its buffers")}
-    if problems and options.solver in baseline and not verify(network, arch, schedule, evaluation, UNLIMITED):
-        # Valid but for the limit: reported as over it.
-        whose, why = baseline[options.solver]
+    if problems and not verify(network, arch, schedule, evaluation, UNLIMITED):
+        # Valid but for the limit (at addresses, where fragmentation makes them need more than the peak).
+        whose, why = _BASELINE_OVER_LIMIT[solver]
         limit = staging_limit(arch)
-        # At addresses, when fragmentation makes them need more than the peak.
         peak = max(evaluation.peak_fast_storage, evaluation.allocation.size_bytes)
         status, problems = "over_limit", []
         warnings = (f"{whose} schedule uses {peak} bytes of fast storage, {peak - limit} bytes "
                     f"({(peak - limit) / max(limit, 1):.0%}) over the limit of {limit} bytes, {why}; --solver cpsat "
                     "keeps to the limit",)
-    if options.solver == "vela-default":
-        # Vela's default core's own schedule is a baseline: what npusched cannot express, or its rules reject, is
-        # said, not fatal, and a schedule the rules reject has that status (priced all the same).
+    if solver is Solver.VELA_DEFAULT:
         if problems:
             status = "rejected"
         warnings = schedule.notes + warnings + tuple(f"npusched's rules reject the default core's schedule: "
                                                      f"{problem}" for problem in problems[:3])
         problems = []
-    _raise_for(options, problems)
-    return RunResult(options=options, arch=arch, network=network, status=status, schedule=schedule,
-                     evaluation=evaluation, timings_seconds=timings, warnings=warnings, normalisation=normalisation,
-                     cycles_by_estimator=totals_by_estimator(network, arch, schedule, evaluation),
-                     model_bytes=model_bytes)
+    return status, problems, warnings
 
 
-def _run_cpsat(options: RunOptions, log: Callable[[str], None] | None, started: float,
-               compilation: Compilation | None) -> RunResult:
-    """``--solver cpsat``: both graphs searched, both Vela cores' schedules as floors (``cpsat_run``)."""
-    if options.objective not in OBJECTIVES:
-        raise ConfigError(f"unknown objective '{options.objective}' (known: {', '.join(OBJECTIVES)})")
-    timings: dict[str, float] = {}
-    data, model, arch = _read(options, timings)
-    outcome = cpsat_run.solve(data, options, arch, started=started, log=log, timings=timings,
-                              begin=compilation.begin if compilation is not None else None)
-    variant, schedule = outcome.variant, outcome.schedule
-    if compilation is not None:
-        compilation.submit(variant.network, arch, schedule, variant.model_bytes)
-    start = time.monotonic()
-    evaluation = evaluate(variant.network, arch, schedule)
-    _raise_for(options, verify(variant.network, arch, schedule, evaluation))
-    timings["evaluate"] = time.monotonic() - start
-    record = variant.normalisation
-    normalisation = None
-    if record is not None and record.changed:
-        normalisation = _normalisation_report(model, arch, variant.model_bytes, record, variant.network)
-    return RunResult(options=options, arch=arch, network=variant.network, status=outcome.report.status,
-                     schedule=schedule, evaluation=evaluation, timings_seconds=timings, solver_report=outcome.report,
-                     normalisation=normalisation, model_bytes=variant.model_bytes, floors=outcome.floors,
-                     sites=outcome.decisions,
-                     cycles_by_estimator=totals_by_estimator(variant.network, arch, schedule, evaluation))
-
-
-def _raise_for(options: RunOptions, problems: list[str]) -> None:
-    if problems:
-        raise ScheduleError(f"the {options.solver} schedule fails verification: {problems[0]}"
-                            + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+def normalisation_report(loaded: Loaded, graph: BuiltGraph) -> NormalisationReport | None:
+    """What normalising changed (None: nothing, or not asked); the original is lowered only to count the NPU
+    subgraphs and CPU operators it saved (a file that lowers only normalised is no error)."""
+    record = graph.normalisation
+    if record is None or not record.changed:
+        return None
+    try:
+        before = loaded.build(GraphRecipe(normalise=False)).network
+        counts = len(before.subgraphs), len(before.cpu_ops)
+    except NpuschedError:
+        counts = -1, -1
+    network = graph.network
+    return NormalisationReport(record, counts[0], len(network.subgraphs), counts[1], len(network.cpu_ops),
+                               graph.model_bytes)
 
 
 def totals_by_estimator(network: Network, arch: ArchitectureFeatures, schedule: Schedule,
@@ -208,18 +296,3 @@ def totals_by_estimator(network: Network, arch: ArchitectureFeatures, schedule: 
               else evaluate(network, with_estimator(arch, other), schedule).total_cycles
               for other in Estimator.single()}
     return {**totals, "vela": totals[Estimator.VELA_LEGACY.value]}
-
-
-def _solve(network: Network, arch: ArchitectureFeatures, options: RunOptions, model_bytes: bytes) -> Schedule:
-    """The schedule of a solver other than CP-SAT."""
-    if options.solver == "heuristic":
-        try:
-            return heuristic_schedule(network, arch, options.optimise)
-        except StagingLimitError as exc:
-            raise StagingLimitError(f"{exc} (Vela's legacy scheduler stops here too: 'Allocation exceeds staging "
-                                    "limit')", needed_bytes=exc.needed_bytes) from None
-    if options.solver == "dp":
-        return dp_schedule(network, arch, options.optimise)
-    if options.solver == "vela-default":
-        return solve_with_default_core(network, arch, options, model_bytes=model_bytes).schedule
-    raise ScheduleError(f"unknown solver '{options.solver}' (known: cpsat, heuristic, dp, vela-default)")

@@ -1,130 +1,51 @@
-"""Read a schedule document (npusched.schedule/1, docs/schedule-format.md) back into a ``Schedule``.
+"""A saved schedule run again (``--schedule``), and a schedule moved onto the graph Vela's backend compiles.
 
-The document records every choice per NPU pass; the reader rebuilds the pass's block config and weight encoding
-from them on the lowered network of the same model and hardware, so re-evaluating the schedule gives the figures
-the document reports. Anything that does not fit the network is bad input: a ``ScheduleError`` naming the op.
+``replay`` rebuilds the graph a document's schedule is of from the recipe it stores (``build_graph``), reads the
+schedule back (``npusched.io.schedule_document``) and evaluates and verifies it, as a solver's would be.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from npusched.app.pipeline import load_network, load_normalised_network, totals_by_estimator
+from npusched.app.pipeline import load, normalisation_report, totals_by_estimator
 from npusched.errors import ScheduleError
-from npusched.frontend.normalise import Site
-from npusched.frontend.tflite_reader import read_model_bytes
-from npusched.ir import MemArea, NpuOp, Shape4D, TensorFormat
+from npusched.io.schedule_document import load_document, read_schedule, site_decisions, stored_recipe
+from npusched.ir import NpuOp, Shape4D
 from npusched.lowering.graph import Network
-from npusched.run import UNLIMITED, RunOptions, RunResult, SiteDecision
+from npusched.run import UNLIMITED, RunOptions, RunResult, recipe_for
 from npusched.schedule.evaluator import evaluate, verify
 from npusched.schedule.rules import ifm_stripes
-from npusched.schedule.schedule import EncodedWeightsRef, OpSchedule, Schedule, TensorPlacement, WeightBuffering
+from npusched.schedule.schedule import EncodedWeightsRef, OpSchedule, Schedule
 from npusched.target.arch import ArchitectureFeatures, Estimator
 from npusched.target.block_config import op_block_inputs, try_block_config
 from npusched.target.weights import encode_op_weights
 from npusched.vela.backend import BackendResult
-
-FORMAT = "npusched.schedule/1"
-
-
-def load_document(path: Path) -> dict[str, Any]:
-    """The document at ``path``, checked to be a schedule document with a schedule in it."""
-    try:
-        document = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ScheduleError(f"{path}: cannot read the schedule document ({exc.strerror or exc})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ScheduleError(f"{path}: cannot read the schedule document ({exc})") from None
-    if not isinstance(document, dict) or document.get("format") != FORMAT:
-        raise ScheduleError(f"{path}: not a {FORMAT} document")
-    if document.get("solver") is None:
-        raise ScheduleError(f"{path}: the document holds no schedule (it was made without a solver)")
-    return document
-
-
-def read_schedule(document: dict[str, Any], network: Any, arch: Any) -> Schedule:
-    """The schedule a document describes, on ``network`` lowered for ``arch`` (the document's model and
-    hardware)."""
-    records = {record.get("op_index"): record for record in document.get("ops", ())}
-    ops: list[OpSchedule] = []
-    tensors: dict[Any, TensorPlacement] = {}
-    try:
-        for op in network.npu_ops:
-            record = records.get(op.index)
-            if record is None or record.get("placement") != "npu" or record.get("op_type") != op.op_type:
-                raise ScheduleError(f"op {op.index} '{op.name}': the document has no {op.op_type} pass there; was it "
-                                    "made for another model or configuration?")
-            ops.append(_op_schedule(op, record, arch))
-            for role, place in record["placements"].items():
-                access = getattr(op, role)
-                if access is not None:
-                    tensors[access.tensor] = TensorPlacement(MemArea(place["mem_area"]), TensorFormat(place["format"]))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ScheduleError(f"the schedule document is incomplete or malformed ({type(exc).__name__}: {exc})"
-                            ) from None
-    return Schedule(ops=tuple(ops), tensors=tuple(tensors.items()), label=document.get("label") or "",
-                    status=document.get("status", ""), solver=document.get("solver", ""))
-
-
-def _shape(values: list[int] | None) -> Shape4D | None:
-    return None if values is None else Shape4D(*values)
-
-
-def _op_schedule(op: NpuOp, record: dict[str, Any], arch: Any) -> OpSchedule:
-    ofm_stripe, ifm_stripe = Shape4D(*record["ofm_stripe"]), Shape4D(*record["ifm_stripe"])
-    ifm2_stripe = _shape(record.get("ifm2_stripe"))
-    height, width, _, depth = record["block_config"]
-    block = try_block_config(Shape4D(1, height, width, depth), arch, ofm_shape=ofm_stripe, ifm_shape=ifm_stripe,
-                             ifm2_shape=ifm2_stripe, is_partkernel=record["block_config_part_kernel"],
-                             **op_block_inputs(op))
-    if block is None or block.old_style() != record["block_config"]:
-        raise ScheduleError(f"op {op.index} '{op.name}': block config {record['block_config']} does not fit it")
-    weights = record["weight_buffering"]
-    slices = tuple(weights["depth_slices"])
-    buffering = WeightBuffering()
-    if weights["kind"] != "none":
-        buffering = WeightBuffering(kind=weights["kind"], depth_slices=slices,
-                                    buffer_sizes=tuple(weights["buffer_bytes"]), pre_buffered=weights["pre_buffered"])
-    encoded = encode_op_weights(arch, op, block.ofm_block.depth, slices) if op.weights is not None else None
-    window = record["prefetch_window"]
-    return OpSchedule(
-        op_index=op.index, block_config=block, ofm_stripe=ofm_stripe, ifm_stripe=ifm_stripe, ifm2_stripe=ifm2_stripe,
-        cascade=record["cascade"], weight_buffering=buffering,
-        encoded_weights=EncodedWeightsRef.of(encoded, block.ofm_block.depth) if encoded is not None else None,
-        rolling_buffer=_shape(record["rolling_buffer"]), tail_slack_cycles=window["tail_slack_cycles"],
-        slack_ofm_depth=window["slack_ofm_depth"])
-
-
-def _decisions(document: dict[str, Any]) -> tuple[SiteDecision, ...]:
-    """The priced rewrite sites of the run that wrote ``document``, applied or left out of its graph."""
-    sites = document.get("sites", [])
-    out = []
-    for site in sites if isinstance(sites, list) else []:
-        if isinstance(site, dict) and ":" in str(site.get("site")):
-            rewrite, tensor = str(site["site"]).split(":", 1)
-            out.append(SiteDecision(Site(rewrite, tensor), bool(site.get("applied")), str(site.get("reason", ""))))
-    return tuple(out)
 
 
 def replay(options: RunOptions, path: Path) -> RunResult:
     """A finished run of the schedule saved at ``path`` instead of a solver's: the model and hardware of
     ``options`` (which must be the document's), the schedule evaluated and verified."""
     document = load_document(path)
-    # The solver that made it chose the graph too (only CP-SAT's and the DP's write concatenations in place, and
-    # CP-SAT's prices the rewrites' sites: those it left out are listed).
-    decisions = _decisions(document)
-    arch, network, timings, normalisation = load_normalised_network(
-        replace(options, solver=document["solver"]), frozenset(d.site.key for d in decisions if not d.applied))
+    decisions = site_decisions(document)
+    options = replace(options, solver=document["solver"])
+    loaded = load(options, stored_recipe(document, path))
+    recipe = loaded.recipe
+    if "recipe" not in document:
+        # A first-format document: the solver that made it chose the graph (only CP-SAT's and the DP's write
+        # concatenations in place, and CP-SAT's prices the rewrites' sites: those it left out are listed).
+        recipe = recipe.without(d.site.key for d in decisions if not d.applied)
+    arch = loaded.arch
     ours = {"accelerator_config": arch.accelerator_config, "system_config": arch.system_config,
             "memory_mode": arch.memory_mode, "arena_cache_size": int(arch.arena_cache_size)}
     differing = [f"{key} {document.get(key)} (given: {value})" for key, value in ours.items()
                  if document.get(key) != value]
     if differing:
         raise ScheduleError(f"{path}: the schedule was made for other hardware: {', '.join(differing)}")
+    graph = loaded.build(recipe)
+    network = graph.network
     schedule = read_schedule(document, network, arch)
     evaluation = evaluate(network, arch, schedule)
     # A reproduction of Vela's legacy schedule may go over the arena as Vela does; the document says so.
@@ -133,12 +54,12 @@ def replay(options: RunOptions, path: Path) -> RunResult:
     if problems:
         raise ScheduleError(f"{path}: the saved schedule fails verification: {problems[0]}")
     cycles = totals_by_estimator(network, arch, schedule, evaluation)
-    return RunResult(options=replace(options, solver=document["solver"]), arch=arch, network=network,
-                     status=document.get("status", "feasible"), schedule=schedule, evaluation=evaluation,
-                     timings_seconds=timings, warnings=tuple(document.get("warnings", ())), cycles_by_estimator=cycles,
-                     normalisation=normalisation, model_bytes=normalisation.model_bytes if normalisation is not None
-                     else read_model_bytes(options.model_path),
-                     sites=decisions)
+    return RunResult(options=options, arch=arch, network=network, status=document.get("status", "feasible"),
+                     schedule=schedule, evaluation=evaluation,
+                     timings_seconds={"read": loaded.read_seconds, **graph.timings_seconds},
+                     warnings=tuple(document.get("warnings", ())), cycles_by_estimator=cycles,
+                     normalisation=normalisation_report(loaded, graph), model_bytes=graph.model_bytes,
+                     sites=decisions, recipe=graph.recipe, rewrites=graph.rewrites)
 
 
 def carry_schedule(schedule: Schedule, source: Network, target: Network, arch: ArchitectureFeatures) -> Schedule:
@@ -201,7 +122,8 @@ def as_compiled(result: RunResult) -> tuple[RunResult, str | None]:
     if result.arch.estimator is not Estimator.VELA_DEFAULT:
         return result, None
     schedule, reported = result.solved()
-    _, network, _ = load_network(replace(result.options, estimator=Estimator.VELA_LEGACY.value), result.skipped_sites)
+    recipe = result.recipe or recipe_for(result.options, result.arch)
+    network = load(result.options).build(replace(recipe, keep_strides=False)).network
     folded = [op for before, op in zip(result.network.npu_ops, network.npu_ops, strict=False)
               if before.ifm.shape != op.ifm.shape]
     if not folded and len(network.npu_ops) == len(result.network.npu_ops):

@@ -13,6 +13,7 @@ from npusched.frontend.op_view import (
     _PER_AXIS_OK,
     _POOL_OPS,
     _SUPPORTED_DTYPES,
+    ARGMAX_DEPTH_MAX,
     DILATED_AREA_MAX,
     DILATED_HEIGHT_MAX,
     MEAN_AXIS_MAX,
@@ -34,7 +35,7 @@ from npusched.frontend.op_view import (
     _same_scaling,
     _shape4,
 )
-from npusched.frontend.tflite_reader import TfliteOperator, TfliteSubgraph
+from npusched.frontend.tflite_reader import TfliteOperator, TfliteSubgraph, TfliteTensor
 from npusched.ir import DataType
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -375,6 +376,34 @@ def no_batch_padding(v: OpView) -> str | None:
     return None if len(pads) <= 3 or int(np.sum(pads[0, :])) == 0 else f"batch padding {pads[0, :].tolist()}"
 
 
+def mirror_pad_spatial_only(v: OpView) -> str | None:
+    """MIRROR_PAD pads only height and width"""
+    pads = np.asarray(v.inputs[1].data)
+    depth, batch = int(np.sum(pads[-1, :])), int(np.sum(pads[0, :])) if len(pads) > 3 else 0
+    return None if depth == 0 and batch == 0 else f"paddings {pads.tolist()}"
+
+
+def mirror_pad_within_ifm(v: OpView) -> str | None:
+    """No MIRROR_PAD padding is larger than the IFM along its axis"""
+    pads, shape = np.asarray(v.inputs[1].data), v.inputs[0].shape
+    bad = any(int(p) > size for row, size in zip(pads, shape, strict=False) for p in row)
+    return f"paddings {pads.tolist()} for IFM {list(shape)}" if bad else None
+
+
+def argmax_along_depth(v: OpView) -> str | None:
+    """ARG_MAX reduces the depth (last) axis"""
+    if v.inputs[1].data is None:
+        return "the axis is not constant"
+    rank, axes = len(v.inputs[0].shape), _axes(v.inputs[1])
+    return None if len(axes) == 1 and axes[0] in (rank - 1, -1) else f"axis {axes} of a rank-{rank} IFM"
+
+
+def argmax_depth_in_range(v: OpView) -> str | None:
+    """The ARG_MAX IFM depth is at most 127 (the index is kept in the low 7 bits of a 16-bit value)"""
+    depth = v.inputs[0].shape[-1]
+    return None if depth <= ARGMAX_DEPTH_MAX else f"depth {depth}"
+
+
 def mean_reduced_product(v: OpView) -> str | None:
     """The product of MEAN's reduced axes is at most 2^24 (int8), 2^23 (uint8) or 2^16 (int16)"""
     shape = v.inputs[0].shape
@@ -400,7 +429,23 @@ def mean_depth_limit(v: OpView) -> str | None:
 def reshape_shape_constant(v: OpView) -> str | None:
     """A RESHAPE shape input is constant"""
     shape = v.inputs[1] if len(v.inputs) > 1 else None
-    return None if shape is None or v.is_constant(shape) else f"shape input '{shape.name}' is not constant"
+    if shape is None or v.is_constant(shape) or _folded_before_placement(shape, v.subgraph):
+        return None
+    return f"shape input '{shape.name}' is not constant"
+
+
+def _folded_before_placement(t: TfliteTensor, subgraph: TfliteSubgraph) -> bool:
+    """``t`` is the output of a SHAPE of a map whose rank it holds, or of a QUANTIZE of a constant: stage 2 makes it
+    a constant before any NPU rule is checked."""
+    producer = next((op for op in subgraph.operators if t.index in op.outputs), None)
+    if producer is None:
+        return False
+    if producer.opcode == "QUANTIZE":
+        return folds_to_constant(producer, subgraph)
+    if producer.opcode != "SHAPE" or not producer.inputs or producer.inputs[0] < 0:
+        return False
+    source = subgraph.tensor(producer.inputs[0])
+    return source is not None and len(t.shape) == 1 and t.shape[0] == len(source.shape)
 
 
 def lstm_not_cifg(v: OpView) -> str | None:
@@ -545,6 +590,8 @@ _SUPPORT_SPECIFIC: dict[str, tuple[Constraint, ...]] = {
     "ADD": (broadcast_compatible,), "SUB": (broadcast_compatible,), "MUL": (broadcast_compatible,),
     "STRIDED_SLICE": (slice_strides_unit_batch_depth, slice_offset_off),
     "PAD": (paddings_rank, paddings_type, no_batch_padding),
+    "MIRROR_PAD": (paddings_rank, paddings_type, mirror_pad_spatial_only, mirror_pad_within_ifm),
+    "ARG_MAX": (argmax_along_depth, argmax_depth_in_range),
     "MEAN": _MEAN_SUPPORT,
     "RESHAPE": (reshape_shape_constant,),
     "UNIDIRECTIONAL_SEQUENCE_LSTM": _LSTM_SUPPORT,

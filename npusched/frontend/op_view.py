@@ -19,6 +19,8 @@ NPU_OPERATORS = frozenset({
     "LEAKY_RELU", "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "CONCATENATION", "PAD", "QUANTIZE", "MEAN", "RESIZE_BILINEAR",
     "RESIZE_NEAREST_NEIGHBOR", "SOFTMAX", "SPLIT", "SPLIT_V", "SLICE", "STRIDED_SLICE", "UNIDIRECTIONAL_SEQUENCE_LSTM",
     "RSQRT", "SQUARED_DIFFERENCE", "TRANSPOSE", "BATCH_MATMUL", "GELU",
+    # Lowered as Vela legacy's graph optimiser lowers them (docs/guide/operator_support.md).
+    "ABS", "ARG_MAX", "EXP", "MIRROR_PAD", "PACK", "PRELU", "RELU_0_TO_1", "UNPACK",
 })
 
 # Operators Vela legacy leaves to the CPU that npusched runs on the NPU: its backend bridge teaches Vela legacy's
@@ -59,6 +61,9 @@ POOL_AREA_MAX = 256 * 256
 MEAN_AXIS_MAX = 64 * 64
 MEAN_PRODUCT_MAX = {DataType.int16: 2 ** 16, DataType.uint8: 2 ** 23}
 MEAN_PRODUCT_MAX_DEFAULT = 2 ** 24
+ARGMAX_DEPTH_MAX = 127
+# Generic NPU rules an operator is exempt from (besides the batch rule, ``_BATCH_ANY``): an ARG_MAX may write int64.
+DTYPE_RULE_EXEMPT = frozenset({"ARG_MAX"})
 
 
 @dataclass(frozen=True)
@@ -77,13 +82,14 @@ _ROLES: dict[str, _Roles] = {
     "TRANSPOSE_CONV": _Roles((2,), 1, 3), "UNIDIRECTIONAL_SEQUENCE_LSTM": _Roles((0,), 1),
     "ADD": _BINARY_ROLES, "SUB": _BINARY_ROLES, "MUL": _BINARY_ROLES, "MAXIMUM": _BINARY_ROLES,
     "MINIMUM": _BINARY_ROLES, "TRANSPOSE": _BINARY_ROLES, "SQUARED_DIFFERENCE": _BINARY_ROLES,
-    "BATCH_MATMUL": _BINARY_ROLES,
+    "BATCH_MATMUL": _BINARY_ROLES, "PRELU": _BINARY_ROLES, "MIRROR_PAD": _BINARY_ROLES,
     "CONCATENATION": _Roles((1, 2)), "SPLIT": _Roles((1,)),
 }
 _SINGLE_IFM_OPS = frozenset({
     "AVERAGE_POOL_2D", "MAX_POOL_2D", "RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1", "TANH", "LOGISTIC",
     "HARD_SWISH", "LEAKY_RELU", "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "PAD", "QUANTIZE", "MEAN", "RESIZE_BILINEAR",
     "RESIZE_NEAREST_NEIGHBOR", "SOFTMAX", "SPLIT_V", "SLICE", "STRIDED_SLICE", "RSQRT", "EXP", "ABS", "GELU",
+    "ARG_MAX", "PACK", "UNPACK",
 })
 # Unknown operators have no IFM in Vela's eyes: only their OFM is seen by the generic rules.
 _NO_ROLES = _Roles(())
@@ -104,6 +110,8 @@ _OPTION_FIELDS = {
     "SPLIT": ("num_splits",), "SPLIT_V": ("num_splits",),
     "STRIDED_SLICE": ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask", "shrink_axis_mask"),
     "UNIDIRECTIONAL_SEQUENCE_LSTM": ("fused_activation_function", "time_major"),
+    "PACK": ("axis", "values_count"), "UNPACK": ("axis", "num"), "ARG_MAX": ("output_type",),
+    "MIRROR_PAD": ("mode",),
 }
 
 
@@ -162,7 +170,7 @@ class OpView:
 
     @property
     def ofm(self) -> TfliteTensor | None:
-        return self.outputs[0] if self.outputs else None
+        return next(iter(self.outputs), None)
 
     def main_tensors(self) -> list[TfliteTensor]:
         """IFM, IFM2, weights and OFM that exist: the tensors the generic rules check."""

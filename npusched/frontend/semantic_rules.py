@@ -306,6 +306,11 @@ def ifm_signed_8_or_16(v: OpView) -> str | None:
     return None if v.ifm.dtype in (DataType.int8, DataType.int16) else f"IFM {v.ifm.dtype.value}"
 
 
+def argmax_output_int(v: OpView) -> str | None:
+    """The ARG_MAX OFM is int32 or int64"""
+    return None if v.ofm.dtype in (DataType.int32, DataType.int64) else f"OFM {v.ofm.dtype.value}"
+
+
 def mean_rank(v: OpView) -> str | None:
     """The MEAN input has 2 to 4 dimensions"""
     rank = len(v.inputs[0].shape)
@@ -389,7 +394,7 @@ _SEMANTIC_SPECIFIC: dict[str, tuple[Constraint, ...]] = {
     "LEAKY_RELU": (one_input_shape_matches_ofm, in_out_types_match),
     # Vela's other unary element-wise operators, and SQUARED_DIFFERENCE, which it counts as element-wise too.
     "RSQRT": (one_input_shape_matches_ofm, in_out_types_match),
-    "EXP": (one_input_shape_matches_ofm, in_out_types_match),
+    "EXP": (one_input_shape_matches_ofm, in_out_types_match, ifm_signed_8_or_16),
     "ABS": (one_input_shape_matches_ofm, in_out_types_match),
     "SQUARED_DIFFERENCE": (one_input_shape_matches_ofm,),
     "RESHAPE": _RESHAPE_SEMANTIC, "SQUEEZE": _RESHAPE_SEMANTIC, "EXPAND_DIMS": _RESHAPE_SEMANTIC,
@@ -404,4 +409,5 @@ _SEMANTIC_SPECIFIC: dict[str, tuple[Constraint, ...]] = {
     "UNIDIRECTIONAL_SEQUENCE_LSTM": (ifm_signed_8_or_16, in_out_types_match, lstm_rank_3, lstm_24_inputs,
                                      lstm_5_intermediates, lstm_state_variable),
     "TRANSPOSE": (permutation_size, permutation_values),
+    "ARG_MAX": (ifm_8bit, argmax_output_int),
 }

@@ -33,10 +33,18 @@ from npusched.frontend.npu_rules import (
     batch_is_1,
     folds_to_constant,
     softmax_type_pair,
+    supported_dtypes,
     symmetric_weights,
     transpose_permutation_supported,
 )
-from npusched.frontend.op_view import _BATCH_ANY, NPU_OPERATORS, VELA_NPU_OPERATORS, Constraint, OpView
+from npusched.frontend.op_view import (
+    _BATCH_ANY,
+    DTYPE_RULE_EXEMPT,
+    NPU_OPERATORS,
+    VELA_NPU_OPERATORS,
+    Constraint,
+    OpView,
+)
 from npusched.frontend.semantic_rules import (
     _SEMANTIC_EXEMPT,
     _SEMANTIC_GENERIC,
@@ -100,7 +108,8 @@ def _vela_verdict(v: OpView, default_core: bool = False) -> str | None:
         return failure
     if v.opcode not in VELA_NPU_OPERATORS:
         return f"{v.opcode} is a CPU-only operator (Vela has no NPU implementation)"
-    generic = tuple(c for c in _SUPPORT_GENERIC if not (c is batch_is_1 and v.opcode in _BATCH_ANY))
+    generic = tuple(c for c in _SUPPORT_GENERIC if not (c is batch_is_1 and v.opcode in _BATCH_ANY)
+                    and not (c is supported_dtypes and v.opcode in DTYPE_RULE_EXEMPT))
     failure = _first_failure(v, generic + _SUPPORT_SPECIFIC.get(v.opcode, ()), waived)
     if failure is None:
         failure = _first_failure(v, _LOWERING_SPECIFIC.get(v.opcode, ()), waived)
@@ -127,10 +136,19 @@ def npu_support(op: TfliteOperator, subgraph: TfliteSubgraph, default_core: bool
     reason = vela_cpu_reason(op, subgraph, default_core)
     if reason is None and op.opcode not in NPU_OPERATORS:
         reason = f"npusched does not lower {op.opcode} to the NPU"
+    if reason is None and op.opcode == "UNPACK" and int(op.options.get("axis", 0)) < 0:
+        reason = UNPACK_NEGATIVE_AXIS
     if reason is None and op.opcode == "CONV_2D" and _grouped(OpView(op, subgraph)):
         reason = ("npusched runs a grouped convolution once normalisation has split it into whole groups "
                   "(--no-normalise keeps it whole)")
     return None if reason is None else f"{op.opcode} '{OpView(op, subgraph).name}' runs on the CPU: {reason}"
+
+
+# Vela legacy counts a negative UNPACK axis from the input's rank plus one (as for PACK), one past the real axis: at -1
+# its graph optimiser fails, at -2 and below it would read the wrong elements. Normalisation writes an UNPACK of a
+# static map as a SPLIT (``normalise.stacking``), which both run.
+UNPACK_NEGATIVE_AXIS = ("Vela legacy mis-reads a negative UNPACK axis (it fails at -1 and reads the wrong elements "
+                        "below), so npusched leaves it to the CPU")
 
 
 def _grouped(v: OpView) -> bool:

@@ -28,12 +28,13 @@ _REQUIRED_INPUTS: dict[str, tuple[int, ...]] = {
     **dict.fromkeys(("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"), (0, 1)),
     "TRANSPOSE_CONV": (0, 1, 2),
     **dict.fromkeys(("ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM", "PAD", "MEAN", "RESIZE_BILINEAR",
-                     "RESIZE_NEAREST_NEIGHBOR", "SPLIT"), (0, 1)),
+                     "RESIZE_NEAREST_NEIGHBOR", "SPLIT", "PRELU", "MIRROR_PAD", "ARG_MAX"), (0, 1)),
     **dict.fromkeys(("SPLIT_V", "SLICE"), (0, 1, 2)),
     "STRIDED_SLICE": (0, 1, 2, 3),
     **dict.fromkeys(("AVERAGE_POOL_2D", "MAX_POOL_2D", "RELU", "RELU6", "RELU_N1_TO_1", "TANH", "LOGISTIC",
                      "HARD_SWISH", "LEAKY_RELU", "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "QUANTIZE", "SOFTMAX",
-                     "CONCATENATION", "UNIDIRECTIONAL_SEQUENCE_LSTM"), (0,)),
+                     "CONCATENATION", "UNIDIRECTIONAL_SEQUENCE_LSTM", "ABS", "EXP", "RELU_0_TO_1", "PACK",
+                     "UNPACK"), (0,)),
 }
 # Integer options that must be at least this much wherever they appear (0 depth_multiplier means "derive it").
 _OPTION_MINIMUM = {"stride_w": 1, "stride_h": 1, "dilation_w_factor": 1, "dilation_h_factor": 1,
@@ -46,7 +47,8 @@ _ZERO_POINT_RANGE = {DataType.int8: (-128, 127), DataType.uint8: (0, 255), DataT
 MAX_LSTM_STEPS = 256
 _CONVOLUTIONS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV"})
 # NPU operators whose output has exactly the input's shape.
-_SAME_SHAPE = frozenset({"RELU", "RELU6", "RELU_N1_TO_1", "TANH", "LOGISTIC", "HARD_SWISH", "LEAKY_RELU", "QUANTIZE"})
+_SAME_SHAPE = frozenset({"RELU", "RELU6", "RELU_N1_TO_1", "TANH", "LOGISTIC", "HARD_SWISH", "LEAKY_RELU", "QUANTIZE",
+                         "ABS", "EXP", "RELU_0_TO_1", "PRELU"})
 _RESIZES = frozenset({"RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR"})
 _WINDOWED = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_POOL_2D"})
 
@@ -217,14 +219,25 @@ def _npu_operator_problems(v: OpView) -> Iterator[str]:
         yield from _mean_problems(v, label)
     if v.opcode in ("SPLIT", "SPLIT_V"):
         yield from _split_problems(v, label)
+    if v.opcode in _STACKING:
+        yield from _stacking_problems(v, label)
+    if v.opcode == "MIRROR_PAD":
+        yield from _mirror_pad_problems(v, label)
+    if v.opcode == "ARG_MAX" and tuple(v.ofm.shape) != tuple(v.ifm.shape[:-1]):
+        yield f"{label}: OFM {list(v.ofm.shape)} is not IFM {list(v.ifm.shape)} without its depth"
+    if v.opcode == "PRELU" and not _broadcasts(tuple(v.inputs[1].shape), tuple(v.ifm.shape)):
+        yield f"{label}: alpha {list(v.inputs[1].shape)} does not broadcast to IFM {list(v.ifm.shape)}"
 
 
 def _quantisation_problems(v: OpView, label: str) -> Iterator[str]:
     """The NPU rescales its IFM, IFM2, weights and OFM (and an LSTM its states): each needs a scale. Every scale
     an operand has must be a positive finite number (weights may be 0 for a channel of all-zero weights)."""
     required = v.main_tensors()
-    if v.opcode == "TRANSPOSE":  # Vela counts the int32 permutation as an IFM2, but it is only read, not rescaled
+    # Vela counts TRANSPOSE's permutation and MIRROR_PAD's paddings (int32) as an IFM2: read, never rescaled.
+    if v.opcode in ("TRANSPOSE", "MIRROR_PAD"):
         required = [t for t in required if t is not v.ifm2]
+    if v.opcode == "ARG_MAX":  # the OFM holds indices
+        required = [t for t in required if t is not v.ofm]
     if v.opcode == "UNIDIRECTIONAL_SEQUENCE_LSTM":
         required += [t for t in v.inputs[18:20] if t is not None]
     for t in v.all_tensors():
@@ -325,6 +338,43 @@ def _split_problems(v: OpView, label: str) -> Iterator[str]:
                f"axis {axis}")
     elif sum(t.shape[axis] for t in outputs) != shape[axis]:
         yield f"{label}: outputs along axis {axis} add up to {sum(t.shape[axis] for t in outputs)}, not {shape[axis]}"
+
+
+_STACKING = frozenset({"PACK", "UNPACK"})
+
+
+def _stacking_problems(v: OpView, label: str) -> Iterator[str]:
+    """The stacked map is every part with one more axis, as long as the number of parts, where the axis says."""
+    pack = v.opcode == "PACK"
+    parts = [t for t in (v.inputs if pack else v.outputs) if t is not None]
+    stacked = v.ofm if pack else v.inputs[0]
+    rank = len(stacked.shape)
+    axis = int(v.options.get("axis", 0))
+    axis = axis + rank if axis < 0 else axis
+    if not 0 <= axis < rank:
+        yield f"{label}: axis {v.options.get('axis')} for a rank-{rank} stacked map"
+        return
+    expected = tuple(stacked.shape[:axis]) + tuple(stacked.shape[axis + 1:])
+    if stacked.shape[axis] != len(parts) or any(tuple(t.shape) != expected for t in parts):
+        yield (f"{label}: parts {[list(t.shape) for t in parts]} do not stack into {list(stacked.shape)} along "
+               f"axis {axis}")
+
+
+def _mirror_pad_problems(v: OpView, label: str) -> Iterator[str]:
+    """Constant, non-negative paddings, one pair per IFM dimension, that make the OFM's shape."""
+    pads = v.inputs[1]
+    values = None if pads.data is None else np.asarray(pads.data)
+    rank = len(v.ifm.shape)
+    if values is None or values.shape != (rank, 2) or (values < 0).any():
+        yield f"{label}: paddings {None if values is None else values.tolist()} for a rank-{rank} IFM"
+    elif tuple(v.ofm.shape) != tuple(int(s + a + b) for s, (a, b) in zip(v.ifm.shape, values, strict=True)):
+        yield f"{label}: OFM {list(v.ofm.shape)} is not IFM {list(v.ifm.shape)} padded by {values.tolist()}"
+
+
+def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """``shape`` stretches to ``target`` by numpy's rules without growing it."""
+    return len(shape) <= len(target) and all(s in (1, t) for s, t in zip(reversed(shape), reversed(target),
+                                                                            strict=False))
 
 
 def _mean_problems(v: OpView, label: str) -> Iterator[str]:

@@ -1,4 +1,5 @@
-"""The JSON schedule document (format npusched.schedule/1; fields are documented in docs/schedule-format.md).
+"""The JSON schedule document (format npusched.schedule/2; fields are documented in docs/guide/schedule-format.md;
+``npusched.io.schedule_document`` reads it back).
 
 Later versions add fields; they never rename or remove one.
 """
@@ -13,12 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from npusched.errors import OutputError
+from npusched.io.schedule_document import FORMAT
 from npusched.ir import CpuOp, NpuOp
 from npusched.run import RunResult
 from npusched.schedule.evaluator import cascade_rolling_buffers, placement_of, slack_buffering_cycles
 from npusched.target.performance import ACCESS_AREAS, Direction
-
-FORMAT = "npusched.schedule/1"
 
 
 def op_record(op: NpuOp | CpuOp) -> dict[str, Any]:
@@ -123,6 +123,8 @@ def document(result: RunResult, vela_backend: dict[str, Any] | None = None) -> d
         "normalised": options.normalise,
         "normalisation": result.normalisation.as_json() if result.normalisation is not None else None,
         "sites": [site.as_json() for site in result.sites],
+        "recipe": result.recipe.as_json() if result.recipe is not None else None,
+        "rewrites": [record.as_json() for record in result.rewrites],
         **_solver_fields(result),
         "warnings": list(result.warnings),
         "vela_backend": vela_backend,
@@ -187,7 +189,7 @@ def _solver_fields(result: RunResult) -> dict[str, Any]:
         return {"strategy": result.options.optimise, "objective": None, "bound_cycles": None,
                 "any_schedule_bound_cycles": None, "gap": None, "peak_fast_storage_bound_bytes": None,
                 "peak_proven_minimal": None, "solve_seconds": result.timings_seconds.get("solve"), "heuristic": None,
-                "floors": []}
+                "floors": [], "floors_missing": []}
     heuristic = None
     if report.heuristic_cycles is not None:
         heuristic = {"cycles": report.heuristic_cycles,
@@ -203,7 +205,8 @@ def _solver_fields(result: RunResult) -> dict[str, Any]:
             "peak_proven_minimal": report.peak_proven_minimal if report.strategy == "Size" else None,
             "solve_seconds": report.solve_seconds,
             "status_reason": report.reason or None, "model_stats": report.model_stats, "heuristic": heuristic,
-            "floors": [floor.as_json() for floor in result.floors]}
+            "floors": [floor.as_json() for floor in result.floors],
+            "floors_missing": [missing.as_json() for missing in result.missing_floors]}
 
 
 def _finite_or_none(value: float | None) -> float | None:

@@ -9,6 +9,7 @@ import math
 
 from npusched.ir import NpuOp
 from npusched.run import RunResult
+from npusched.target.estimators import Estimator
 from npusched.target.performance import ACCESS_AREAS, Direction, Purpose
 
 _COLUMNS = (
@@ -89,7 +90,7 @@ def format_summary(result: RunResult, per_layer: bool = True) -> str:
         f"CPU operators = {cpu} ({_percent(cpu, total):.1f}%)",
         f"NPU operators = {len(npu_ops)} ({_percent(len(npu_ops), total):.1f}%)",
     ]
-    lines += [f"  CPU: {op.reason}" for op in network.cpu_ops]
+    lines += [f"  CPU: {op.reason}{_cores_running(result, op.name)}" for op in network.cpu_ops]
     lines += [f"NPU subgraph {sg.name}: {len(sg.ops)} passes" for sg in network.subgraphs]
     if result.normalisation is not None:
         lines += [f"Normalised: {result.normalisation.describe()}",
@@ -151,12 +152,12 @@ def solver_lines(result: RunResult) -> list[str]:
             gain = 100.0 * (1.0 - result.solved()[1].total_cycles / report.heuristic_cycles)
             lines.append(_kv("Improvement over heuristic", f"{gain:.2f}%"))
     lines += floor_lines(result)
-    if report.objective:
-        lines.append(_kv("Objective", report.objective))
+    if report.objective_words or report.objective:
+        lines.append(f"Objective: {report.objective_words or report.objective}")
     # CP-SAT has no bound or gap when it fell back before searching (NaN): say so rather than print "nan".
     bound = f"{report.bound_cycles:.0f}" if _finite(report.bound_cycles) else "none"
     if _finite(report.bound_cycles) and report.objective.startswith("both"):
-        bound += " (of the Objective line's weighted sum, not the cycles above)"
+        bound += " (of that weighted sum, not the cycles above)"
     gap = f"{100.0 * report.gap:.2f}%" if _finite(report.gap) else "none"
     any_bound = (f"{report.any_schedule_bound_cycles:.0f}" if _finite(report.any_schedule_bound_cycles)
                  else "none")
@@ -177,9 +178,17 @@ def solver_lines(result: RunResult) -> list[str]:
     return lines
 
 
+def _cores_running(result: RunResult, name: str) -> str:
+    """Where each Vela core whose own schedule the run made runs the operator (a CP-SAT run's floors)."""
+    where = [f"{'Vela legacy' if floor.core == Estimator.VELA_LEGACY.value else 'the default core'} runs it on the "
+             f"{'CPU' if name in floor.cpu_operators else 'NPU'}" for floor in result.floors]
+    return f" ({'; '.join(where)})" if where else ""
+
+
 def floor_lines(result: RunResult) -> list[str]:
     """Both Vela cores' own schedules, each priced by its own model, against the answer priced the same way."""
-    names = {"vela-legacy": "Vela legacy's own schedule", "vela-default": "Vela default core's own schedule"}
+    names = {Estimator.VELA_LEGACY.value: "Vela legacy's own schedule",
+             Estimator.VELA_DEFAULT.value: "Vela default core's own schedule"}
     lines = []
     for floor in result.floors:
         own = floor.total_cycles
@@ -188,6 +197,7 @@ def floor_lines(result: RunResult) -> list[str]:
         fits = "" if floor.fits else ", does not fit"
         taught = f", taught {' and '.join(floor.taught)}" if floor.taught else ""
         lines.append(_kv(names.get(floor.core, floor.core), f"{own:.0f} ({floor.core}{taught}{ratio}{fits})"))
+    lines += [f"{names.get(missing.core, missing.core)}: none ({missing.reason})" for missing in result.missing_floors]
     return lines
 
 

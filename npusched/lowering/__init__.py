@@ -8,7 +8,9 @@ Modules
 -------
 * ``netgraph`` — the private working graph (ops and tensors with producer/consumer links, Vela's traversals).
 * ``importer`` — a TFLite subgraph as a working graph, with Vela's read-time conversions (HWIO weights, ...).
-* ``rewrites`` — Vela's graph-optimiser rewrites, run in Vela's order.
+* ``rewrites`` — Vela's graph-optimiser rewrites, run in Vela's order; its mixins ``rewrites_memory``
+  (concatenation, split, PACK, UNPACK), ``rewrites_shape`` (resize, padding, MIRROR_PAD, dilation),
+  ``rewrites_prelu`` and ``rewrites_argmax``.
 * ``packing`` — pass packing (Vela's depth-first order, CPU-pass regrouping) and the runs of NPU passes that
   become NPU subgraphs.
 * ``formats`` — NHWC or NHCWB16 for every NPU feature map (Vela's format restrictions).

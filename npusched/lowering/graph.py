@@ -18,6 +18,7 @@ import networkx as nx
 import numpy as np
 
 from npusched.errors import ModelError
+from npusched.frontend.recipe import GraphRecipe
 from npusched.frontend.supported import npu_support
 from npusched.frontend.tflite_reader import TfliteModel, TfliteOperator, TfliteSubgraph
 from npusched.ir import (
@@ -277,14 +278,16 @@ def _with_weight_twins(op: NpuOp, encoders: dict[tuple, list[NpuOp]]) -> NpuOp:
     return replace(op, attrs=(*op.attrs, (WEIGHT_TWINS, tuple(earlier)))) if earlier else op
 
 
-def lower_model(model: TfliteModel, arch: ArchitectureFeatures | None = None, *, in_place: bool = False,
-                deep_views: bool = False, default_core: bool = False) -> Network:
+def lower_model(model: TfliteModel, arch: ArchitectureFeatures | None = None,
+                recipe: GraphRecipe | None = None) -> Network:
     """Lower every subgraph of ``model``; NPU subgraphs are listed in Vela's order (per TFLite subgraph, in
-    execution order). Time and memory grow linearly with the size of the model (scripts/bench_lower.py).
+    execution order). Time and memory grow linearly with the size of the model (scripts/bench/load.py --netgen).
 
-    ``in_place``: the passes making a concatenation's inputs write their slices themselves where that is exact
-    and memory allows (``npusched.lowering.in_place``; the budget is ``arch``'s arena cache where feature maps
-    live in fast storage); without it the graph is Vela legacy's, copies and all.
+    The recipe's lowering choices (default: Vela legacy's graph, copies and all):
+
+    ``writes_in_place``: the passes making a concatenation's inputs write their slices themselves where that is
+    exact and memory allows (``npusched.lowering.in_place``; ``in_place_budget_bytes`` bounds how much sooner a
+    write may make its OFM live).
 
     ``deep_views``: a SOFTMAX computes its per-row arithmetic (and its per-element passes over its exp map) on a
     deeper view of the same bytes (``softmax.deep_view``), as the default core does; without it, at depth 1 as
@@ -292,14 +295,17 @@ def lower_model(model: TfliteModel, arch: ArchitectureFeatures | None = None, *,
 
     ``default_core``: the graph Vela's default core schedules, which ``--solver vela-default`` reads its schedule
     onto: its int8 -> int16 SOFTMAX and NCHW <-> NHWC TRANSPOSE on the NPU too, its own softmax and LSTM passes
-    (``LoweringContext.default_core``), binary operands in TFLite order. Vela legacy's backend cannot compile it."""
+    (``LoweringContext.default_core``), binary operands in TFLite order. Vela legacy's backend cannot compile it.
+    ``keep_strides``: a convolution keeps its stride, as that core's graph does (Vela legacy folds some into
+    depth)."""
+    recipe = recipe or GraphRecipe()
     limit, collecting = sys.getrecursionlimit(), gc.isenabled()
     sys.setrecursionlimit(max(limit, RECURSION_LIMIT))
     # The working graph is cyclic (ops and tensors link both ways) and grows to thousands of objects; Python's
     # cyclic collector re-scanning it while it grows makes lowering quadratic, and nothing in it is garbage yet.
     gc.disable()
     try:
-        return _lower_model(model, arch, in_place, deep_views, default_core)
+        return _lower_model(model, arch, recipe)
     except RecursionError:
         raise ModelError(f"{model.path}: the graph is too deep to lower ({RECURSION_LIMIT} nested steps)") from None
     finally:
@@ -308,8 +314,8 @@ def lower_model(model: TfliteModel, arch: ArchitectureFeatures | None = None, *,
             gc.enable()
 
 
-def _lower_model(model: TfliteModel, arch: ArchitectureFeatures, in_place: bool, deep_views: bool,
-                 default_core: bool) -> Network:
+def _lower_model(model: TfliteModel, arch: ArchitectureFeatures, recipe: GraphRecipe) -> Network:
+    default_core, deep_views = recipe.default_core, recipe.deep_views
     all_ops: list[NpuOp | CpuOp] = []
     subgraphs: list[NpuSubgraph] = []
     encoders: dict[tuple, list[NpuOp]] = {}  # passes with weights and scales, by what Vela's weight cache keys
@@ -323,12 +329,12 @@ def _lower_model(model: TfliteModel, arch: ArchitectureFeatures, in_place: bool,
             top = _idx.get(op.op_index) if op.op_index is not None else None
             return _decompose(op, top, model, _tsg, arch, default_core, deep_views)
 
-        GraphRewriter(arch=arch, support=support, decompose=decompose).optimise(vsg)
+        GraphRewriter(arch=arch, support=support, decompose=decompose, keep_strides=recipe.keep_strides
+                      ).optimise(vsg)
         allowed = brick_allowed(vsg, arch)
         passes = pack_into_passes(vsg)
-        if in_place:
-            resident = arch.feature_map_storage_mem_area == arch.fast_storage_mem_area
-            passes = write_concat_inputs_in_place(passes, vsg, arch.arena_cache_size if resident else None)
+        if recipe.writes_in_place:
+            passes = write_concat_inputs_in_place(passes, vsg, recipe.in_place_budget_bytes)
         runs = npu_runs(passes)
         assign_formats(runs, allowed)
         run_of: dict[int, int] = {id(ps): i for i, run in enumerate(runs) for ps in run}

@@ -1,10 +1,11 @@
 """Lookup tables for activations the NPU evaluates through its LUT (sigmoid, tanh, exp, hard-swish, ...).
 
 Only the table's size and type matter to the cost model (it is DMA'd into SHRAM); the values follow the
-TFLite reference semantics so that the table is also right for a command-stream generator. Sigmoid, tanh
-and exp use the same real-valued evaluation and away-from-zero rounding as Vela; hard-swish and leaky
-ReLU are evaluated in floating point (Vela mirrors TFLite's fixed-point kernels there, so a few entries
-may differ by one LSB).
+TFLite reference semantics so that the table is also right for a command-stream generator. EXP, GELU and a
+single-alpha PRELU follow TFLite's own kernels exactly (float32 tables; PRELU's fixed-point rescaling); sigmoid
+and tanh use the same real-valued evaluation and away-from-zero rounding as Vela; hard-swish and leaky ReLU are
+evaluated in floating point (Vela mirrors TFLite's fixed-point kernels there, so a few entries may differ by one
+LSB).
 """
 
 from __future__ import annotations
@@ -134,6 +135,117 @@ def gelu_lut8_values(ifm_q: Quantization, ofm_q: Quantization, approximate: bool
             inner = f32(math.erf(float(x * sqrt_half)))
         rescaled = round_away_from_zero(float(f32(0.5) * x * (f32(1) + inner) * out_inverse))
         values.append(max(-128, min(127, int(f32(rescaled) + out_zero))))
+    return values
+
+
+# TFLite's int8 kernels that build a table do the arithmetic in float32 (its LUTPopulate): the tables below follow it.
+_F32 = np.float32
+_INT32_MIN, _INT32_MAX = -(2 ** 31), 2 ** 31 - 1
+_F32_OVERFLOW = 2.0 ** 128 - 2.0 ** 103  # doubles from here up round to float32 infinity
+
+
+def _expf(x: np.float32) -> np.float32:
+    """expf of a float32: the double result rounded to float32 (what a correctly rounded expf returns), inf above
+    float32's range."""
+    y = math.exp(float(x)) if x < 709 else math.inf
+    return _F32(y) if y < _F32_OVERFLOW else _F32(np.inf)
+
+
+def exp_lut8_values(ifm_q: Quantization, ofm_q: Quantization) -> list[int]:
+    """256 int8 entries of exp as TFLite's int8 EXP kernel tabulates them: dequantise in float32, expf (the double
+    result rounded to float32, which is what a correctly rounded expf returns), scale by the float32 inverse of the
+    output scale, round half away from zero, add the zero point, clamp. An EXP run through it is bit-exact
+    (tests/test_vela_operators.py checks every entry against the reference interpreter)."""
+    in_scale, out_inverse = _F32(_scale(ifm_q)), _F32(1) / _F32(_scale(ofm_q))
+    in_zero, out_zero = _zp(ifm_q), _F32(_zp(ofm_q))
+    values = []
+    for q in range(-128, 128):
+        x = in_scale * _F32(q - in_zero)
+        y = _expf(x)
+        rescaled = _F32(round_away_from_zero(float(y * out_inverse))) if np.isfinite(y) else _F32(np.inf)
+        quantised = rescaled + out_zero
+        values.append(127 if not np.isfinite(quantised) or quantised > 127 else max(-128, int(quantised)))
+    return values
+
+
+def exp_lut16_values(ifm_q: Quantization, ofm_q: Quantization) -> list[int]:
+    """512 base/slope words of exp for an int16 EXP, from the 513 samples TFLite's int16 kernel interpolates
+    between (float32; each sample nudged by half the error its linear interpolation makes at the step's midpoint)."""
+    in_scale, out_scale = _F32(_scale(ifm_q)), _F32(_scale(ofm_q))
+    in_zero, out_zero = _zp(ifm_q), _zp(ofm_q)
+    in_min, in_max = in_scale * _F32(-32768 - in_zero), in_scale * _F32(32767 - in_zero)
+    out_min, out_max = out_scale * _F32(-32768 - out_zero), out_scale * _F32(32767 - out_zero)
+    step = (in_max - in_min) / _F32(512)
+    half = step / _F32(2)
+    inverse = _F32(65536) / (out_max - out_min)
+
+    f = _expf
+
+    def rounded(x: np.float32) -> np.float32:
+        return _F32(round_away_from_zero(float(x))) if np.isfinite(x) else x
+
+    samples = []
+    for i in range(512):
+        at = in_min + _F32(i) * step
+        sample = rounded(f(at) * inverse)
+        interpolated = rounded((f(in_min + _F32(i + 1) * step) * inverse + sample) / _F32(2))
+        error = interpolated - rounded(f(at + half) * inverse)
+        samples.append(float(np.clip(sample - rounded(error / _F32(2)), -32768, 32767)))
+    samples.append(float(np.clip(rounded(f(in_max) * inverse), -32768, 32767)))
+    words = []
+    for base, following in zip(samples, samples[1:], strict=False):
+        slope = int(following) - int(base)
+        words.append(((slope & 0xFFFF) << 16) | (int(base) & 0xFFFF))
+    return words
+
+
+def _tflite_multiplier(real: float) -> tuple[int, int]:
+    """TFLite's QuantizeMultiplier: a real multiplier as (Q31 mantissa, power of two), the mantissa rounded half away
+    from zero."""
+    if real == 0:
+        return 0, 0
+    mantissa, exponent = math.frexp(real)
+    fixed = int(round_away_from_zero(mantissa * (1 << 31)))
+    if fixed == 1 << 31:
+        fixed, exponent = fixed // 2, exponent + 1
+    if exponent < -31:
+        return 0, 0
+    return (_INT32_MAX, 30) if exponent > 30 else (fixed, exponent)
+
+
+def _tflite_rescaled(x: int, multiplier: int, exponent: int) -> int:
+    """TFLite's MultiplyByQuantizedMultiplier: a doubling high multiply that rounds half away from zero, then a
+    rounding right shift (half up)."""
+    a = x * (1 << max(exponent, 0))
+    if a == multiplier == _INT32_MIN:
+        high = _INT32_MAX
+    else:
+        product = a * multiplier
+        nudged = product + ((1 << 30) if product >= 0 else 1 - (1 << 30))
+        high = abs(nudged) >> 31 if nudged >= 0 else -(abs(nudged) >> 31)
+    shift = max(-exponent, 0)
+    mask = (1 << shift) - 1
+    threshold = (mask >> 1) + (1 if high < 0 else 0)
+    return (high >> shift) + (1 if (high & mask) > threshold else 0)
+
+
+def prelu_lut8_values(ifm_q: Quantization, alpha_q: Quantization, alpha: int, ofm_q: Quantization,
+                      dtype: DataType) -> list[int]:
+    """256 entries of a PRELU whose alpha is one value (``alpha``, its zero point not yet subtracted), computed as
+    TFLite's 8-bit PRELU kernel computes each element: inputs at or above the zero point rescaled by IFM scale / OFM
+    scale, the others multiplied by alpha and rescaled by IFM scale x alpha scale / OFM scale (float32 ratios,
+    fixed-point rescaling), plus the output zero point, clamped."""
+    in_scale, out_scale = _F32(_scale(ifm_q)), _F32(_scale(ofm_q))
+    identity = _tflite_multiplier(float(in_scale / out_scale))
+    scaled = _tflite_multiplier(float(in_scale * _F32(_scale(alpha_q)) / out_scale))
+    factor = alpha - _zp(alpha_q)
+    qrange = range(256) if dtype == DataType.uint8 else range(-128, 128)
+    lo, hi = min(qrange), max(qrange)
+    values = []
+    for q in qrange:
+        x = q - _zp(ifm_q)
+        y = _tflite_rescaled(x, *identity) if x >= 0 else _tflite_rescaled(x * factor, *scaled)
+        values.append(min(hi, max(lo, y + _zp(ofm_q))))
     return values
 
 

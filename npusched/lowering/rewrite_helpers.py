@@ -120,12 +120,6 @@ def zero_point(t: WorkingTensor) -> int:
     return int(t.quantization.zero_point[0]) if t.quantization.zero_point else 0
 
 
-def keeps_strides(arch: object) -> bool:
-    """Vela's default core does not fold a convolution's stride into depth; priced as it prices (``--estimator
-    vela-default``), the graph keeps the stride too, so its passes are the ones that core schedules."""
-    return str(getattr(arch, "estimator", "")) == "vela-default"
-
-
 def ifm_index(op: WorkingOp, which: int) -> int:
     return INDICES[op.type][0][which]
 

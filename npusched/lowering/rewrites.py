@@ -40,7 +40,6 @@ from npusched.lowering.rewrite_helpers import (
     avgpool_nop,
     calc_resize_factor,
     filter_padding,
-    keeps_strides,
     needed_total_padding,
     padding_and_skirt,
     quantise_scale,
@@ -48,7 +47,9 @@ from npusched.lowering.rewrite_helpers import (
     splice_prebuilt,
     zero_point,
 )
+from npusched.lowering.rewrites_argmax import ArgMaxRewrites
 from npusched.lowering.rewrites_memory import MemoryOpRewrites
+from npusched.lowering.rewrites_prelu import PRELU_ALPHA, PreluRewrites
 from npusched.lowering.rewrites_shape import ShapeRewrites
 from npusched.target.arch import ArchitectureFeatures
 
@@ -57,13 +58,15 @@ DecomposeFn = Callable[[WorkingOp], list[NpuOp] | None]
 
 
 @dataclass
-class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
+class GraphRewriter(MemoryOpRewrites, ShapeRewrites, PreluRewrites, ArgMaxRewrites):
     """Runs the rewrites over one subgraph. ``support`` says why an op must stay on the CPU (or None);
     ``decompose`` lowers SOFTMAX/MEAN/LSTM into NpuOps (None when it cannot)."""
 
     arch: ArchitectureFeatures
     support: SupportFn
     decompose: DecomposeFn
+    # the default core's graph: a convolution keeps its stride (``GraphRecipe.keep_strides``)
+    keep_strides: bool = False
     # === driver =========================================================================================
     def optimise(self, sg: WorkingGraph) -> None:
         update_consumers(sg)
@@ -81,8 +84,10 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
             self.convert_decomposable,
             self.convert_depthwise_to_conv,
             self.convert_conv_to_fc,
+            self.convert_prelu,
             self.convert_lrelu,
             self.convert_avg_pool_to_conv2d,
+            self.convert_mirror_pad,
             self.fixup_strided_conv,
             self.convert_hardswish_to_lut,
             self.rewrite_fully_connected_input,
@@ -90,6 +95,7 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
             self.fixup_conv2d_backprop,
             self.fixup_relus_with_differing_scaling,
             self.reorder_depthwise_weights,
+            self.convert_argmax,
             self.fixup_resize,
             self.fixup_bias_tensors,
             self.convert_tanh_sigmoid_to_lut,
@@ -210,8 +216,8 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
             vals = luts.gelu_lut8_values(op.ifm.quantization, op.ofm.quantization, bool(op.attrs.get("approximate")))
             return self._to_lut(op, vals, "gelu")
         if op.type == "Exp" and op.ifm.dtype in (DataType.int8, DataType.int16):
-            vals = luts.activation_lut("exp", op.ifm.quantization, op.ofm.quantization, op.ifm.dtype)
-            return self._to_lut(op, vals, "exp")
+            table = luts.exp_lut8_values if op.ifm.dtype == DataType.int8 else luts.exp_lut16_values
+            return self._to_lut(op, table(op.ifm.quantization, op.ofm.quantization), "exp")
         if op.type == "Rsqrt":
             return self._to_lut(op, luts.rsqrt_lut8_values(op.ifm.quantization, op.ofm.quantization), "rsqrt")
         return op
@@ -262,8 +268,16 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
             op.activation = None
             return op
         if ifm.dtype == ofm.dtype and ifm.dtype in (DataType.int8, DataType.uint8):
-            vals = luts.activation_lut("lrelu", ifm.quantization, ofm.quantization, ifm.dtype, alpha)
+            if PRELU_ALPHA in op.attrs:  # a PRELU's single alpha: TFLite's PRELU arithmetic, exactly
+                stored, alpha_quantization = op.attrs[PRELU_ALPHA]
+                vals = luts.prelu_lut8_values(ifm.quantization, alpha_quantization, stored, ofm.quantization,
+                                              ifm.dtype)
+            else:
+                vals = luts.activation_lut("lrelu", ifm.quantization, ofm.quantization, ifm.dtype, alpha)
             return self._to_lut(op, vals, "lrelu")
+        keeps_int16 = scaling_equal(ifm, ofm) and ifm.dtype == ofm.dtype == DataType.int16 and alpha > 0
+        if PRELU_ALPHA in op.attrs and not keeps_int16:
+            return self.leaky_relu_as_maximum(op)
         return op
 
     def convert_avg_pool_to_conv2d(self, op: WorkingOp) -> WorkingOp:
@@ -297,7 +311,7 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites):
         factor, final_stride = calc_resize_factor(ifm_shape.width, s_x)
         post_depth = ifm_shape.depth * factor
         if s_x > 1 and (post_depth <= 8 or s_x > 3) and factor != 1 and weights is not None \
-                and not keeps_strides(self.arch):
+                and not self.keep_strides:
             k_w, _ = op.kernel_size()
             padding_type = op.attrs.get("padding")
             if padding_type in (None, "EXPLICIT", "TILE"):

@@ -21,6 +21,7 @@ from npusched.lowering.netgraph import (
     const_tensor,
 )
 from npusched.lowering.rewrite_helpers import (
+    avgpool_nop,
     bilinear_phase_kernels,
     clone_op,
     concat_slice_writer,
@@ -285,6 +286,71 @@ class ShapeRewrites:
         op.attrs["dilation"] = (1, hw_h, hw_w, 1)
         op.attrs["dilation_h_factor"] = hw_h
         op.attrs["dilation_w_factor"] = hw_w
+        return op
+
+    def convert_mirror_pad(self, op: WorkingOp) -> WorkingOp:
+        """MIRROR_PAD as Vela makes it: one AvgPool copies the IFM into the middle rows of a map as tall as the OFM,
+        one per padded edge reads the rows next to that edge (past it when reflecting) and writes them upwards or
+        downwards (a negative OFM height stride) above or below; when the width is padded too, two more read that
+        map's edge columns and write them leftwards or rightwards into the OFM, and a last AvgPool copies the map
+        into the OFM's middle columns. The negative strides need linear (NHWC) maps."""
+        if op.type != "MirrorPad" or not op.run_on_npu:
+            return op
+        top, left, bottom, right, _, _ = pad_values(op.ifm2.values)
+        symmetric = op.attrs.get("mode") in ("SYMMETRIC", 1)
+        ifm, ofm = op.ifm, op.ofm
+        ofm.ops = []
+        element_bytes = 2 if ofm.dtype == DataType.int16 else 1
+        n, h, w, c = Shape4D.from_list(ifm.shape).as_list()
+        _, out_h, out_w, _ = Shape4D.from_list(ofm.shape).as_list()
+        tall = h + top + bottom
+        ofm.force_linear = True
+        columns = bool(left or right)
+        middle = ofm
+        if columns:
+            middle = WorkingTensor(name="intermediate_ofm_tens", shape=[n, tall, w, c], dtype=ofm.dtype,
+                                   quantization=ofm.quantization, force_linear=True)
+
+        def copy(name: str, source: WorkingTensor, target: WorkingTensor, shape: Shape4D,
+                 write_offset: Shape4D) -> WorkingOp:
+            pool = avgpool_nop(name)
+            pool.tflite_op = op.tflite_op
+            pool.write_shape, pool.write_offset = shape, write_offset
+            pool.read_shapes[0], pool.read_offsets[0] = shape, Shape4D(0, 0, 0, 0)
+            pool.add_input(source)
+            target.ops.append(pool)
+            pool.outputs = [target]
+            pool.set_ifm_ofm_shapes()
+            return pool
+
+        copy("init_pool", ifm, middle, Shape4D(n, h, w, c), Shape4D(0, top, 0, 0))
+        skip = 0 if symmetric else 1  # reflecting leaves the edge row or column itself out
+        edges = (  # (amount, read shape, read offset, tile base offset, stride multiplier C/H/W, reads the IFM)
+            (top, Shape4D(n, top, w, c), Shape4D(0, skip, 0, 0), (top - 1) * w * c, (1, -1, 1), True),
+            (bottom, Shape4D(n, bottom, w, c), Shape4D(0, h - bottom - skip, 0, 0), (out_h - 1) * w * c,
+             (1, -1, 1), True),
+            (left, Shape4D(n, tall, left, c), Shape4D(0, 0, skip, 0), (left - 1) * c, (1, 1, -1), False),
+            (right, Shape4D(n, tall, right, c), Shape4D(0, 0, w - right - skip, 0), (out_w - 1) * c, (1, 1, -1),
+             False),
+        )
+        pool = avgpool_nop("pad_pool")
+        pool.tflite_op = op.tflite_op
+        for i, (amount, shape, read_offset, base, strides, from_ifm) in enumerate(edges):
+            pool.inputs = []
+            if not amount:
+                continue
+            pool.write_shape, pool.read_shapes[0], pool.read_offsets[0] = shape, shape, read_offset
+            pool.write_offset = Shape4D(0, 0, 0, 0)
+            pool.attrs["tile_base_offset_ofm"] = base * element_bytes
+            pool.attrs["ofm_stride_multiplier"] = strides
+            pool.add_input(ifm if from_ifm else middle)
+            target = middle if from_ifm else ofm
+            target.ops.append(pool)
+            pool.outputs = [target]
+            pool.set_ifm_ofm_shapes()
+            pool = clone_op(pool, f"_{i}")
+        if columns:
+            copy("avg_pool_final_copy", middle, ofm, Shape4D(n, tall, w, c), Shape4D(0, 0, left, 0))
         return op
 
     def convert_pad(self, op: WorkingOp) -> WorkingOp:

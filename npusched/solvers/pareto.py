@@ -26,7 +26,7 @@ from npusched.lowering.graph import Network
 from npusched.schedule.evaluator import Evaluation, evaluate, staging_limit, verify
 from npusched.schedule.rules import ALLOCATION_QUANTUM
 from npusched.schedule.schedule import Schedule
-from npusched.solvers.cpsat import NetworkFacts, smallest_fast_storage, solve_cpsat
+from npusched.solvers.cpsat import NetworkFacts, SearchBudget, smallest_fast_storage, solve_cpsat
 from npusched.solvers.heuristic import heuristic_schedule
 from npusched.solvers.max_schedule import max_schedule
 from npusched.target.arch import ArchitectureFeatures
@@ -268,9 +268,8 @@ class _Solver:
         arch = self.arch_at(limit)
         hint_eval = evaluate(self.network, arch, hint) if hint is not None else None
         try:
-            result = solve_cpsat(self.network, arch, time_limit_seconds=seconds, workers=self.workers,
-                                 seed=self.seed, deterministic=self.deterministic, hint=hint,
-                                 hint_evaluation=hint_eval)
+            budget = SearchBudget(seconds, self.workers, self.seed, self.deterministic)
+            result = solve_cpsat(self.network, arch, budget, hint=hint, hint_evaluation=hint_eval)
         except ScheduleError:
             return None
         evaluation = evaluate(self.network, arch, result.schedule)

@@ -27,6 +27,7 @@ from npusched.sweep.grid import (
     expand,
     find_models,
     parse_size_bytes,
+    solver_name,
 )
 from npusched.sweep.gridfile import load_grid_file
 from npusched.sweep.local import run_local, start_fork_server
@@ -114,11 +115,10 @@ def _positive(kind: type, text: str) -> Any:
 
 
 def _solver_list(text: str) -> list[str]:
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in SOLVERS]
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown solver '{unknown[0]}' (known: {', '.join(SOLVERS)})")
-    return names
+    try:
+        return [solver_name(name.strip()) for name in text.split(",") if name.strip()]
+    except GridError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

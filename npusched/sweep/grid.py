@@ -18,20 +18,34 @@ from pathlib import Path
 
 from npusched import __version__
 from npusched.errors import NpuschedError
-from npusched.run import RunOptions
+from npusched.run import RunOptions, Solver
 from npusched.target.arch import resolve_config_file
-
-NPUSCHED_SOLVERS = ("cpsat", "heuristic", "dp")
-VELA_SOLVERS = ("vela-legacy", "vela-default")
-SOLVERS = NPUSCHED_SOLVERS + VELA_SOLVERS
-DEFAULT_CONFIG_FILE = "Arm/vela.ini"
-# The store's bytes-moved column of each memory area.
-AREA_COLUMNS = {"Sram": "bytes_sram", "Dram": "bytes_dram", "OnChipFlash": "bytes_onchipflash",
-                "OffChipFlash": "bytes_offchipflash"}
 
 
 class GridError(NpuschedError):
     """The grid (flags or grid file) names something that does not exist or cannot be combined."""
+
+
+# npusched's solvers (``--solver``: "vela-default" is the default core's schedule read back and priced by
+# npusched, as on the command line), and the `vela` CLI's own runs of each core, priced by that core.
+NPUSCHED_SOLVERS = tuple(solver.value for solver in Solver)
+VELA_SOLVERS = ("vela-cli-legacy", "vela-cli-default")
+SOLVERS = NPUSCHED_SOLVERS + VELA_SOLVERS
+# Earlier grid files' names of the `vela` CLI's legacy run (their "vela-default" was the CLI's default core, which
+# is now "vela-cli-default": the name means the read-back everywhere).
+SOLVER_ALIASES = {"vela-legacy": "vela-cli-legacy"}
+
+
+def solver_name(name: str) -> str:
+    """``name`` as the sweep knows it (an earlier name resolved); a ``GridError`` for one it does not know."""
+    name = SOLVER_ALIASES.get(name, name)
+    if name not in SOLVERS:
+        raise GridError(f"unknown solver '{name}' (known: {', '.join(SOLVERS)})")
+    return name
+DEFAULT_CONFIG_FILE = "Arm/vela.ini"
+# The store's bytes-moved column of each memory area.
+AREA_COLUMNS = {"Sram": "bytes_sram", "Dram": "bytes_dram", "OnChipFlash": "bytes_onchipflash",
+                "OffChipFlash": "bytes_offchipflash"}
 
 
 @dataclass(frozen=True)
@@ -186,9 +200,7 @@ def configurations_from_axes(accelerators: tuple[str, ...], system_configs: tupl
 
 def expand(grid: Grid) -> tuple[Cell, ...]:
     """The grid's cells in a stable order (model-major), without duplicates."""
-    unknown = [s for s in grid.solvers if s not in SOLVERS]
-    if unknown:
-        raise GridError(f"unknown solver '{unknown[0]}' (known: {', '.join(SOLVERS)})")
+    solvers = tuple(solver_name(solver) for solver in grid.solvers)
     if not grid.configurations:
         raise GridError("no hardware configuration given")
     model_hashes = {model: file_sha256(model) for model in grid.models}
@@ -198,7 +210,7 @@ def expand(grid: Grid) -> tuple[Cell, ...]:
         arenas = config.arena_cache_sizes or grid.arena_cache_sizes
         optimise = config.optimise or grid.optimise
         for model, arena, strategy, solver, seed in itertools.product(
-                grid.models, arenas, optimise, grid.solvers, range(grid.seeds)):
+                grid.models, arenas, optimise, solvers, range(grid.seeds)):
             cpsat = solver == "cpsat"
             cell = Cell(
                 model_path=str(model), model_sha256=model_hashes[model], hardware=config.name,

@@ -1,4 +1,4 @@
-"""Grid files: the sweep's flags as a YAML or TOML document (format in docs/sweep.md).
+"""Grid files: the sweep's flags as a YAML or TOML document (format in docs/guide/sweep.md).
 
 Keys are the long flags' names ('-' or '_' alike); a list or a single value where the flag takes several.
 ``configurations`` lists named hardware configurations instead of the accelerator x system x memory-mode product.
@@ -38,7 +38,7 @@ def load_grid_file(path: Path) -> dict[str, Any]:
         elif name == "configurations":
             settings[name] = tuple(_configuration(path, entry) for entry in _as_list(value))
         else:
-            raise GridError(f"grid file {path}: unknown key '{raw_key}' (see docs/sweep.md)")
+            raise GridError(f"grid file {path}: unknown key '{raw_key}' (see docs/guide/sweep.md)")
     if "models" in settings:
         settings["models"] = [_relative(base, m) for m in settings["models"]]
     if "config" in settings:

@@ -25,7 +25,7 @@ _SOLVER_FIELDS = {"cycles": "cycles", "status": "status", "bound_cycles": "bound
 
 
 def key(solver: str) -> str:
-    """The column prefix of a solver ('vela-legacy' -> 'vela_legacy')."""
+    """The column prefix of a solver ('vela-cli-legacy' -> 'vela_cli_legacy')."""
     return solver.replace("-", "_")
 
 

@@ -1,4 +1,4 @@
-"""The results store: one SQLite row per cell, written by the sweep's driver only (schema in docs/sweep.md).
+"""The results store: one SQLite row per cell, written by the sweep's driver only (schema in docs/guide/sweep.md).
 
 WAL mode and one transaction per finished cell: a killed driver loses at most the cells in flight (they have no
 row yet) and never leaves a half-written row; readers (``report``, pandas) can read while a sweep writes.

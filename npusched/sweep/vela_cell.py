@@ -17,8 +17,8 @@ _VELA_AREA_COLUMNS = {"Sram": "sram_total_bytes", "Dram": "dram_total_bytes",
 
 
 def run_vela_cell(cell: Cell) -> dict[str, Any]:
-    """The store's row for a Vela cell (``cell.solver`` 'vela-legacy' or 'vela')."""
-    core: VelaCore = "legacy" if cell.solver == "vela-legacy" else "default"
+    """The store's row for a Vela cell (``cell.solver`` 'vela-cli-legacy' or 'vela-cli-default')."""
+    core: VelaCore = "legacy" if cell.solver == "vela-cli-legacy" else "default"
     with tempfile.TemporaryDirectory(prefix="npusched-vela-") as tmp:
         done = run_vela(cell.run_options(), Path(tmp), core=core, cwd=Path(tmp), preexec_fn=die_with_parent)
         summaries = sorted(Path(tmp).glob("*_summary_*.csv"))

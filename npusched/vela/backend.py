@@ -19,6 +19,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
@@ -27,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from npusched.errors import OutputError
-from npusched.frontend.normalise import normalise
 from npusched.frontend.tflite_reader import read_model_bytes
+from npusched.lowering.build import normalised_bytes
 from npusched.lowering.graph import RECURSION_LIMIT, Network
-from npusched.run import RunOptions, RunResult
+from npusched.run import RunOptions, RunResult, recipe_for
 from npusched.schedule.evaluator import evaluate
 from npusched.schedule.schedule import Schedule
 from npusched.target import codec
@@ -46,7 +47,7 @@ __all__ = ["BackendResult", "Compilation", "OpAgreement", "VelaRefusal", "check_
 
 # Estimates agree when they differ by at most this fraction (relative to the larger of the two).
 AGREEMENT_TOLERANCE = 1e-4
-# Vela's backend compile time (estimated_compile_seconds), fitted by scripts/deploy_time_limit.py fit on 46
+# Vela's backend compile time (estimated_compile_seconds), fitted by scripts/bench/time_limit.py fit on 46
 # compilations (corpus models and netgen networks of 6-730 passes, 2 configurations, each in a process that has
 # just scheduled the network, as a run does; load average 1-3 on 2 cores): least squares 0.07 s + 5.6 ms per pass
 # + 0.32 s per MB of weights (feature-map size adds nothing measurable since the per-op record is built without
@@ -97,6 +98,10 @@ class BackendResult:
     hillclimb_bytes: int | None = None
     # Said before the comparison: where the compiled graph is not the one the run priced (npusched.app.replay).
     notes: tuple[str, ...] = ()
+    # What the written file is: the run's answer, or the fallback compiled beside the run (Vela legacy's own
+    # schedule) where the answer's compile was refused or not done by the limit, and why.
+    written: str = "answer"
+    fallback_reason: str = ""
 
     @property
     def allocation_fits(self) -> bool:
@@ -136,7 +141,8 @@ class BackendResult:
                 "vela_allocation_bytes": self.vela_allocation_bytes,
                 "npusched_allocation_bytes": self.npusched_allocation_bytes,
                 "allocation_fits": self.allocation_fits, "allocator": self.allocator,
-                "hillclimb_bytes": self.hillclimb_bytes, "notes": list(self.notes)}
+                "hillclimb_bytes": self.hillclimb_bytes, "notes": list(self.notes), "written": self.written,
+                "fallback_reason": self.fallback_reason or None}
 
 
 def _relative(a: float, b: float) -> float:
@@ -160,7 +166,7 @@ def estimated_compile_seconds(network: Network, *, started_ahead: bool = False) 
     a run with --output-dir keeps back from its time limit so that the compile ends within it too. Vela's time
     grows with the passes and with the weights it encodes (a MobileNet-V2 of 66 passes and 3.5 MB takes longer
     than a 100-pass network of small weights); the constants make a line over every measurement of
-    scripts/deploy_time_limit.py fit. ``started_ahead``: what is left of a :class:`Compilation` started before the
+    scripts/bench/time_limit.py fit. ``started_ahead``: what is left of a :class:`Compilation` started before the
     run once the schedule is known (its own line, from ``fit --ahead``)."""
     ops = network.npu_ops
     weight_megabytes = sum(op.weights.size_in_bytes for op in ops if op.weights is not None) / 1e6
@@ -210,6 +216,9 @@ class Compilation:
             raise OutputError(f"--output-dir {output_dir}: cannot write ({exc.strerror or exc})") from None
         self._ahead = ahead and "fork" in multiprocessing.get_all_start_methods()  # not on Windows
         self._processes: dict[bytes, _AheadProcess] = {}
+        self._fallback: tuple[_AheadProcess, Plan, bytes] | None = None
+        # Where the answer's compile must be done by (a ``time.monotonic`` reading): past it, the fallback.
+        self.deadline: float | None = None
 
     def __enter__(self) -> Compilation:
         return self
@@ -221,6 +230,9 @@ class Compilation:
         for process in self._processes.values():
             process.stop()
         self._processes.clear()
+        if self._fallback is not None:
+            self._fallback[0].stop()
+            self._fallback = None
         shutil.rmtree(self._staging, ignore_errors=True)
         if self._created and self.output_dir.is_dir() and not any(self.output_dir.iterdir()):
             self.output_dir.rmdir()  # a refused compilation leaves no trace
@@ -233,6 +245,20 @@ class Compilation:
             staging.mkdir()
             self._processes[model_bytes] = _AheadProcess(self.options, model_bytes, staging)
 
+    def start_fallback(self, network: Network, arch: ArchitectureFeatures, schedule: Schedule,
+                       model_bytes: bytes) -> None:
+        """Compile ``schedule`` of ``model_bytes`` (Vela legacy's own schedule of its graph) in the background now,
+        so that a compiled model exists at the limit whatever becomes of the answer's compile (started ahead
+        only)."""
+        if not self._ahead or self._fallback is not None:
+            return
+        staging = self._staging / "fallback"
+        staging.mkdir()
+        plan = Plan(network, _legacy(arch), schedule)
+        process = _AheadProcess(self.options, model_bytes, staging)
+        process.submit(plan)
+        self._fallback = (process, plan, model_bytes)
+
     def submit(self, network: Network, arch: ArchitectureFeatures, schedule: Schedule, model_bytes: bytes) -> None:
         """Hand the schedule of ``model_bytes`` to the process compiling that graph as soon as it exists, so that
         Vela compiles it while the run evaluates and reports (the other graphs' processes stop); :meth:`finish`
@@ -244,25 +270,74 @@ class Compilation:
                 process.stop()
 
     def finish(self, result: RunResult) -> BackendResult:
-        """Compile ``result``'s schedule and move Vela's files into the output directory."""
-        network = result.network
-        schedule, evaluation = result.solved()
+        """Compile ``result``'s schedule and move Vela's files into the output directory. Where Vela refuses it,
+        or its compile ahead is not done by ``deadline``, the fallback compiled beside the run (``start_fallback``)
+        is written instead, and the result says so and why."""
+        schedule, _ = result.solved()
         # Vela's figures are Vela's estimator's; the evaluator is asked the same question.
-        arch = _legacy(result.arch)
-        if arch is not result.arch:
-            evaluation = evaluate(network, arch, schedule)
+        plan = Plan(result.network, _legacy(result.arch), schedule)
         model_bytes = result.model_bytes or scheduled_model_bytes(result.options, result.arch)
-        plan = Plan(network, arch, schedule)
+        if self._fallback is not None and self._fallback[2] == model_bytes \
+                and self._fallback[1].schedule.ops == schedule.ops \
+                and self._fallback[1].schedule.tensors == schedule.tensors:
+            # The answer is the fallback's schedule (the search found nothing better than Vela legacy's own).
+            process, _, _ = self._fallback
+            self._fallback = None
+            return self._written(plan, process.answer(), process.staging)
+        try:
+            compiled, staging = self._compile(plan, model_bytes)
+        except VelaRefusal as exc:
+            fallback = self._fallback_written(f"Vela's backend refuses the answer: {exc}")
+            if fallback is None:
+                raise
+            return fallback
+        if compiled is None:  # the answer's compile was not done by the deadline
+            fallback = self._fallback_written("the answer's compile was not done within the time limit")
+            if fallback is not None:
+                return fallback
+            compiled, staging = self._compile_here(plan, model_bytes)
+        return self._written(plan, compiled, staging)
+
+    def _compile(self, plan: Plan, model_bytes: bytes) -> tuple[_Compiled | None, Path]:
+        """The answer compiled: by its process ahead (None where that is not done by the deadline), else here."""
         process = self._processes.get(model_bytes)
-        compiled, staging = None, self._staging / "here"
         if process is not None:
             process.submit(plan)
-            compiled, staging = process.answer(), process.staging
+            timeout = None if self.deadline is None else self.deadline - time.monotonic()
+            compiled = process.answer(timeout if self._fallback is not None else None)
+            if compiled is not None or process.late:
+                return compiled, process.staging
+        return self._compile_here(plan, model_bytes)
+
+    def _compile_here(self, plan: Plan, model_bytes: bytes) -> tuple[_Compiled, Path]:
+        staging = self._staging / "here"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        return _vela_compile(self.options, model_bytes, staging, lambda: plan), staging
+
+    def _fallback_written(self, reason: str) -> BackendResult | None:
+        """The fallback's compile written (None where there is none, or Vela refused it too)."""
+        if self._fallback is None:
+            return None
+        process, plan, _ = self._fallback
+        self._fallback = None
         try:
-            if compiled is None:
-                shutil.rmtree(staging, ignore_errors=True)
-                staging.mkdir()
-                compiled = _vela_compile(self.options, model_bytes, staging, lambda: plan)
+            compiled = process.answer()
+        except VelaRefusal:
+            return None
+        if compiled is None:
+            return None
+        return self._written(plan, compiled, process.staging, "fallback", reason)
+
+    def _written(self, plan: Plan, compiled: _Compiled | None, staging: Path, written: str = "answer",
+                 reason: str = "") -> BackendResult:
+        """Vela's files of ``compiled`` moved into the output directory, and Vela's estimate against the
+        evaluator's."""
+        if compiled is None:
+            raise VelaRefusal("Vela's backend stopped without compiling the schedule")
+        network, arch, schedule = plan.network, plan.arch, plan.schedule
+        evaluation = evaluate(network, arch, schedule)
+        try:
             staged = output_paths(self.options.model_path, arch.system_config, staging)
             final = output_paths(self.options.model_path, arch.system_config, self.output_dir)
             for source, target in zip(staged, final, strict=True):
@@ -278,7 +353,7 @@ class Compilation:
                              vela_allocation_bytes=compiled.vela_allocation_bytes,
                              npusched_allocation_bytes=evaluation.allocation.size_bytes,
                              limit_bytes=int(arch.arena_cache_size), allocator=compiled.allocator,
-                             hillclimb_bytes=compiled.hillclimb_bytes)
+                             hillclimb_bytes=compiled.hillclimb_bytes, written=written, fallback_reason=reason)
 
 
 def scheduled_model_bytes(options: RunOptions, arch: ArchitectureFeatures) -> bytes:
@@ -286,11 +361,8 @@ def scheduled_model_bytes(options: RunOptions, arch: ArchitectureFeatures) -> by
     where the options normalise (for the heuristic, Vela's graph: the file `vela` compiles to the same schedule).
     A CP-SAT run may leave sites out: its ``RunResult.model_bytes`` says what it scheduled; this is what a result
     made without them (by hand, in a script) is compiled from."""
-    data = read_model_bytes(options.model_path)
-    if not options.normalise:
-        return data
-    return normalise(data, str(options.model_path), stage=options.stages_maps(arch),
-                     softmax_split_bytes=options.softmax_split_bytes(arch))[0]
+    return normalised_bytes(read_model_bytes(options.model_path), str(options.model_path),
+                            recipe_for(options, arch))[0]
 
 
 def _legacy(arch: ArchitectureFeatures) -> ArchitectureFeatures:
@@ -322,6 +394,7 @@ class _AheadProcess:
         self._process.start()
         child_end.close()
         self._submitted: Plan | None = None
+        self.late = False  # it had not answered when asked, and was stopped
 
     def submit(self, plan: Plan) -> None:
         """Send ``plan`` (once: a later, different plan stops the process, and the run compiles in its own)."""
@@ -334,14 +407,20 @@ class _AheadProcess:
             with contextlib.suppress(OSError):  # it may have stopped already, its answer waiting
                 self._connection.send((plan, codec.remembered_streams()))
 
-    def answer(self) -> _Compiled | None:
-        """The compile of the submitted plan; None when the process is gone or failed otherwise than by Vela
-        refusing (the caller then compiles in its own process)."""
+    def answer(self, timeout_seconds: float | None = None) -> _Compiled | None:
+        """The compile of the submitted plan; None when the process is gone, failed otherwise than by Vela
+        refusing (the caller then compiles in its own process) or has not answered within ``timeout_seconds``
+        (then it is stopped)."""
         connection, self._connection = self._connection, None
         if connection is None:
             return None
         try:
-            kind, answer = connection.recv() if self._process is not None else ("stopped", None)
+            if self._process is not None and timeout_seconds is not None \
+                    and not connection.poll(max(0.0, timeout_seconds)):
+                kind, answer = "late", None
+                self.late = True
+            else:
+                kind, answer = connection.recv() if self._process is not None else ("stopped", None)
         except (EOFError, OSError):
             kind, answer = "failed", None
         finally:

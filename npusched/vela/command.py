@@ -61,8 +61,18 @@ def run_vela(options: RunOptions, output_dir: Path, *, core: VelaCore = "legacy"
     """Run the `vela` executable; the caller judges its exit status (a failing Vela is often a result)."""
     executable = [sys.executable, "-m", "npusched.vela.taught_vela"] if core == "taught" else [vela_executable()]
     command = [*executable, *vela_arguments(options, output_dir, core=core, verbose=verbose)]
-    return subprocess.run(command, capture_output=True, text=True, cwd=cwd, check=False, timeout=timeout_seconds,
-                          preexec_fn=preexec_fn)
+    return subprocess.run(command, capture_output=True, text=True, cwd=cwd, check=False,
+                          timeout=waitable(timeout_seconds), preexec_fn=preexec_fn)
+
+
+# The longest wait handed to the operating system: a longer one (``--time-limit 1e308``) is no limit at all, and
+# the system's own timers overflow on it (poll() takes at most 2^31 ms, 24.8 days).
+LONGEST_WAIT_SECONDS = 7 * 24 * 3600.0
+
+
+def waitable(seconds: float | None) -> float | None:
+    """``seconds`` as a timeout a wait accepts: None (no limit) for one beyond ``LONGEST_WAIT_SECONDS``."""
+    return None if seconds is None or not seconds < LONGEST_WAIT_SECONDS else seconds
 
 
 def last_line(done: subprocess.CompletedProcess[str]) -> str:

@@ -41,28 +41,48 @@ _INTEGER_TYPES = frozenset({schema.TensorType.INT32, schema.TensorType.INT64})
 
 
 def fix_batch(subgraph: SubGraphT) -> list[str]:
-    """Fix a dynamic batch dimension (-1 in dimension 0 of shape_signature) at 1 on every tensor; the names of the
-    subgraph inputs fixed.
+    """Fix a dynamic batch at 1 on every tensor; the names of the subgraph inputs fixed.
 
-    Only where every dynamic dimension of the subgraph's inputs is the batch: a model dynamic elsewhere (a
-    sequence length) keeps its signatures, and shapes derived from those stay unknown, so nothing is folded
-    from them.
+    The batch is the one -1 of a shape signature: in dimension 0 (the tensor's dimension 0 becomes 1, as before), or
+    in any other dimension where the static shape holds 1, which is where the converter leaves the batch once a
+    TRANSPOSE has moved it (a time-major recurrent layer's [T, 1, F] with signature [T, -1, F]): that signature is
+    dropped and the static shape kept. Only where every subgraph input's dynamic dimension is such a batch: a model
+    dynamic elsewhere (a sequence length, two dynamic dimensions) keeps its signatures, and shapes derived from those
+    stay unknown, so nothing is folded from them.
     """
     tensors = subgraph.tensors or []
     inputs = {i for i in ints(subgraph.inputs) if 0 <= i < len(tensors)}
-    signatures = [signature(tensors[i]) for i in inputs]
-    if any(-1 in sig[1:] for sig in signatures if sig is not None):
+    if not all(_batch_position(tensors[i]) is not None for i in inputs if _dynamic(tensors[i])):
         return []
     fixed = []
     for index, tensor in enumerate(tensors):
-        sig = signature(tensor)
-        if sig is None or not sig or sig[0] != -1 or -1 in sig[1:]:
+        position = _batch_position(tensor) if _dynamic(tensor) else None
+        if position is None:
             continue
-        tensor.shape = np.asarray([1, *sig[1:]], dtype=np.int32)
+        sig = signature(tensor) or ()
+        tensor.shape = np.asarray([1 if d == position else v for d, v in enumerate(sig)], dtype=np.int32)
         tensor.shapeSignature = None
         if index in inputs:
             fixed.append(name(tensor))
     return fixed
+
+
+def _dynamic(tensor: TensorT) -> bool:
+    sig = signature(tensor)
+    return sig is not None and -1 in sig
+
+
+def _batch_position(tensor: TensorT) -> int | None:
+    """Where the tensor's only dynamic dimension is a batch fixed at 1 (``fix_batch``), or None."""
+    sig = signature(tensor) or ()
+    dynamic = [d for d, v in enumerate(sig) if v == -1]
+    if len(dynamic) != 1:
+        return None
+    position = dynamic[0]
+    if position == 0:
+        return 0
+    shape = [int(v) for v in tensor.shape] if tensor.shape is not None else []
+    return position if len(shape) == len(sig) and shape[position] == 1 else None
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,8 @@ def find_matmul_operands(model: ModelT, subgraph: SubGraphT) -> list[TransposedO
         options = op.builtinOptions
         lhs, rhs = ints(op.inputs)
         shapes = [static_shape(tensor_at(subgraph, i)) for i in (lhs, rhs, ints(op.outputs)[0])]
-        if options is None or options.adjY or options.adjX or any(s is None for s in shapes) \
+        if not isinstance(options, schema.BatchMatMulOptionsT) or options.adjY or options.adjX \
+                or any(s is None for s in shapes) \
                 or any(tensors[i].type != _INT8 for i in (lhs, rhs, ints(op.outputs)[0])) \
                 or any(constant(model, tensors[i]) is not None for i in (lhs, rhs)):
             continue

@@ -8,8 +8,9 @@ applied. Every rewrite keeps each tensor the original model computes bit for bit
 it with the TFLite reference interpreter).
 
 A *priced* rewrite changes only what a schedule costs or needs in fast storage, not what the NPU can run: which of
-its sites are applied is the caller's choice (``npusched.app.graph_choice`` prices the network with and without
-them). The others (folding, grouped convolutions) change what runs on the NPU at all and are always applied.
+its sites are applied is the recipe's choice (``GraphRecipe.skipped_sites``; ``npusched.app.graph_choice`` prices
+the network with and without them). The others (folding, grouped convolutions) change what runs on the NPU at all
+and apply wherever they are found. Any rewrite can be switched off by name (``GraphRecipe.disabled_rewrites``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from npusched.frontend.normalise.flatbuffer import ModelT, SubGraphT
+from npusched.frontend.recipe import GraphRecipe
 
 
 @dataclass(frozen=True, order=True)
@@ -59,6 +61,14 @@ class Rewrite:
     apply: Callable[[ModelT, SubGraphT, Sequence[Any]], None]
     # "2 element-wise passes re-laid out 16 or more deep" from (sites applied, operators they rewrote).
     describe: Callable[[int, int], str]
+    # The rewrite as a recipe runs it (its parameters from the recipe), or None where the recipe does not run it.
+    for_recipe: Callable[[Rewrite, GraphRecipe], Rewrite | None] | None = None
+
+    def configured(self, recipe: GraphRecipe) -> Rewrite | None:
+        """This rewrite as ``recipe`` runs it; None where it does not (switched off by name, or not for it)."""
+        if not recipe.rewrite_enabled(self.name):
+            return None
+        return self if self.for_recipe is None else self.for_recipe(self, recipe)
 
 
 def counted(count: int, noun: str, plural_suffix: str = "s") -> str:

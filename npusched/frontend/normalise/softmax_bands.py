@@ -37,16 +37,12 @@ from npusched.frontend.normalise.flatbuffer import (
     well_formed,
 )
 from npusched.frontend.normalise.rewrite import Rewrite, Site, counted
+from npusched.frontend.recipe import SOFTMAX_SPLIT_BYTES, GraphRecipe
 from npusched.frontend.supported import npu_support
 
-# A SOFTMAX is split when its decomposition's int32 map (one int32 per IFM element) is over this size: five such
-# maps are live at its peak, each stored 16 deep (a 4-class map takes 64 bytes a pixel), so over 1.25 MiB; a
-# classifier's or an attention layer's softmax (tens of KiB) is left as Vela compiles it, but where fast storage is
-# short (``split_bytes_for``).
-SOFTMAX_SPLIT_BYTES = 64 * 1024
 # Each band's int32 map is at most this. At 32 KiB a 128 x 128 x 4 segmentation head becomes 8 bands and its peak
-# falls from 5 MiB to below its U-Net body's (docs/results.md), for 33 passes a band (the decomposition's 31, a
-# slice copy, a concatenation copy); 16 KiB doubles the passes and lowers no peak there.
+# falls from 5 MiB to below its U-Net body's (docs/results/exporters.md), for 33 passes a band (the decomposition's
+# 31, a slice copy, a concatenation copy); 16 KiB doubles the passes and lowers no peak there.
 SOFTMAX_BAND_BYTES = 32 * 1024
 _SOFTMAX_TYPES = frozenset({schema.TensorType.INT8, schema.TensorType.UINT8, schema.TensorType.INT16})
 
@@ -57,7 +53,7 @@ def split_bytes_for(fast_storage_limit_bytes: int, least_memory: bool) -> int:
     of its int32 maps are live). npusched's own lowering keeps those maps linear, 4 bytes an element
     (``lowering.softmax.deep_view``), where Vela legacy stores them 16 deep; in a larger arena the bands' copies
     cost more than the memory they save. An attention layer's softmax, a band of heads each, takes a
-    transformer's peak below both cores' (docs/results.md)."""
+    transformer's peak below both cores' (docs/results/size.md)."""
     if least_memory:
         return SOFTMAX_BAND_BYTES
     return max(SOFTMAX_BAND_BYTES, fast_storage_limit_bytes // 4)
@@ -147,12 +143,14 @@ def _describe(sites: int, operators: int) -> str:
     return f"{sites} SOFTMAX split into {counted(operators, 'row band')}"
 
 
+def _splitting(rewrite: Rewrite, recipe: GraphRecipe) -> Rewrite:
+    """``rewrite`` splitting the softmaxes whose int32 map is over the recipe's ``softmax_split_bytes`` (the same
+    sites, by name)."""
+    if recipe.softmax_split_bytes == SOFTMAX_SPLIT_BYTES:
+        return rewrite
+    return replace(rewrite, find=partial(find_large_softmaxes, split_bytes=recipe.softmax_split_bytes),
+                   for_recipe=None)
+
+
 SOFTMAX_BANDS = Rewrite("softmax_bands", priced=True, find=find_large_softmaxes, apply=band_softmaxes,
-                        describe=_describe)
-
-
-def softmax_bands_splitting(split_bytes: int) -> Rewrite:
-    """``SOFTMAX_BANDS`` splitting the softmaxes whose int32 map is over ``split_bytes`` (same sites, by name)."""
-    if split_bytes == SOFTMAX_SPLIT_BYTES:
-        return SOFTMAX_BANDS
-    return replace(SOFTMAX_BANDS, find=partial(find_large_softmaxes, split_bytes=split_bytes))
+                        describe=_describe, for_recipe=_splitting)

@@ -1,14 +1,14 @@
 """UNPACK and PACK of activations as the slices and concatenations the NPU runs.
 
 An unrolled recurrent layer (Keras's GRU(unroll=True), LSTM(unroll=True)) UNPACKs its [1, T, F] input into T steps
-and PACKs the T states back. npusched's operator support places UNPACK and PACK of activations on the CPU, so
-they split the network into NPU subgraphs that Vela legacy (which runs them on the NPU) does not make: Vela's
-backend then refused to compile the schedule (the two partitions differ), and the network could not be deployed.
-The same work in operators both run: UNPACK along an axis is SPLIT along it into slices of length 1, each
-RESHAPEd without that axis; PACK is each part RESHAPEd with a unit axis there, then CONCATENATION along it. Every
-tensor keeps its quantisation (TFLite's int8 UNPACK and PACK already move elements unchanged), the original
-tensors keep their names and indices, and the written file is what both npusched and Vela read. Not priced:
-without it the operators run on the CPU.
+and PACKs the T states back. Vela legacy and npusched both run UNPACK and PACK on the NPU themselves (as Vela's
+graph optimiser lowers them: ``npusched.lowering.rewrites_memory``), but Vela legacy mis-reads a negative UNPACK
+axis (it fails at -1), so npusched leaves such an UNPACK to the CPU. Written here as the operators both run, every
+static UNPACK and PACK reaches the NPU whatever its axis: UNPACK along an axis is SPLIT along it into slices of
+length 1, each RESHAPEd without that axis; PACK is each part RESHAPEd with a unit axis there, then CONCATENATION
+along it. Every tensor keeps its quantisation (TFLite's int8 UNPACK and PACK already move elements unchanged), the
+original tensors keep their names and indices, and the written file is what both npusched and Vela read. Not
+priced: the passes are those Vela makes of the operators themselves (a slice read, a slice written per part).
 """
 
 from __future__ import annotations

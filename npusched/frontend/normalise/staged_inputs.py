@@ -113,4 +113,5 @@ def _describe(sites: int, operators: int) -> str:
 
 
 STAGED_INPUTS = Rewrite("staged_input", priced=True, find=find_staged_inputs, apply=stage_inputs,
-                        describe=_describe)
+                        describe=_describe,
+                        for_recipe=lambda rewrite, recipe: rewrite if recipe.stage_maps else None)

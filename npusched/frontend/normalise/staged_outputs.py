@@ -90,4 +90,5 @@ def _describe(sites: int, operators: int) -> str:
 
 
 STAGED_OUTPUTS = Rewrite("staged_output", priced=True, find=find_staged_outputs, apply=stage_outputs,
-                         describe=_describe)
+                         describe=_describe,
+                         for_recipe=lambda rewrite, recipe: rewrite if recipe.stage_maps else None)

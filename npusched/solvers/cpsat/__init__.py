@@ -10,6 +10,7 @@ from npusched.solvers.cpsat.search import (
     solve_cpsat,
     with_any_schedule_bound,
 )
+from npusched.solvers.cpsat.solver import SearchBudget
 
-__all__ = ["NO_TIME_TO_SEARCH", "CpSatResult", "NetworkFacts", "objective_rank", "smallest_fast_storage", "solve_cpsat",
-           "with_any_schedule_bound"]
+__all__ = ["NO_TIME_TO_SEARCH", "CpSatResult", "NetworkFacts", "SearchBudget", "objective_rank",
+           "smallest_fast_storage", "solve_cpsat", "with_any_schedule_bound"]

@@ -58,6 +58,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -111,16 +112,25 @@ def any_schedule_bound_seconds(network: Network, arch: ArchitectureFeatures) -> 
     return SECONDS_PER_PASS_AND_MODEL * models * len(network.npu_ops)
 
 
-def any_schedule_bound(net: NetworkFacts) -> float:
+def any_schedule_bound(net: NetworkFacts, deadline: float = math.inf) -> float:
     """A lower bound on the evaluator's total cycles of any schedule of ``net``'s network (module docstring):
-    under ``Estimator.BOTH`` the least of each model's bound and their weighted blend."""
+    under ``Estimator.BOTH`` the least of each model's bound and their weighted blend. NaN (no bound) where it
+    is not worked out by ``deadline`` (a ``time.monotonic`` reading): the run's limit comes first."""
     arch = net.arch
-    if arch.estimator is Estimator.BOTH:
-        legacy_arch, default_arch = blend_parts(arch)
-        legacy, default = _Bound(net, legacy_arch).total(), _Bound(net, default_arch).total()
-        wa, wb = arch.blend_weights
-        return min(legacy, default, wa * legacy + wb * default)
-    return _Bound(net, arch).total()
+    try:
+        if arch.estimator is Estimator.BOTH:
+            legacy_arch, default_arch = blend_parts(arch)
+            legacy = _Bound(net, legacy_arch, deadline).total()
+            default = _Bound(net, default_arch, deadline).total()
+            wa, wb = arch.blend_weights
+            return min(legacy, default, wa * legacy + wb * default)
+        return _Bound(net, arch, deadline).total()
+    except _PastDeadline:
+        return math.nan
+
+
+class _PastDeadline(Exception):
+    """The bound was not worked out in time."""
 
 
 @functools.lru_cache(maxsize=16)
@@ -194,9 +204,10 @@ class _Bound:
     usefully leave (``_slack_cap``), added up. Prices are memoised per op shape and placement (by the identity of
     one query object per value, so that keys are cheap)."""
 
-    def __init__(self, net: NetworkFacts, arch: ArchitectureFeatures) -> None:
+    def __init__(self, net: NetworkFacts, arch: ArchitectureFeatures, deadline: float = math.inf) -> None:
         self.net = net
         self.arch = arch
+        self.deadline = deadline
         self.default = arch.estimator is Estimator.VELA_DEFAULT
         self.ideal = ideal_memories(arch)
         self.fast = arch.fast_storage_mem_area
@@ -233,6 +244,8 @@ class _Bound:
             # its price can fall (None: its slack is not tied to its own price, see ``_slack_cap``).
             before: tuple[float, float] | None = None
             for pos, op in enumerate(sg.ops):
+                if time.monotonic() > self.deadline:
+                    raise _PastDeadline
                 may_cascade = bool((pos > 0 and links[pos - 1]) or (pos + 1 < len(sg.ops) and links[pos]))
                 weights = self._weights(op)
                 bufferable = weights is not None and weights_need_dma(self.arch, op)

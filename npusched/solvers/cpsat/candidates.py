@@ -32,7 +32,7 @@ Where candidates come from (and how many, per subgraph of n passes):
 Generated buffered weights are not pre-buffered (their buffer is live from their own step): Vela's estimate
 credits the prefetch under the previous pass either way, so a pre-buffered variant would cost the same and only
 take more memory. Why cascades stop at ``MAX_CASCADE_LENGTH`` and what the smallest stripes buy is measured in
-docs/architecture.md ("The CP-SAT candidate space").
+docs/guide/architecture.md ("The CP-SAT candidate space").
 
 Dominated block configs are dropped before ranking (``drop_dominated``). Candidates that would profit from an
 artefact of Vela's estimate are kept out of the model, the hint's own included: a cascaded pass with buffered

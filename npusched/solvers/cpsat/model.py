@@ -35,6 +35,18 @@ then the objective; the same dicts read the solution back (``extract_schedule``)
   over the candidates that could cover it, without enforcement literals (implied for integer choices, stronger in
   the LP), with clique cuts on maps larger than half (a third, a quarter) of the limit.
 
+The objective. With one cost model (``--objective estimator``, or any single estimator) it is the cycles:
+minimise sum over regions of sum over chosen rows of price(row) (scaled). Under ``--objective both``
+(``Estimator.BOTH``) each row's price is w_l x its cycles under Vela legacy's model + w_d x its cycles under the
+default core's (``blend_weights``, set so that a cycle is the same share of either core's own total), and each of
+the two weighted model totals L and D over the cap C (``blend_cap``: half the legacy core's own total, where either
+ratio to its core reaches 1) is penalised a hundredfold (``OVER_CAP_PENALTY``):
+
+    minimise  L + D + 100 x (max(0, L - C) + max(0, D - C))
+
+with one non-negative variable per excess (``_penalised``), so an answer slower than either core by that core's
+own model is taken only where none is faster than both.
+
 ``peak`` is the fast-storage limit for ``--optimise Performance``, whose objective is the cycles. For ``Size`` it
 is a variable: the model is solved once minimising ``peak``, then again with ``peak`` held to the least found and
 the cycles minimised (lexicographic; the second solve starts from the first's solution). The peak's proven bound

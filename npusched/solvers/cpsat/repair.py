@@ -25,6 +25,7 @@ from ortools.sat.python import cp_model
 from npusched.schedule.allocation import allocate_ranges, fast_storage_ranges
 from npusched.schedule.evaluator import Evaluation, evaluate
 from npusched.schedule.schedule import Schedule
+from npusched.solvers import interruption
 from npusched.solvers.cpsat.model import CpSatModel, Log, extract_schedule
 from npusched.solvers.cpsat.solver import SearchBudget, new_solver
 from npusched.solvers.peak_floor import network_floor
@@ -85,7 +86,7 @@ def repair_allocation(built: CpSatModel, solver: cp_model.CpSolver, status: cp_m
                 f"solving again with {cap} bytes per step (repair {rounds})")
         _tighten(built, solver, cap)
         solver = new_solver(budget.seconds_left(), budget, work_seconds)
-        status = solver.solve(built.model)
+        status = interruption.solve(solver, built.model)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             why = f"no CP-SAT answer within {cap} bytes per step after {rounds} repairs"
             return None, status, AllocationRepair(rounds, first_excess, 0.0, False, why)

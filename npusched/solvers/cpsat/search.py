@@ -5,7 +5,6 @@ window search for large networks."""
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -19,6 +18,7 @@ from npusched.lowering.graph import Network
 from npusched.schedule.evaluator import Evaluation, evaluate, staging_limit, verify
 from npusched.schedule.peak import explain_peak
 from npusched.schedule.schedule import Schedule
+from npusched.solvers import interruption
 from npusched.solvers.cpsat.any_schedule_bound import any_schedule_bound, any_schedule_bound_seconds
 from npusched.solvers.cpsat.model import (
     SCALE,
@@ -93,15 +93,14 @@ class CpSatResult:
     peak_proven_minimal: bool = False
 
 
-def solve_cpsat(network: Network, arch: ArchitectureFeatures, *, time_limit_seconds: float = 30.0,
-                workers: int | None = None, seed: int = 0, deterministic: bool = False, hint: Schedule | None = None,
-                hint_evaluation: Evaluation | None = None, work_limit_seconds: float | None = None,
-                log: Log | None = None, any_bound: bool = True) -> CpSatResult:
-    """Schedule ``network`` with CP-SAT within ``time_limit_seconds`` of wall clock (building included; the
-    answer's evaluation and verification too). ``hint_evaluation`` saves evaluating the hint again. With
-    ``deterministic`` the search's work is sized by ``work_limit_seconds`` (default: ``time_limit_seconds``): a
-    caller whose time limit is what its clock left passes the seconds its inputs alone give, so that the same
-    inputs give the same schedule on a loaded machine (where the wall clock is only a safety net).
+def solve_cpsat(network: Network, arch: ArchitectureFeatures, budget: SearchBudget | None = None, *,
+                hint: Schedule | None = None, hint_evaluation: Evaluation | None = None,
+                any_bound: bool = True) -> CpSatResult:
+    """Schedule ``network`` with CP-SAT within ``budget.time_limit_seconds`` of wall clock (building included;
+    the answer's evaluation and verification too). ``hint_evaluation`` saves evaluating the hint again. With
+    ``budget.deterministic`` the search's work is sized by ``budget.work_limit_seconds`` (default: the time
+    limit): a caller whose time limit is what its clock left passes the seconds its inputs alone give, so that the
+    same inputs give the same schedule on a loaded machine (where the wall clock is only a safety net).
 
     ``arch.optimise`` picks the objective: "Performance", the fewest cycles within the fast-storage limit;
     "Size", the least peak fast storage first and then the fewest cycles at that peak (lexicographic).
@@ -116,6 +115,8 @@ def solve_cpsat(network: Network, arch: ArchitectureFeatures, *, time_limit_seco
     again with cascades through joins (``NetworkFacts.joins``, which Size has from the start).
     """
     start = time.monotonic()
+    budget = budget or SearchBudget()
+    time_limit_seconds, work_limit_seconds = budget.time_limit_seconds, budget.work_limit_seconds
     if time_limit_seconds <= 0 and hint is not None:
         # No time to search (the run spent it, or keeps it for Vela's compile): the hint, when it fits.
         hint_evaluation = hint_evaluation or evaluate(network, arch, hint)
@@ -127,11 +128,11 @@ def solve_cpsat(network: Network, arch: ArchitectureFeatures, *, time_limit_seco
     time_limit_seconds = max(time_limit_seconds - kept_back, MIN_SEARCH_SECONDS)
     if work_limit_seconds is not None:
         work_limit_seconds = max(work_limit_seconds - kept_back, MIN_SEARCH_SECONDS)
-    workers = workers or os.cpu_count() or 1
+    budget = replace(budget, time_limit_seconds=time_limit_seconds, work_limit_seconds=work_limit_seconds,
+                     workers=budget.threads)
 
     def search(net: NetworkFacts) -> CpSatResult:
-        return _search(net, start, time_limit_seconds, work_limit_seconds, workers, seed, deterministic, hint,
-                       hint_evaluation, log)
+        return _search(net, start, budget, hint, hint_evaluation)
 
     net = NetworkFacts(network, arch)
     try:
@@ -176,58 +177,100 @@ def objective_rank(evaluation: Evaluation, arch: ArchitectureFeatures) -> tuple[
     return (cycles,)
 
 
-def _search(net: NetworkFacts, start: float, time_limit_seconds: float, work_limit_seconds: float | None,
-            workers: int, seed: int, deterministic: bool, hint: Schedule | None, hint_evaluation: Evaluation | None,
-            log: Log | None) -> CpSatResult:
+@dataclass(frozen=True)
+class _Search:
+    """One search's inputs as its stages read them: the network, when it started, its budget (deadline set), the
+    hint and its evaluation, the hint again where it fits the limit (what the search improves on and falls back
+    to), the references the candidate space is built around, the limit, the work each deterministic step is sized
+    by, and the statistics the result reports."""
+
+    net: NetworkFacts
+    start: float
+    budget: SearchBudget
+    hint: Schedule | None
+    hint_eval: Evaluation | None
+    fitting: tuple[Schedule, Evaluation] | None
+    references: tuple[Schedule, ...]
+    limit: int
+    work: float
+    stats: dict[str, Any]
+
+    @property
+    def size_first(self) -> bool:
+        return _size_first(self.net.arch)
+
+    def fallback(self, reason: str, seconds: float) -> CpSatResult:
+        assert self.fitting is not None
+        return _fallback(self.fitting[0], self.fitting[1].total_cycles, reason, seconds, self.stats)
+
+
+def _search(net: NetworkFacts, start: float, budget: SearchBudget, hint: Schedule | None,
+            hint_evaluation: Evaluation | None) -> CpSatResult:
+    """Relax the whole candidate space (the path bound, maybe its own answer), then build the one model and solve
+    it (Size: least peak, then cycles at it), else improve the hint window by window; the answer verified."""
+    search = _prepare(net, start, budget, hint, hint_evaluation)
+    # With a schedule that fits to improve on, leave time to improve it window by window should the one model take
+    # too long to build. Deterministic runs choose by size alone, never by the clock (the limit stays a safety net).
+    deadline = search.budget.deadline
+    share = 1.0 if budget.deterministic else 0.75 if search.fitting is not None else 0.9
+    build_deadline = start + share * (deadline - start)
+    relaxed = _relax_whole_space(net, search.references, hint is not None,
+                                 search.fitting[1] if search.fitting else None, search.limit, search.budget,
+                                 build_deadline, search.stats)
+    if relaxed.start is not None and relaxed.closes_gap(net.arch):
+        return _path_result(net, relaxed, start, search.stats, budget.log)
+    if search.fitting is None and relaxed.bound is not None and not relaxed.bound.feasible:
+        raise _smallest_fit_error(net, relaxed.datas, search.limit)
+    if net.passes > FULL_MODEL_MAX_PASSES and search.fitting is not None:
+        return _windows_result(net, search.references, *search.fitting, relaxed, search.limit, search.budget, start,
+                               search.stats, "the network is too large for one model")
+    try:
+        built = build_model(net, whole_subgraph_regions(net), search.references, limit=search.limit, log=budget.log,
+                            minimise_memory=search.size_first, hint_first=hint is not None, deadline=build_deadline,
+                            datas=relaxed.datas or None)
+    except OutOfTime:
+        if search.fitting is None:
+            raise ScheduleError(_nothing_found(net, search.hint_eval, search.limit, budget.time_limit_seconds)
+                                ) from None
+        if budget.deterministic:
+            search.stats["stopped_by_clock"] = True  # the build ran out of time: the clock chose the window search
+        return _windows_result(net, search.references, *search.fitting, relaxed, search.limit, search.budget, start,
+                               search.stats, "the one model could not be built in time")
+    search.stats.update(built.stats, mode="full")
+    if relaxed.start is not None and relaxed.bound is not None and relaxed.bound.paths is not None \
+            and not search.size_first:
+        add_path_hint(built, relaxed.bound.paths, relaxed.resident)
+    else:
+        add_hint(built, hint, search.hint_eval.peak_fast_storage if search.hint_eval is not None else None)
+    return _solve_built(search, built, relaxed)
+
+
+def _prepare(net: NetworkFacts, start: float, budget: SearchBudget, hint: Schedule | None,
+             hint_evaluation: Evaluation | None) -> _Search:
     network, arch = net.network, net.arch
-    size_first = _size_first(arch)
     references = tuple(s for s in (hint, _max_schedule_or_none(network, arch)) if s is not None)
     limit = staging_limit(arch)
     hint_eval = hint_evaluation if hint_evaluation is not None or hint is None else evaluate(network, arch, hint)
-    # The hint with its evaluation when it fits the limit: what the search improves on, and falls back to.
     fitting = (hint, hint_eval) if hint is not None and hint_eval is not None and \
         not verify(network, arch, hint, hint_eval) else None
     # Keep back what the last evaluation and verification of the answer take (no more than setting up took).
-    deadline = start + time_limit_seconds - 1.2 * (time.monotonic() - start)
+    deadline = start + budget.time_limit_seconds - 1.2 * (time.monotonic() - start)
     # What the deterministic steps are sized by (inputs only, never the clock).
-    work = time_limit_seconds if work_limit_seconds is None else max(work_limit_seconds, MIN_SEARCH_SECONDS)
-    budget = SearchBudget(deadline, workers, seed, deterministic, log, work_seconds=work)
-    stats: dict[str, Any] = {"passes": net.passes}
-    # With a schedule that fits to improve on, leave time to improve it window by window should the one model take
-    # too long to build. Deterministic runs choose by size alone, never by the clock (the limit stays a safety net).
-    share = 1.0 if deterministic else 0.75 if fitting is not None else 0.9
-    build_deadline = start + share * (deadline - start)
-    relaxed = _relax_whole_space(net, references, hint is not None, fitting[1] if fitting else None, limit, budget,
-                                 build_deadline, stats)
-    if relaxed.start is not None and relaxed.closes_gap(net.arch):
-        return _path_result(net, relaxed, start, stats, log)
-    if fitting is None and relaxed.bound is not None and not relaxed.bound.feasible:
-        raise _smallest_fit_error(net, relaxed.datas, limit)
-    if net.passes > FULL_MODEL_MAX_PASSES and fitting is not None:
-        return _windows_result(net, references, *fitting, relaxed, limit, budget, start, stats,
-                               "the network is too large for one model")
-    try:
-        built = build_model(net, whole_subgraph_regions(net), references, limit=limit, log=log,
-                            minimise_memory=size_first, hint_first=hint is not None, deadline=build_deadline,
-                            datas=relaxed.datas or None)
-    except OutOfTime:
-        if fitting is None:
-            raise ScheduleError(_nothing_found(net, hint_eval, limit, time_limit_seconds)) from None
-        if deterministic:
-            stats["stopped_by_clock"] = True  # the build ran out of time: the clock chose the window search
-        return _windows_result(net, references, *fitting, relaxed, limit, budget, start, stats,
-                               "the one model could not be built in time")
-    stats.update(built.stats, mode="full")
-    if relaxed.start is not None and relaxed.bound is not None and relaxed.bound.paths is not None \
-            and not size_first:
-        add_path_hint(built, relaxed.bound.paths, relaxed.resident)
-    else:
-        add_hint(built, hint, hint_eval.peak_fast_storage if hint_eval is not None else None)
+    work = budget.time_limit_seconds if budget.work_limit_seconds is None \
+        else max(budget.work_limit_seconds, MIN_SEARCH_SECONDS)
+    return _Search(net, start, replace(budget, deadline=deadline, work_limit_seconds=work), hint, hint_eval, fitting,
+                   references, limit, work, {"passes": net.passes})
+
+
+def _solve_built(search: _Search, built: CpSatModel, relaxed: _Relaxed) -> CpSatResult:
+    """Solve the one model: Performance, the fewest cycles; Size, the least peak in half the time left, then the
+    fewest cycles within it. Then what the status says: the answer (its buffers fitted at addresses), or the
+    fallback, or why nothing fits."""
+    budget, start, stats, work, log = search.budget, search.start, search.stats, search.work, search.budget.log
     peak = _PeakBound()
-    if size_first:
-        # First the least peak, in half the time left; then the fewest cycles within it.
+    if search.size_first:
         solver = new_solver(budget.seconds_left() / 2, budget, work / 4)
-        status = solver.solve(built.model, Progress(log, start, "bytes of fast storage", 1))
+        status = interruption.solve(solver, built.model, Progress(log, start, "bytes of fast storage", 1))
         _note_clock(stats, solver, status, budget)
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             least_peak = round(solver.objective_value)
@@ -238,50 +281,62 @@ def _search(net: NetworkFacts, start: float, time_limit_seconds: float, work_lim
                     "within that peak")
             _hold_peak_and_minimise_cycles(built, solver, least_peak)
             solver = new_solver(budget.seconds_left(), budget, work / 4)
-            cycles_status = solver.solve(built.model, Progress(log, start))
+            cycles_status = interruption.solve(solver, built.model, Progress(log, start))
             _note_clock(stats, solver, cycles_status, budget)
             if cycles_status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 # The smallest schedule is a solution of the second model too; without time to find it, keep it.
-                return _verified_result(net, smallest, hint, fitting[1] if fitting else None, cp_model.FEASIBLE,
-                                        math.nan, peak, time.monotonic() - start, stats, log)
+                return _verified_result(search.net, smallest, search.hint, search.fitting[1] if search.fitting
+                                        else None, cp_model.FEASIBLE, math.nan, peak, time.monotonic() - start,
+                                        stats, log)
             status = cycles_status if status == cp_model.OPTIMAL else cp_model.FEASIBLE
     else:
         solver = new_solver(budget.seconds_left(), budget, work / 2)
-        status = solver.solve(built.model, Progress(log, start))
+        status = interruption.solve(solver, built.model, Progress(log, start))
         _note_clock(stats, solver, status, budget)
+    return _concluded(search, built, relaxed, solver, status, peak)
+
+
+def _concluded(search: _Search, built: CpSatModel, relaxed: _Relaxed, solver: cp_model.CpSolver,
+               status: cp_model.CpSolverStatus, peak: _PeakBound) -> CpSatResult:
+    net, budget, start, stats, limit = search.net, search.budget, search.start, search.stats, search.limit
     solve_seconds = time.monotonic() - start
     if status == cp_model.INFEASIBLE:
-        if fitting is not None:
-            return _fallback(fitting[0], fitting[1].total_cycles, "the candidate space has no schedule that fits",
-                             solve_seconds, stats)
+        if search.fitting is not None:
+            return search.fallback("the candidate space has no schedule that fits", solve_seconds)
         if relaxed.datas:
             raise _smallest_fit_error(net, relaxed.datas, limit)
-        fit = smallest_fast_storage(net, references, deadline, deterministic, work / 2)
-        if fit.schedule is None:
-            raise ScheduleError(f"no schedule fits {built.limit} bytes of fast storage")
-        raise ScheduleError(f"no schedule fits {built.limit} bytes of fast storage; the smallest that fits needs "
-                            f"{fit.needed_bytes} bytes"
-                            + ("" if fit.proven else " or fewer (not proven within the time limit)")
-                            + f": {explain_peak(network, arch, fit.schedule)}", needed_bytes=fit.needed_bytes)
+        raise _no_fit_error(search, built)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        if fitting is None:
-            raise ScheduleError(_nothing_found(net, hint_eval, limit, time_limit_seconds))
-        return _fallback(fitting[0], fitting[1].total_cycles, f"no CP-SAT solution within {time_limit_seconds:g} s",
-                         solve_seconds, stats)
+        if search.fitting is None:
+            raise ScheduleError(_nothing_found(net, search.hint_eval, limit, budget.time_limit_seconds))
+        return search.fallback(f"no CP-SAT solution within {budget.time_limit_seconds:g} s", solve_seconds)
     bound = solver.best_objective_bound / SCALE  # the first solve's: a repair searches a smaller space
-    if not size_first or peak.found_bytes == relaxed.least_peak_bytes:
+    if not search.size_first or peak.found_bytes == relaxed.least_peak_bytes:
         bound = max(bound, relaxed.bound_cycles())  # Size: both bound the cycles at the least peak
     # The answer's buffers must also fit at addresses; if they do not, solve again with the limit tightened.
-    found, status, repair = repair_allocation(built, solver, status, budget, work / 4, log)
+    found, status, repair = repair_allocation(built, solver, status, budget, search.work / 4, budget.log)
     stats["allocation_repairs"] = repair.as_stats()
     if found is None:
-        if fitting is None:
+        if search.fitting is None:
             raise ScheduleError(repair.reason if repair.needed_bytes is not None else
                                 f"no schedule whose buffers fit {limit} bytes of fast storage was found: "
                                 f"{repair.reason}", needed_bytes=repair.needed_bytes)
-        return _fallback(fitting[0], fitting[1].total_cycles, repair.reason, time.monotonic() - start, stats)
-    return _verified_result(net, found, hint, fitting[1] if fitting else None, status, bound, peak,
-                            time.monotonic() - start if repair.rounds else solve_seconds, stats, log)
+        return search.fallback(repair.reason, time.monotonic() - start)
+    return _verified_result(net, found, search.hint, search.fitting[1] if search.fitting else None, status, bound,
+                            peak, time.monotonic() - start if repair.rounds else solve_seconds, stats, budget.log)
+
+
+def _no_fit_error(search: _Search, built: CpSatModel) -> ScheduleError:
+    """No candidate schedule fits, and nothing fitting was given: the smallest that fits, searched for."""
+    fit = smallest_fast_storage(search.net, search.references, search.budget.deadline, search.budget.deterministic,
+                                search.work / 2)
+    if fit.schedule is None:
+        return ScheduleError(f"no schedule fits {built.limit} bytes of fast storage")
+    return ScheduleError(f"no schedule fits {built.limit} bytes of fast storage; the smallest that fits needs "
+                         f"{fit.needed_bytes} bytes"
+                         + ("" if fit.proven else " or fewer (not proven within the time limit)")
+                         + f": {explain_peak(search.net.network, search.net.arch, fit.schedule)}",
+                         needed_bytes=fit.needed_bytes)
 
 
 def _note_clock(stats: dict[str, Any], solver: cp_model.CpSolver, status: cp_model.CpSolverStatus,
@@ -371,14 +426,14 @@ def _relax_whole_space(net: NetworkFacts, references: tuple[Schedule, ...], hint
     large = net.passes > FULL_MODEL_MAX_PASSES
     models = 2 if net.arch.estimator is Estimator.BOTH else 1
     # Sized by the workers asked for, not the CPUs found, so that a deterministic run decides alike everywhere.
-    if large and budget.deterministic and net.passes * models * PRICING_SECONDS_PER_PASS_AND_MODEL / budget.workers \
+    if large and budget.deterministic and net.passes * models * PRICING_SECONDS_PER_PASS_AND_MODEL / budget.threads \
             > WHOLE_SPACE_SHARE * budget.work_left():
         stats["path_bound"] = "the whole candidate space is too large to price within the work budget"
         return _Relaxed()
     deadline = build_deadline if not large else budget.deadline if budget.deterministic else \
         min(budget.deadline, time.monotonic() + WHOLE_SPACE_SHARE * budget.seconds_left())
     try:
-        datas = tuple(whole_network_data(net, references, hint_first, deadline, usable_processes(budget.workers)))
+        datas = tuple(whole_network_data(net, references, hint_first, deadline, usable_processes(budget.threads)))
     except OutOfTime:
         stats["path_bound"] = "the whole candidate space could not be priced in time"
         if budget.deterministic and large:
@@ -565,9 +620,9 @@ def smallest_fast_storage(net: NetworkFacts, references: tuple[Schedule, ...], d
                             limit=max(staging_limit(net.arch), 1 << 40), minimise_memory=True, deadline=deadline)
     except OutOfTime:
         return SmallestFit(-1, False)
-    solver = new_solver(deadline - time.monotonic(), SearchBudget(deadline, workers=1, deterministic=deterministic),
-                        work_seconds)
-    status = solver.solve(built.model)
+    solver = new_solver(deadline - time.monotonic(),
+                        SearchBudget(workers=1, deterministic=deterministic, deadline=deadline), work_seconds)
+    status = interruption.solve(solver, built.model)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         schedule, _ = extract_schedule(built, solver.boolean_value)
         return SmallestFit(int(solver.objective_value), status == cp_model.OPTIMAL, schedule)

@@ -4,6 +4,7 @@ parameters every solve of the search and of the window search shares."""
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass
 
@@ -32,25 +33,30 @@ def objective_of(evaluation: Evaluation, arch: ArchitectureFeatures) -> float:
 
 @dataclass(frozen=True)
 class SearchBudget:
-    """What every solve of one search may spend: wall clock up to ``deadline`` (a ``time.monotonic`` reading),
-    ``workers`` threads, ``seed``; with ``deterministic`` a solve stops after a fixed amount of CP-SAT's
-    deterministic work instead (the deadline stays a safety net), sized by ``work_seconds`` where the caller
-    gives it (the seconds a search may take by its inputs alone; else the wall clock left when a step starts).
-    ``log`` receives progress lines."""
+    """What a search may spend: ``time_limit_seconds`` of wall clock (a search sets its ``deadline``, a
+    ``time.monotonic`` reading, when it starts), ``workers`` threads (None: one per CPU), ``seed``; with
+    ``deterministic`` each solve stops after a fixed amount of CP-SAT's deterministic work instead (the clock stays
+    a safety net), sized by ``work_limit_seconds``: the seconds the search may take by its inputs alone (default:
+    the time limit; within a search, the wall clock left when a step starts). ``log`` receives progress lines."""
 
-    deadline: float
-    workers: int
+    time_limit_seconds: float = 30.0
+    workers: int | None = None
     seed: int = 0
     deterministic: bool = False
+    work_limit_seconds: float | None = None
     log: Log | None = None
-    work_seconds: float | None = None
+    deadline: float = math.inf
+
+    @property
+    def threads(self) -> int:
+        return self.workers or os.cpu_count() or 1
 
     def seconds_left(self) -> float:
         return self.deadline - time.monotonic()
 
     def work_left(self) -> float:
-        """The seconds a deterministic step is sized by: ``work_seconds``, else the wall clock left."""
-        return self.work_seconds if self.work_seconds is not None else self.seconds_left()
+        """The seconds a deterministic step is sized by: ``work_limit_seconds``, else the wall clock left."""
+        return self.work_limit_seconds if self.work_limit_seconds is not None else self.seconds_left()
 
 
 class Progress(cp_model.CpSolverSolutionCallback):
@@ -80,7 +86,7 @@ def new_solver(time_limit: float, budget: SearchBudget, work_seconds: float | No
     machine's load."""
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(time_limit, 0.05)
-    solver.parameters.num_workers = max(1, budget.workers)
+    solver.parameters.num_workers = max(1, budget.threads)
     solver.parameters.random_seed = budget.seed
     # Full linearisation: the price-row and residency links are MIP-like, and their LP bound proves optimality
     # where the default level stalls (mobilenet_v2 on 256 KiB of dedicated SRAM: 21% gap -> optimal in 25 s).
@@ -91,8 +97,8 @@ def new_solver(time_limit: float, budget: SearchBudget, work_seconds: float | No
     # Interleaved: every worker takes turns at the whole portfolio of subsolvers. With a few workers CP-SAT's
     # default gives each one subsolver, and the LP-based ones that prove these models optimal may not run: with 2
     # workers on netgen and corpus networks (dedicated SRAM, Size) it proved nothing in 19 s where interleaved it
-    # proves optimality in 4-10 s (docs/results.md). Deterministic solves need it anyway.
-    if budget.deterministic or budget.workers < INTERLEAVED_BELOW_WORKERS:
+    # proves optimality in 4-10 s (docs/results/bounds.md). Deterministic solves need it anyway.
+    if budget.deterministic or budget.threads < INTERLEAVED_BELOW_WORKERS:
         solver.parameters.interleave_search = True
     if budget.deterministic:
         # A deterministic-time budget stops the search at the same point whatever the machine load (the wall

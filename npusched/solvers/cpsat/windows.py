@@ -18,6 +18,7 @@ from ortools.sat.python import cp_model
 from npusched.schedule.evaluator import Evaluation, evaluate, verify
 from npusched.schedule.pricing import Slack
 from npusched.schedule.schedule import Schedule
+from npusched.solvers import interruption
 from npusched.solvers.cpsat.candidates import segments_of
 from npusched.solvers.cpsat.model import (
     SCALE,
@@ -111,9 +112,8 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
 
     Each stage repeats until it finds nothing better. The result is verified after every sweep; should a
     sweep's result fail, the previous one is kept."""
-    verified, verified_eval = incumbent, evaluation
-    stats: dict[str, Any] = {"windows": 0, "improved_windows": 0, "sweeps": 0, "largest_window": 0, "rounds": 0}
-    moves_left = moves
+    search = _WindowSearch(net, references, incumbent, evaluation, limit, budget, moves)
+    stats = search.stats
     longest = max(len(sg.ops) for sg in net.subgraphs)
     widths = [WINDOW_PASSES]
     while widths[-1] < longest:
@@ -122,32 +122,8 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
     stages: list[tuple[str, int, int]] = [] if net.shared else [("residency", 0, 0)]
     stages += [("vela_configs_only", WINDOW_PASSES, 0), *(("full", width, 0) for width in widths)]
     idle_rounds = 0
-
-    def move(regions: list[Region], vela_configs_only: bool, seconds: float) -> bool:
-        """Solve ``regions`` of the incumbent; True when that lowered its cost."""
-        nonlocal incumbent, moves_left
-        if moves_left <= 0:
-            return False
-        moves_left -= 1
-        try:
-            built = build_model(net, regions, (incumbent, *references), limit=limit, incumbent=incumbent,
-                                hint_first=True, deadline=budget.deadline - 0.1, vela_configs_only=vela_configs_only)
-        except OutOfTime:
-            return False
-        add_hint(built, incumbent)
-        solver = new_solver(min(budget.seconds_left(), seconds), budget, seconds / 2)
-        status = solver.solve(built.model)
-        stats["windows"] += 1
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return False
-        if solver.objective_value >= sum(_incumbent_cost(net, incumbent, region) for region in regions):
-            return False
-        incumbent, _ = extract_schedule(built, solver.boolean_value, incumbent)
-        stats["improved_windows"] += 1
-        return True
-
-    while time.monotonic() < budget.deadline and moves_left > 0:
-        if relative_gap(objective_of(verified_eval, net.arch), bound_cycles) <= CLOSED_GAP:
+    while time.monotonic() < budget.deadline and search.moves_left > 0 and not interruption.requested():
+        if relative_gap(objective_of(search.verified_eval, net.arch), bound_cycles) <= CLOSED_GAP:
             stats["gap_closed"] = True
             break
         if not stages:
@@ -158,43 +134,100 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
             stages = [("full", width, (stats["rounds"] % 4) * width // 8) for width in widths]
             idle_rounds += 1
         kind, width, offset = stages[0]
-        improved = False
-        if kind == "residency":
-            # Every run fixed: the free part of each region is empty.
-            regions = [Region(sgi, len(sg.ops), len(sg.ops) - 1, 0, len(sg.ops) - 1)
-                       for sgi, sg in enumerate(net.subgraphs) if sg.ops]
-            improved = move(regions, True, 4 * WINDOW_SOLVE_SECONDS)
-        else:
-            for sgi, lo, hi in windows_by_cost(net, width, evaluation, offset):
-                if budget.seconds_left() < 0.2 or moves_left <= 0:
-                    break
-                region = aligned_region(net, incumbent, sgi, lo, hi)
-                stats["largest_window"] = max(stats["largest_window"], region.hi - region.lo + 1)
-                improved = move([region], kind == "vela_configs_only", WINDOW_SOLVE_SECONDS) or improved
+        improved = search.sweep(kind, width, offset)
         stats["sweeps"] += 1
         if not improved:
-            if budget.seconds_left() < 0.2 or moves_left <= 0:
+            if budget.seconds_left() < 0.2 or search.moves_left <= 0:
                 break  # cut short: the stage is not known to find nothing
             stages.pop(0)
             continue
         idle_rounds = 0
-        evaluation = evaluate(net.network, net.arch, incumbent)
-        problems = verify(net.network, net.arch, incumbent, evaluation, limit)
-        if problems or evaluation.total_cycles > verified_eval.total_cycles:
+        if not search.accept():
+            break
+        search.log_sweep(kind, width, offset, bound_cycles)
+    return search.verified, search.verified_eval, stats
+
+
+class _WindowSearch:
+    """The state of one window search: the incumbent (and the last verified schedule, kept when a sweep's result
+    fails), the moves left and the statistics."""
+
+    def __init__(self, net: NetworkFacts, references: tuple[Schedule, ...], incumbent: Schedule,
+                 evaluation: Evaluation, limit: int, budget: SearchBudget, moves: float) -> None:
+        self.net, self.references, self.limit, self.budget = net, references, limit, budget
+        self.incumbent, self.evaluation = incumbent, evaluation
+        self.verified, self.verified_eval = incumbent, evaluation
+        self.moves_left = moves
+        self.stats: dict[str, Any] = {"windows": 0, "improved_windows": 0, "sweeps": 0, "largest_window": 0,
+                                      "rounds": 0}
+
+    def sweep(self, kind: str, width: int, offset: int) -> bool:
+        """One stage's moves over the incumbent; True when any lowered its cost."""
+        net = self.net
+        if kind == "residency":
+            # Every run fixed: the free part of each region is empty.
+            regions = [Region(sgi, len(sg.ops), len(sg.ops) - 1, 0, len(sg.ops) - 1)
+                       for sgi, sg in enumerate(net.subgraphs) if sg.ops]
+            return self.move(regions, True, 4 * WINDOW_SOLVE_SECONDS)
+        improved = False
+        for sgi, lo, hi in windows_by_cost(net, width, self.evaluation, offset):
+            if self.budget.seconds_left() < 0.2 or self.moves_left <= 0:
+                break
+            region = aligned_region(net, self.incumbent, sgi, lo, hi)
+            self.stats["largest_window"] = max(self.stats["largest_window"], region.hi - region.lo + 1)
+            improved = self.move([region], kind == "vela_configs_only", WINDOW_SOLVE_SECONDS) or improved
+        return improved
+
+    def move(self, regions: list[Region], vela_configs_only: bool, seconds: float) -> bool:
+        """Solve ``regions`` of the incumbent; True when that lowered its cost."""
+        if self.moves_left <= 0:
+            return False
+        self.moves_left -= 1
+        net, budget = self.net, self.budget
+        try:
+            built = build_model(net, regions, (self.incumbent, *self.references), limit=self.limit,
+                                incumbent=self.incumbent, hint_first=True, deadline=budget.deadline - 0.1,
+                                vela_configs_only=vela_configs_only)
+        except OutOfTime:
+            return False
+        add_hint(built, self.incumbent)
+        solver = new_solver(min(budget.seconds_left(), seconds), budget, seconds / 2)
+        status = interruption.solve(solver, built.model)
+        self.stats["windows"] += 1
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return False
+        if solver.objective_value >= sum(_incumbent_cost(net, self.incumbent, region) for region in regions):
+            return False
+        self.incumbent, _ = extract_schedule(built, solver.boolean_value, self.incumbent)
+        self.stats["improved_windows"] += 1
+        return True
+
+    def accept(self) -> bool:
+        """Verify the improved incumbent and keep it; False (the search stops, the last verified schedule kept)
+        where it fails or costs more."""
+        net, limit = self.net, self.limit
+        evaluation = self.evaluation = evaluate(net.network, net.arch, self.incumbent)
+        problems = verify(net.network, net.arch, self.incumbent, evaluation, limit)
+        if problems or evaluation.total_cycles > self.verified_eval.total_cycles:
             if problems and evaluation.network_peak_fast_storage <= limit:
                 # Its buffers do not fit at addresses: the sweep is undone (what that costs is recorded).
-                stats["allocation_repairs"] = {
+                self.stats["allocation_repairs"] = {
                     "rounds": 0, "rejected_sweeps": 1, "first_excess_bytes": evaluation.allocation.size_bytes - limit,
-                    "cost_cycles": round(verified_eval.total_cycles - evaluation.total_cycles, 1), "fits": True}
-            break
-        verified, verified_eval = incumbent, evaluation
-        if budget.log is not None:
-            what = "residency" if kind == "residency" else f"{width}-pass windows" + (
-                " (Vela block configs)" if kind == "vela_configs_only" else "") + (" shifted" if offset else "")
-            bound = "" if math.isnan(bound_cycles) else \
-                f", bound {bound_cycles:.0f} (gap {1 - bound_cycles / evaluation.total_cycles:.2%})"
-            budget.log(f"cp-sat: sweep {stats['sweeps']} ({what}): {evaluation.total_cycles:.0f} cycles{bound}")
-    return verified, verified_eval, stats
+                    "cost_cycles": round(self.verified_eval.total_cycles - evaluation.total_cycles, 1),
+                    "fits": True}
+            return False
+        self.verified, self.verified_eval = self.incumbent, evaluation
+        return True
+
+    def log_sweep(self, kind: str, width: int, offset: int, bound_cycles: float) -> None:
+        if self.budget.log is None:
+            return
+        what = "residency" if kind == "residency" else f"{width}-pass windows" + (
+            " (Vela block configs)" if kind == "vela_configs_only" else "") + (" shifted" if offset else "")
+        total = self.verified_eval.total_cycles
+        bound = "" if math.isnan(bound_cycles) else \
+            f", bound {bound_cycles:.0f} (gap {1 - bound_cycles / total:.2%})"
+        self.budget.log(f"cp-sat: sweep {self.stats['sweeps']} ({what}): {total:.0f} cycles{bound}")
 
 
 def windows_by_cost(net: NetworkFacts, width: int, evaluation: Evaluation, offset: int = 0
@@ -279,7 +312,7 @@ def _shrink_peak_by_windows(net: NetworkFacts, references: tuple[Schedule, ...],
             break
         add_hint(built, incumbent, peak)
         solver = new_solver(min(budget.seconds_left(), WINDOW_SOLVE_SECONDS), budget, WINDOW_SOLVE_SECONDS / 2)
-        status = solver.solve(built.model)
+        status = interruption.solve(solver, built.model)
         stats["peak_windows"] += 1
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and solver.objective_value < peak:
             candidate, _ = extract_schedule(built, solver.boolean_value, incumbent)

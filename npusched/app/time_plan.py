@@ -1,0 +1,200 @@
+"""The time plan of a CP-SAT run: what each phase is predicted to take, what fits the limit, and what is dropped.
+
+A run reads and lowers npusched's graph first (``spent``), then plans the rest from the network's size: Vela
+legacy's own schedule (the heuristic, on Vela's graph, lowered too where the graphs differ), the default core's
+own schedule (the `vela` CLI, a process beside the run), the search of npusched's graph and of Vela's, the
+any-schedule bound, the final evaluation, and Vela's compile where ``--output-dir`` follows. Each is predicted
+from measured rates (``PhaseRates``: per pass, per weight byte; ``scripts/bench/time_plan.py`` measures them).
+
+The answer's search gets at least ``SEARCH_SHARE_MIN`` of what is left after loading, lowering and the compile;
+where the optional phases would leave it less, they are dropped in this order: the default core's CLI floor (the
+slowest, and a process competing for the CPUs), the search of Vela's graph (its floors stay: the answer is never
+worse than either core's schedule, which are returned where the search finds nothing better), then the
+any-schedule bound. Vela legacy's own schedule is never dropped. Where loading, lowering and the compile alone
+exceed the limit, the plan says so and names the least limit that works. In ``--deterministic`` runs every figure
+is a prediction (the measured time of loading and lowering is not used), so the plan depends on the inputs alone.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from npusched.lowering.graph import Network
+
+# Of what is left after loading, lowering and the compile, the least the answer's search gets.
+SEARCH_SHARE_MIN = 0.5
+# Of the search time, what npusched's graph gets when Vela's is searched too (Vela's gets the rest): Vela's starts
+# from the better floor, mostly the better start already where a rewrite does not pay.
+OWN_GRAPH_SHARE = 2 / 3
+# The phases that may be dropped, in the order they are.
+DROP_ORDER = ("default_core_floor", "vela_graph_search", "any_schedule_bound")
+
+
+@dataclass(frozen=True)
+class PhaseRates:
+    """Seconds per unit of each phase on one core of this project's reference machine: the CPU time each took
+    (which a busy machine does not inflate) on the corpus and generated networks of 6-850 passes under two
+    configurations, fitted as lines over passes and weight megabytes and scaled to cover nine networks in ten
+    (``scripts/bench/time_plan.py measure`` and ``fit``; docs/results/time-limit.md)."""
+
+    # Reading the model, per operator; lowering it (npusched's graph or Vela's), per NPU pass.
+    read_seconds_per_operator: float = 0.0013
+    lower_seconds_per_pass: float = 0.0045
+    # Vela legacy's own schedule (the heuristic) on Vela's graph: per pass, and per megabyte of weights it encodes.
+    heuristic_seconds_per_pass: float = 0.0025
+    heuristic_seconds_per_weight_megabyte: float = 0.5
+    # The default core's CLI on the model: starting Vela, then per pass and per megabyte of weights.
+    default_core_fixed_seconds: float = 0.7
+    default_core_seconds_per_pass: float = 0.001
+    default_core_seconds_per_weight_megabyte: float = 0.2
+    # Evaluating one schedule, per pass and cost model.
+    evaluation_seconds_per_pass: float = 0.0008
+    # The any-schedule bound, for each cost model: a fixed part, then per pass (the fitted line itself, not
+    # covering nine in ten: the bound is worked out to a deadline, and left out where it is not done by then).
+    bound_fixed_seconds_per_model: float = 0.3
+    bound_seconds_per_pass_and_model: float = 0.0017
+    # The least a search is given to be worth starting.
+    min_search_seconds: float = 0.5
+
+
+RATES = PhaseRates()
+
+
+@dataclass(frozen=True)
+class NetworkSize:
+    """What the predictions are made from: the NPU passes, the operators of the model, the weight bytes Vela
+    encodes, and whether Vela's graph differs from npusched's (a second lowering)."""
+
+    passes: int
+    operators: int
+    weight_bytes: int
+    graphs_differ: bool
+    cost_models: int = 1
+
+    @property
+    def weight_megabytes(self) -> float:
+        return self.weight_bytes / 1e6
+
+    @classmethod
+    def of(cls, network: Network, graphs_differ: bool, cost_models: int) -> NetworkSize:
+        weights = sum(op.weights.size_in_bytes for op in network.npu_ops if op.weights is not None)
+        return cls(len(network.npu_ops), len(network.ops), weights, graphs_differ, cost_models)
+
+
+@dataclass(frozen=True)
+class TimePlan:
+    """The phases of a run and their predicted seconds, what is kept and what dropped (with why), and the search's
+    seconds. ``spent_seconds`` is what loading and lowering npusched's graph took (predicted in a deterministic
+    run)."""
+
+    limit_seconds: float
+    spent_seconds: float
+    compile_seconds: float
+    # What each phase but the searches costs the run (the default core's CLI: what the run waits for it, and the
+    # share of the CPUs it takes meanwhile); and what the CLI itself takes.
+    predicted: dict[str, float] = field(default_factory=dict)
+    default_core_cli_seconds: float = 0.0
+    default_core_floor: bool = True
+    vela_graph_search: bool = True
+    any_schedule_bound: bool = True
+    dropped: tuple[tuple[str, str], ...] = ()
+    warning: str = ""
+
+    @property
+    def kept_back_seconds(self) -> float:
+        """Everything but the searches: the floors, the bound, the final evaluation, the compile."""
+        return sum(seconds for phase, seconds in self.predicted.items() if self._kept(phase)) + self.compile_seconds
+
+    @property
+    def search_seconds(self) -> float:
+        """What the searches get together."""
+        return max(0.0, self.limit_seconds - self.spent_seconds - self.kept_back_seconds)
+
+    @property
+    def answer_search_seconds(self) -> float:
+        """What the search of npusched's graph (the answer's, as a rule) gets."""
+        return self.search_seconds * (OWN_GRAPH_SHARE if self.vela_graph_search else 1.0)
+
+    @property
+    def available_seconds(self) -> float:
+        """The limit less loading, lowering and the compile: what the plan shares out."""
+        return max(0.0, self.limit_seconds - self.spent_seconds - self.compile_seconds)
+
+    def _kept(self, phase: str) -> bool:
+        return {"default_core_floor": self.default_core_floor, "vela_graph_search": self.vela_graph_search,
+                "any_schedule_bound": self.any_schedule_bound}.get(phase, True)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"limit_seconds": self.limit_seconds, "spent_seconds": round(self.spent_seconds, 3),
+                "compile_seconds": round(self.compile_seconds, 3),
+                "default_core_cli_seconds": round(self.default_core_cli_seconds, 3),
+                "predicted_seconds": {phase: round(seconds, 3) for phase, seconds in self.predicted.items()},
+                "search_seconds": round(self.search_seconds, 3),
+                "answer_search_seconds": round(self.answer_search_seconds, 3),
+                "dropped": [{"phase": phase, "why": why} for phase, why in self.dropped],
+                "warning": self.warning or None}
+
+
+def predicted_spent_seconds(size: NetworkSize, rates: PhaseRates = RATES) -> float:
+    """Loading and lowering npusched's graph, predicted (what a deterministic run plans with)."""
+    return rates.read_seconds_per_operator * size.operators + rates.lower_seconds_per_pass * size.passes
+
+
+def default_core_seconds(size: NetworkSize, rates: PhaseRates = RATES) -> float:
+    """The default core's CLI on the model."""
+    return rates.default_core_fixed_seconds + rates.default_core_seconds_per_pass * size.passes \
+        + rates.default_core_seconds_per_weight_megabyte * size.weight_megabytes
+
+
+def plan_run(limit_seconds: float, size: NetworkSize, spent_seconds: float, compile_seconds: float, *,
+             cpus: int, default_core_available: bool = True, rates: PhaseRates = RATES) -> TimePlan:
+    """The plan of a CP-SAT run (module docstring). ``spent_seconds``: loading and lowering npusched's graph so far;
+    ``cpus``: what the run's processes share (CP-SAT's workers, the default core's CLI, the compile's fork)."""
+    passes, models = size.passes, size.cost_models
+    heuristic = rates.heuristic_seconds_per_pass * passes + rates.heuristic_seconds_per_weight_megabyte \
+        * size.weight_megabytes
+    lower_vela = rates.lower_seconds_per_pass * passes if size.graphs_differ else 0.0
+    # The default core's CLI runs beside the run from the start: the run waits for what it has not done by the
+    # time the other floor is made, and it takes one of the CPUs from the search meanwhile.
+    cli = default_core_seconds(size, rates)
+    cli_wait = max(0.0, cli - lower_vela - heuristic)
+    cli_cost = cli_wait + (cli - cli_wait) / max(1, cpus)
+    predicted = {
+        "lower_vela_graph": lower_vela,
+        "legacy_floor": heuristic + rates.evaluation_seconds_per_pass * passes * 3,
+        "default_core_floor": cli_cost if default_core_available else 0.0,
+        "any_schedule_bound": models * (rates.bound_fixed_seconds_per_model
+                                        + rates.bound_seconds_per_pass_and_model * passes),
+        "evaluation": (1.5 + 2) * rates.evaluation_seconds_per_pass * passes * models + 0.2,
+    }
+    plan = TimePlan(limit_seconds, spent_seconds, compile_seconds, predicted, cli,
+                    default_core_floor=default_core_available, vela_graph_search=size.graphs_differ)
+    dropped: list[tuple[str, str]] = []
+    if not default_core_available:
+        dropped.append(("default_core_floor", "the vela CLI is not installed"))
+    floor = max(SEARCH_SHARE_MIN * plan.available_seconds, rates.min_search_seconds)
+    for phase in DROP_ORDER:
+        if plan.answer_search_seconds >= floor:
+            break
+        if not plan._kept(phase):
+            continue
+        dropped.append((phase, f"the answer's search would get {plan.answer_search_seconds:.1f} s, under "
+                               f"{SEARCH_SHARE_MIN:.0%} of the {plan.available_seconds:.1f} s left after loading, "
+                               "lowering and the compile"))
+        plan = _without(plan, phase)
+    warning = ""
+    needed = spent_seconds + compile_seconds + predicted["legacy_floor"] + predicted["evaluation"] \
+        + rates.min_search_seconds
+    if needed > limit_seconds:
+        warning = (f"--time-limit {limit_seconds:g} is too short for this network: loading, lowering, Vela legacy's "
+                   f"own schedule{' and the compile' if compile_seconds else ''} alone need about "
+                   f"{math.ceil(needed)} s; the least limit that works is about {math.ceil(needed / 0.8)} s")
+    return replace(plan, dropped=tuple(dropped), warning=warning)
+
+
+def _without(plan: TimePlan, phase: str) -> TimePlan:
+    return replace(plan, default_core_floor=plan.default_core_floor and phase != "default_core_floor",
+                   vela_graph_search=plan.vela_graph_search and phase != "vela_graph_search",
+                   any_schedule_bound=plan.any_schedule_bound and phase != "any_schedule_bound")

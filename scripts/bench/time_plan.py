@@ -1,0 +1,149 @@
+"""Measure the phases a CP-SAT run plans (``npusched.app.time_plan``) and fit their rates.
+
+    python scripts/bench/time_plan.py measure [--models DIR_OR_FILES ...] [--netgen ARCH:PASSES ...]
+                                              [--configs NAMES] [--csv phases.csv]
+    python scripts/bench/time_plan.py fit phases.csv
+
+``measure`` runs each phase of a run on each model x configuration and records its CPU time (this process's, and
+its children's for the `vela` CLI), which a busy machine does not inflate as it inflates wall time: reading,
+lowering npusched's graph and Vela's, Vela legacy's own schedule (the heuristic), the default core's CLI, one
+evaluation and the any-schedule bound, with the network's operators, passes and weight bytes. ``fit`` fits each
+phase's rate (seconds per pass, or per operator; for the CLI a line over passes and weight megabytes) as the 90th
+percentile of the per-unit figures, so that the plan's predictions hold for nine networks in ten, and prints the
+``PhaseRates`` it makes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import resource
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from npusched.app.pipeline import load
+from npusched.bench.golden import load_configs, run_options_from_vela_args
+from npusched.bench.netgen_models import write_network
+from npusched.bench.paths import corpus_models
+from npusched.frontend.recipe import GraphRecipe
+from npusched.lowering.build import build_graph
+from npusched.schedule.evaluator import evaluate
+from npusched.solvers.cpsat import NetworkFacts
+from npusched.solvers.cpsat.any_schedule_bound import any_schedule_bound
+from npusched.solvers.heuristic import heuristic_schedule
+from npusched.vela.default_core import run_default_core
+
+COLUMNS = ("model", "config", "operators", "passes", "weight_bytes", "read", "lower_own", "lower_vela", "heuristic",
+           "default_core", "evaluation", "any_schedule_bound")
+
+
+def cpu_seconds(step: Callable[[], Any]) -> tuple[Any, float]:
+    """What ``step`` returns, and the CPU time it took (this process's and its children's)."""
+    before_self, before_children = time.process_time(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    answer = step()
+    after_children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    children = (after_children.ru_utime + after_children.ru_stime) - (before_children.ru_utime
+                                                                       + before_children.ru_stime)
+    return answer, time.process_time() - before_self + children
+
+
+def measure(model: Path, config_name: str, config: dict[str, Any]) -> dict[str, Any]:
+    options = run_options_from_vela_args(model, config, solver="cpsat")
+    loaded, read = cpu_seconds(lambda: load(options))
+    own, lower_own = cpu_seconds(lambda: loaded.build())
+    vela_recipe = GraphRecipe(normalise=loaded.recipe.normalise, stage_maps=loaded.recipe.stage_maps)
+    vela, lower_vela = cpu_seconds(lambda: build_graph(loaded.data, loaded.source, loaded.arch, vela_recipe,
+                                                       parsed=loaded.model))
+    arch = loaded.arch
+    schedule, heuristic = cpu_seconds(lambda: heuristic_schedule(vela.network, arch, arch.optimise))
+    _, evaluation = cpu_seconds(lambda: evaluate(vela.network, arch, schedule))
+    _, bound = cpu_seconds(lambda: any_schedule_bound(NetworkFacts(own.network, arch)))
+    with tempfile.TemporaryDirectory() as folder:
+        written = Path(folder) / model.name
+        written.write_bytes(vela.model_bytes)
+        _, default_core = cpu_seconds(lambda: run_default_core(
+            run_options_from_vela_args(written, config), Path(folder) / "output", timeout_seconds=600))
+    network = own.network
+    return {"model": model.stem, "config": config_name, "operators": len(network.ops),
+            "passes": len(network.npu_ops),
+            "weight_bytes": sum(op.weights.size_in_bytes for op in network.npu_ops if op.weights is not None),
+            "read": read, "lower_own": lower_own, "lower_vela": lower_vela, "heuristic": heuristic,
+            "default_core": default_core, "evaluation": evaluation, "any_schedule_bound": bound}
+
+
+def models(paths: list[Path], netgen: list[str], folder: Path) -> Iterator[Path]:
+    for path in paths:
+        yield from sorted(path.glob("*.tflite")) if path.is_dir() else [path]
+    for spec in netgen:
+        arch, passes = spec.split(":")
+        yield write_network(folder, arch, int(passes), 0)
+
+
+def fit(rows: list[dict[str, float]]) -> dict[str, float]:
+    """Each phase's rates: a line over passes and weight megabytes (and a fixed part for the CLI) by least
+    squares, scaled up to cover nine measurements in ten; reading per operator."""
+    def per(phase: str, unit: str) -> float:
+        return float(np.percentile([r[phase] / max(r[unit], 1) for r in rows], 90))
+
+    def line(phase: str, fixed: bool = False) -> list[float]:
+        design = np.array([[*([1.0] if fixed else []), r["passes"], r["weight_bytes"] / 1e6] for r in rows])
+        seconds = np.array([r[phase] for r in rows])
+        coefficients, *_ = np.linalg.lstsq(design, seconds, rcond=None)
+        coefficients = np.maximum(coefficients, 0.0)
+        cover = float(np.percentile(seconds / np.maximum(design @ coefficients, 1e-9), 90))
+        return [float(c) * max(cover, 1.0) for c in coefficients]
+
+    lower_pass, lower_mb = line("lower_own")
+    heuristic_pass, heuristic_mb = line("heuristic")
+    cli_fixed, cli_pass, cli_mb = line("default_core", fixed=True)
+    _, bound_pass, _ = line("any_schedule_bound", fixed=True)
+    bound_fixed = line("any_schedule_bound", fixed=True)[0]
+    return {"read_seconds_per_operator": per("read", "operators"), "lower_seconds_per_pass": lower_pass,
+            "lower_seconds_per_weight_megabyte": lower_mb, "heuristic_seconds_per_pass": heuristic_pass,
+            "heuristic_seconds_per_weight_megabyte": heuristic_mb, "default_core_fixed_seconds": cli_fixed,
+            "default_core_seconds_per_pass": cli_pass, "default_core_seconds_per_weight_megabyte": cli_mb,
+            "evaluation_seconds_per_pass": per("evaluation", "passes"),
+            "bound_fixed_seconds_per_model": bound_fixed, "bound_seconds_per_pass_and_model": bound_pass}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="action", required=True)
+    run = sub.add_parser("measure")
+    run.add_argument("--models", nargs="*", type=Path, default=[], help="files or folders (default: the corpus)")
+    run.add_argument("--netgen", nargs="*", default=[], metavar="ARCH:PASSES")
+    run.add_argument("--configs", default="u55-128_hee_shared,u65-256_mid_dedicated256k")
+    run.add_argument("--csv", type=Path, default=Path("phases.csv"))
+    fitted = sub.add_parser("fit")
+    fitted.add_argument("csv", type=Path)
+    args = parser.parse_args()
+    if args.action == "fit":
+        rows = [{k: (float(v) if k not in ("model", "config") else v) for k, v in row.items()}
+                for row in csv.DictReader(args.csv.open())]
+        for name, value in fit(rows).items():
+            print(f"    {name}: float = {value:.4g}")
+        return 0
+    configs = load_configs()
+    chosen = args.configs.split(",")
+    with tempfile.TemporaryDirectory() as folder, args.csv.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, COLUMNS)
+        writer.writeheader()
+        corpus = corpus_models() if not args.models and not args.netgen else []
+        for model in models(args.models or corpus, args.netgen, Path(folder)):
+            for name in chosen:
+                row = measure(model, name, configs[name])
+                writer.writerow(row)
+                handle.flush()
+                print(", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()),
+                      flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

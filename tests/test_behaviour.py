@@ -1,0 +1,33 @@
+"""Refactors keep behaviour: the corpus under one golden configuration, each solver's schedule and totals equal to
+those kept from release cd5763c (tests/data/behaviour; ``scripts/bench/behaviour_diff.py check`` runs all five
+configurations). CP-SAT runs only on the three smallest models, which a deterministic search proves optimal long
+before its limit (a larger one's search can be cut by the clock on a busy machine, and is then not reproducible)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from conftest import MODELS
+
+from npusched.bench.behaviour import cell_key, first_difference, kept_dir, run_cell, same_behaviour
+
+RELEASE = "cd5763c"
+CONFIG = "u55-128_hee_shared"
+CPSAT_MODELS = ("ad01_int8", "kws_dscnn_int8", "micro_speech_int8")
+# The quick tier: Vela legacy's schedule of every model, and CP-SAT's of the two smallest.
+QUICK = {(model, "heuristic") for model in MODELS} | {("ad01_int8", "cpsat"), ("micro_speech_int8", "cpsat")}
+CELLS = [pytest.param((model, CONFIG, solver), id=f"{model}-{solver}",
+                      marks=[] if (model, solver) in QUICK else [pytest.mark.slow])
+         for model in MODELS for solver in ("heuristic", "dp", "vela-default")] + \
+    [pytest.param((model, CONFIG, "cpsat"), id=f"{model}-cpsat",
+                  marks=[] if (model, "cpsat") in QUICK else [pytest.mark.slow]) for model in CPSAT_MODELS]
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_the_schedule_is_the_kept_releases(cell: tuple[str, str, str]) -> None:
+    kept = json.loads(gzip.decompress((kept_dir(RELEASE) / f"{cell_key(cell)}.json.gz").read_bytes()))
+    now = run_cell(cell, kept["time_limit"])
+    assert not now["clock_ended"], "the clock ended a deterministic search of a model proven optimal in seconds"
+    assert same_behaviour(kept, now), first_difference(kept, now)

@@ -1,0 +1,55 @@
+"""The time plan of a CP-SAT run: the answer's search gets at least half of what loading, lowering and the compile
+leave; the optional phases are dropped in their stated order where it would not; a limit too short for the
+network says which limit works; a deterministic run's plan depends on its inputs alone."""
+
+from __future__ import annotations
+
+from conftest import CONFIGS, model_path
+
+from npusched.app.pipeline import run
+from npusched.app.time_plan import DROP_ORDER, SEARCH_SHARE_MIN, NetworkSize, plan_run, predicted_spent_seconds
+from npusched.vela.command import run_options_from_vela_args
+
+# MobileNet-V2 of the corpus (66 passes, 3.5 MB of weights, npusched's graph and Vela's apart), both cost models.
+MOBILENET = NetworkSize(passes=66, operators=67, weight_bytes=3_532_480, graphs_differ=True, cost_models=2)
+# A NASNet-mobile as Keras exports it: 600 passes, 5.3 MB.
+NASNET = NetworkSize(passes=600, operators=640, weight_bytes=5_300_000, graphs_differ=True, cost_models=2)
+
+
+def test_a_corpus_network_at_30_seconds_keeps_every_phase() -> None:
+    plan = plan_run(30.0, MOBILENET, predicted_spent_seconds(MOBILENET), 0.0, cpus=2)
+    assert not plan.dropped and plan.default_core_floor and plan.vela_graph_search and plan.any_schedule_bound
+    assert plan.answer_search_seconds >= SEARCH_SHARE_MIN * plan.available_seconds
+
+
+def test_optional_phases_go_in_order_until_the_answers_search_has_half() -> None:
+    previous: tuple[str, ...] = ()
+    for limit in (60.0, 30.0, 20.0, 14.0, 11.0, 9.0):
+        plan = plan_run(limit, NASNET, 3.0, 4.0, cpus=2)
+        dropped = tuple(phase for phase, _ in plan.dropped)
+        assert dropped == DROP_ORDER[:len(dropped)]  # a prefix of the stated order
+        assert len(dropped) >= len(previous)  # a shorter limit never keeps what a longer one dropped
+        previous = dropped
+        if len(dropped) < len(DROP_ORDER):
+            assert plan.answer_search_seconds >= SEARCH_SHARE_MIN * plan.available_seconds
+        for phase, why in plan.dropped:
+            assert "under 50% of the" in why and phase in DROP_ORDER
+    assert previous == DROP_ORDER
+
+
+def test_a_limit_shorter_than_loading_lowering_and_compiling_names_the_least_that_works() -> None:
+    plan = plan_run(5.0, NASNET, 4.0, 6.0, cpus=2)
+    assert plan.warning.startswith("--time-limit 5 is too short for this network")
+    least = int(plan.warning.rsplit("about ", 1)[1].split()[0])
+    assert not plan_run(float(least), NASNET, 4.0, 6.0, cpus=2).warning
+
+
+def test_a_deterministic_runs_plan_depends_on_its_inputs_alone() -> None:
+    """Run twice, once as if 5 s had gone before it started (a loaded machine): the same plan."""
+    options = run_options_from_vela_args(model_path("kws_dscnn_int8"), CONFIGS["u55-128_hee_shared"],
+                                         time_limit_seconds=20, workers=1, deterministic=True)
+    import time
+
+    plans = [run(options, started=time.monotonic() - offset).solver_report.model_stats["time_plan"]
+             for offset in (0.0, 5.0)]
+    assert plans[0] == plans[1] and not plans[0]["dropped"]
