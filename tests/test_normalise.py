@@ -22,6 +22,7 @@ from npusched.frontend.normalise.softmax_bands import SOFTMAX_BANDS
 from npusched.frontend.normalise.stacking import STACKING
 from npusched.frontend.normalise.staged_inputs import STAGED_INPUTS
 from npusched.frontend.normalise.staged_outputs import STAGED_OUTPUTS
+from npusched.frontend.normalise.verify import tensor_values
 from npusched.frontend.normalise.widened_outputs import WIDENED_OUTPUTS
 from npusched.frontend.tflite_reader import parse_tflite
 from npusched.frontend.validate import validate_model
@@ -46,27 +47,7 @@ NO_RELAYOUT = GraphRecipe(disabled_rewrites=frozenset({"widened_output", "gate_f
 
 def _tensors(data: bytes, seed: int) -> dict[str, np.ndarray]:
     """Every tensor's value after one inference on seeded random inputs, by name (names used once only)."""
-    it = interpreter.Interpreter(model_content=data,
-                                 experimental_op_resolver_type=interpreter.OpResolverType.BUILTIN_REF,
-                                 experimental_preserve_all_tensors=True)
-    it.allocate_tensors()
-    rng = np.random.default_rng(seed)
-    for detail in it.get_input_details():
-        dtype = np.dtype(detail["dtype"])
-        if dtype.kind in "iu":
-            info = np.iinfo(dtype)
-            value = rng.integers(info.min, info.max, size=detail["shape"], endpoint=True).astype(dtype)
-        else:
-            value = rng.standard_normal(detail["shape"]).astype(dtype)
-        it.set_tensor(detail["index"], value)
-    it.invoke()
-    values: dict[str, list[np.ndarray]] = {}
-    for detail in it.get_tensor_details():
-        try:
-            values.setdefault(detail["name"], []).append(np.array(it.get_tensor(detail["index"])))
-        except ValueError:  # a tensor without data (freed or never allocated)
-            continue
-    return {name: v[0] for name, v in values.items() if len(v) == 1}
+    return tensor_values(data, seed)
 
 
 def _assert_exact(original: bytes, normalised: bytes, seeds: tuple[int, ...] = (0, 1)) -> int:

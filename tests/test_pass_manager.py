@@ -135,3 +135,20 @@ def test_a_malformed_recipe_in_a_document_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="in_place_writes is not true or false"):
         GraphRecipe.from_json({"in_place_writes": "yes"})
     assert GraphRecipe.from_json(OWN.as_json()) == OWN
+
+
+def test_only_build_graph_normalises_and_lowers() -> None:
+    """Every graph of the package is made by ``build_graph``: no other module calls ``normalise`` or
+    ``lower_model`` (the recipe is the only way to ask for another graph)."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1] / "npusched"
+    callers = []
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+                if name in ("normalise", "lower_model"):
+                    callers.append(str(path.relative_to(package)))
+    assert sorted(set(callers)) == ["lowering/build.py"]

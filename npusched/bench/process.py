@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,6 +26,8 @@ class ProcessRun:
     done: subprocess.CompletedProcess[str]
     doc: dict[str, Any] | None
     wall_seconds: float
+    # The process's own peak resident memory (its children's not counted).
+    peak_rss_megabytes: float = math.nan
 
     @property
     def error(self) -> str:
@@ -80,9 +84,16 @@ def solve_schedule(model: Path, arguments: Sequence[str], work: Path, cwd: Path 
     json_path.unlink(missing_ok=True)
     command = [sys.executable, "-m", "npusched.app.cli", str(model), "--quiet", "--json", str(json_path), *arguments]
     start = time.monotonic()
-    done = subprocess.run(command, capture_output=True, text=True, cwd=cwd, check=False)
-    wall = time.monotonic() - start
-    return ProcessRun(done, json.loads(json_path.read_text()) if json_path.exists() else None, wall)
+    with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
+        process = subprocess.Popen(command, stdout=stdout, stderr=stderr, text=True, cwd=cwd)
+        # Reaped here, so that its own resource use is known: its peak memory, its waited children's included.
+        _, status, usage = os.wait4(process.pid, 0)
+        wall = time.monotonic() - start
+        stdout.seek(0)
+        stderr.seek(0)
+        done = subprocess.CompletedProcess(command, os.waitstatus_to_exitcode(status), stdout.read(), stderr.read())
+    return ProcessRun(done, json.loads(json_path.read_text()) if json_path.exists() else None, wall,
+                      usage.ru_maxrss / 1024)
 
 
 def wall_seconds(command: Sequence[str]) -> float:

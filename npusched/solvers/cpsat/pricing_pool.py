@@ -67,7 +67,13 @@ def fork_map(work: Callable[[Item], Any], items: Sequence[Item], processes: int,
         try:
             return _gather(pool, items, deadline, chunk)
         finally:
+            # Past the deadline, the tasks under way are of no use: their processes go now (the interpreter
+            # would wait for them at exit, seconds past the run's limit).
+            workers = list((getattr(pool, "_processes", None) or {}).values())
             pool.shutdown(wait=False, cancel_futures=True)
+            for worker in workers:
+                if worker.is_alive():
+                    worker.kill()
             _WORK = None
 
 

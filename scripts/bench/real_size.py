@@ -1,0 +1,139 @@
+"""Real networks at real sizes: the default run (``solve-schedule --output-dir``) as a user runs it, timed.
+
+    python scripts/bench/real_size.py MODELS... [--configs all] [--limits 30,10] [--csv real_size.csv]
+                                      [--large-limits 10] [--large-passes 300] [--summary-only]
+
+For every model (files or folders of .tflite: the zoo of real exports in tests/data/exports, and the full-size
+keras.applications exports ``python scripts/export_zoo.py large --out DIR`` regenerates) x golden configuration x
+limit: the whole process's wall time and peak memory (its children's, Vela's compile included), each phase's time
+as the run reports it, the answer's search against what the plan may share out (``time_plan``), the status and
+gap, whether the written file is the answer or the fallback and whether Vela's estimate agrees, and the answer
+against each Vela core's own schedule, each priced by its own model (1.0 = as fast). Networks of
+``--large-passes`` or more also run at ``--large-limits``. Rows go to the CSV as they finish; a run resumes from
+it. The summary gives, per size band and limit, the median and worst wall, the least search share, answers and
+fallbacks, and the cells over the limit by more than a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from npusched.bench.golden import load_configs, select, vela_hardware_args
+from npusched.bench.process import solve_schedule
+from npusched.bench.stats import geomean
+from npusched.bench.table import markdown, read_csv, write_csv
+
+COLUMNS = ("model", "config", "limit", "passes", "wall", "over", "peak_rss_mb", "spent", "compile", "read", "lower",
+           "floors",
+           "search_own", "search_vela", "search_share", "status", "gap", "dropped", "written", "agreed",
+           "vs_legacy", "vs_default", "error")
+
+
+def measure(model: Path, config_name: str, config: dict[str, Any], limit: float) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as folder:
+        run = solve_schedule(model, [*vela_hardware_args(config), "--time-limit", f"{limit:g}",
+                                     "--output-dir", str(Path(folder) / "out")], Path(folder))
+    row: dict[str, Any] = {"model": model.stem, "config": config_name, "limit": limit,
+                           "wall": round(run.wall_seconds, 2), "over": round(run.wall_seconds - limit, 2),
+                           "peak_rss_mb": round(run.peak_rss_megabytes), "error": run.error}
+    doc = run.doc
+    if doc is None:
+        return row
+    timings, stats = run.timings, run.stats
+    plan = stats.get("time_plan") or {}
+    # What the plan shares out: the limit less start-up, loading and lowering (as the run measured them when it
+    # planned) and the predicted compile.
+    available = plan.get("limit_seconds", limit) - plan.get("spent_seconds", 0.0) - plan.get("compile_seconds", 0.0)
+    backend = doc.get("vela_backend") or {}
+    answer = doc["totals"].get("cycles_by_estimator", {})
+    own = {floor["core"]: floor["own_cycles"] or floor["cycles_by_estimator"][floor["core"]]
+           for floor in doc.get("floors") or []}
+    row.update({
+        "passes": doc["totals"]["npu_ops"], "spent": plan.get("spent_seconds"),
+        "compile": plan.get("compile_seconds"), "read": timings.get("read"), "lower": timings.get("lower"),
+        "floors": timings.get("floors"), "search_own": timings.get("search_own"),
+        "search_vela": timings.get("search_vela"),
+        "search_share": round(timings.get("search_own", 0.0) / available, 3) if available > 0 else None,
+        "status": doc["status"], "gap": doc.get("gap"),
+        "dropped": ",".join(d["phase"] for d in plan.get("dropped", [])),
+        "written": backend.get("written"), "agreed": backend.get("agreed"),
+        "vs_legacy": _ratio(answer.get("vela-legacy"), own.get("vela-legacy")),
+        "vs_default": _ratio(answer.get("vela-default"), own.get("vela-default"))})
+    return row
+
+
+def _ratio(ours: float | None, theirs: float | None) -> float | None:
+    return round(ours / theirs, 4) if ours and theirs else None
+
+
+def summarise(rows: list[dict[str, Any]]) -> str:
+    """Per size band and limit: runs, median and worst wall over the limit, least search share, answers written,
+    fallbacks, Vela agreeing, and the geomeans of both ratios."""
+    bands = ((0, 100), (100, 300), (300, 10**9))
+    table = []
+    for low, high in bands:
+        for limit in sorted({row["limit"] for row in rows}):
+            cell = [r for r in rows if r["limit"] == limit and r.get("passes") and low <= r["passes"] < high]
+            if not cell:
+                continue
+            overs = sorted(r["over"] for r in cell)
+            shares = [r["search_share"] for r in cell if isinstance(r.get("search_share"), float)]
+            table.append({
+                "passes": f"{low}-{high if high < 10**9 else ''}", "limit": limit, "runs": len(cell),
+                "median over": overs[len(overs) // 2], "worst over": overs[-1],
+                "least share": min(shares) if shares else None,
+                "answer": sum(r.get("written") == "answer" for r in cell),
+                "fallback": sum(r.get("written") == "fallback" for r in cell),
+                "agreed": sum(r.get("agreed") is True for r in cell),
+                "vs legacy": _geomean(r.get("vs_legacy") for r in cell),
+                "vs default": _geomean(r.get("vs_default") for r in cell)})
+    failed = [f"{r['model']} {r['config']} {r['limit']:g}: {r['error']}" for r in rows if r.get("error")]
+    return markdown(table, list(table[0]) if table else ["passes"]) + \
+        ("\n\nfailed:\n" + "\n".join(failed) if failed else "")
+
+
+def _geomean(values: Any) -> float | None:
+    found = [v for v in values if isinstance(v, float) and v > 0 and math.isfinite(v)]
+    return round(geomean(found), 4) if found else None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("models", nargs="*", type=Path)
+    parser.add_argument("--configs", default="all")
+    parser.add_argument("--limits", default="30")
+    parser.add_argument("--large-limits", default="10")
+    parser.add_argument("--large-passes", type=int, default=300)
+    parser.add_argument("--csv", type=Path, default=Path("real_size.csv"))
+    parser.add_argument("--summary-only", action="store_true")
+    args = parser.parse_args()
+    rows = read_csv(args.csv) if args.csv.exists() else []
+    if not args.summary_only:
+        configs = load_configs()
+        done = {(r["model"], r["config"], float(r["limit"])) for r in rows}
+        paths = [p for m in args.models for p in (sorted(m.glob("*.tflite")) if m.is_dir() else [m])]
+        for model in paths:
+            limits = [float(x) for x in args.limits.split(",")]
+            for name in select(configs, None if args.configs == "all" else args.configs.split(",")):
+                for limit in limits:
+                    if (model.stem, name, limit) in done:
+                        continue
+                    row = measure(model, name, configs[name], limit)
+                    rows.append(row)
+                    write_csv(args.csv, rows, COLUMNS)
+                    print(", ".join(f"{k} {row.get(k)}" for k in ("model", "config", "limit", "passes", "wall",
+                                                                  "search_share", "status", "written", "error")),
+                          flush=True)
+                    if row.get("passes") and row["passes"] >= args.large_passes and limit == limits[-1]:
+                        limits += [float(x) for x in args.large_limits.split(",") if float(x) not in limits]
+    print(summarise(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
