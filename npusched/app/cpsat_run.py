@@ -43,7 +43,7 @@ from npusched.solvers.cpsat import (
 )
 from npusched.solvers.cpsat.any_schedule_bound import any_schedule_bound, any_schedule_bound_seconds
 from npusched.solvers.heuristic import heuristic_schedule
-from npusched.target.arch import ArchitectureFeatures
+from npusched.target.arch import ArchitectureFeatures, OptimisationStrategy
 from npusched.target.estimators import OVER_CAP_PENALTY, Estimator, blended, objective_cycles
 from npusched.vela.backend import estimated_compile_seconds
 from npusched.vela.command import VelaError, vela_executable
@@ -273,10 +273,16 @@ def _floors(graphs: Graphs, options: RunOptions, arch: ArchitectureFeatures, log
 def _starts(variant: BuiltGraph, graphs: Graphs, floors: list[Floor], default_run: DefaultCoreRun | None,
             arch: ArchitectureFeatures) -> list[Schedule]:
     """What the search of ``variant`` may start from: on Vela's graph, both cores' own schedules; on npusched's, the
-    heuristic's and the default core's read onto it (and the floors, where the two graphs are one)."""
+    heuristic's and the default core's read onto it (and the floors, where the two graphs are one). Where the
+    heuristic's schedule does not fit the limit (Vela legacy goes over its arena, or needs more at addresses), its
+    Size schedule too, which mostly fits: a large network's search needs a schedule that fits to improve on."""
     if variant is not graphs.own:
         return [f.start for f in floors]
-    starts = [heuristic_schedule_or_none(variant, arch)]
+    heuristic = heuristic_schedule_or_none(variant, arch)
+    starts = [heuristic]
+    if arch.optimise is not OptimisationStrategy.SIZE and (heuristic is None or verify(
+            variant.network, arch, heuristic, evaluate(variant.network, arch, heuristic))):
+        starts.append(heuristic_schedule_or_none(variant, arch, OptimisationStrategy.SIZE))
     if default_run is not None:
         starts.append(default_run.schedule_onto(variant.network, arch))
     if not graphs.distinct:
@@ -305,9 +311,10 @@ def _legacy_error(graphs: Graphs, arch: ArchitectureFeatures) -> ScheduleError |
     return legacy if isinstance(legacy, ScheduleError) else None
 
 
-def heuristic_schedule_or_none(variant: BuiltGraph, arch: ArchitectureFeatures) -> Schedule | None:
+def heuristic_schedule_or_none(variant: BuiltGraph, arch: ArchitectureFeatures,
+                               strategy: OptimisationStrategy | None = None) -> Schedule | None:
     try:
-        return heuristic_schedule(variant.network, arch, arch.optimise)
+        return heuristic_schedule(variant.network, arch, strategy or arch.optimise)
     except ScheduleError:
         return None
 
