@@ -19,7 +19,7 @@ NASNET = NetworkSize(passes=600, operators=640, weight_bytes=5_300_000, graphs_d
 def test_a_corpus_network_at_30_seconds_keeps_every_phase() -> None:
     plan = plan_run(30.0, MOBILENET, predicted_spent_seconds(MOBILENET), 0.0, cpus=2)
     assert not plan.dropped and plan.default_core_floor and plan.vela_graph_search and plan.any_schedule_bound
-    assert plan.answer_search_seconds >= SEARCH_SHARE_MIN * plan.available_seconds
+    assert plan.answer_search_seconds >= SEARCH_SHARE_MIN * plan.available_seconds - 1e-9
 
 
 def test_optional_phases_go_in_order_until_the_answers_search_has_half() -> None:
@@ -31,9 +31,9 @@ def test_optional_phases_go_in_order_until_the_answers_search_has_half() -> None
         assert len(dropped) >= len(previous)  # a shorter limit never keeps what a longer one dropped
         previous = dropped
         if len(dropped) < len(DROP_ORDER):
-            assert plan.answer_search_seconds >= SEARCH_SHARE_MIN * plan.available_seconds
+            assert plan.answer_search_seconds >= SEARCH_SHARE_MIN * plan.available_seconds - 1e-9
         for phase, why in plan.dropped:
-            assert "under 50% of the" in why and phase in DROP_ORDER
+            assert why.startswith("the searches would get") and phase in DROP_ORDER
     assert previous == DROP_ORDER
 
 

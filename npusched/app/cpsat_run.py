@@ -139,7 +139,7 @@ def solve(build: Callable[[GraphRecipe], BuiltGraph], recipe: GraphRecipe, optio
         if options.compile_follows else 0.0
     if compile_seconds and log is not None:
         log(f"keeping {compile_seconds:.1f} s of the time limit for Vela's backend compile")
-    plan = _time_plan(options, graphs, started, compile_seconds)
+    plan = _time_plan(options, arch, graphs, started, compile_seconds)
     if log is not None:
         for phase, why in plan.dropped:
             log(f"time plan: no {phase.replace('_', ' ')} ({why})")
@@ -172,11 +172,13 @@ def solve(build: Callable[[GraphRecipe], BuiltGraph], recipe: GraphRecipe, optio
                    missing_floors=tuple(missing), warnings=(plan.warning,) if plan.warning else ())
 
 
-def _time_plan(options: RunOptions, graphs: Graphs, started: float, compile_seconds: float) -> TimePlan:
+def _time_plan(options: RunOptions, arch: ArchitectureFeatures, graphs: Graphs, started: float,
+               compile_seconds: float) -> TimePlan:
     """The run's plan (``time_plan``) once npusched's graph is lowered: in a deterministic run from predictions
     alone, else from what loading and lowering took."""
     both = options.objective == ObjectiveKind.BOTH and Estimator(options.estimator) is not Estimator.CONTENTION
-    size = NetworkSize.of(graphs.own.network, graphs.distinct, 2 if both else 1)
+    dedicated = arch.feature_map_storage_mem_area != arch.fast_storage_mem_area
+    size = NetworkSize.of(graphs.own.network, graphs.distinct, 2 if both else 1, dedicated)
     spent = predicted_spent_seconds(size) if options.deterministic else time.monotonic() - started
     try:
         vela_executable()
@@ -201,7 +203,8 @@ def _search_graphs(variants: list[BuiltGraph], graphs: Graphs,
         if plan.any_schedule_bound else 0.0
     bound_seconds = max(bound_work, plan.predicted.get("any_schedule_bound", 0.0)) if plan.any_schedule_bound \
         else 0.0
-    shares = (OWN_GRAPH_SHARE, 1.0) if len(variants) == 2 else (1.0,)
+    # The wall clock as the plan shares it; a deterministic search's work always 2 : 1 (sized by the inputs alone).
+    shares = (plan.own_share, 1.0) if len(variants) == 2 else (1.0,)
     work_shares = (OWN_GRAPH_SHARE, 1 - OWN_GRAPH_SHARE) if len(variants) == 2 else (1.0,)
     for variant, share, work_share in zip(variants, shares, work_shares, strict=True):
         if searches and interruption.requested():

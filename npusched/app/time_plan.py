@@ -6,13 +6,15 @@ own schedule (the `vela` CLI, a process beside the run), the search of npusched'
 any-schedule bound, the final evaluation, and Vela's compile where ``--output-dir`` follows. Each is predicted
 from measured rates (``PhaseRates``: per pass, per weight byte; ``scripts/bench/time_plan.py`` measures them).
 
-The answer's search gets at least ``SEARCH_SHARE_MIN`` of what is left after loading, lowering and the compile;
-where the optional phases would leave it less, they are dropped in this order: the default core's CLI floor (the
-slowest, and a process competing for the CPUs), the search of Vela's graph (its floors stay: the answer is never
-worse than either core's schedule, which are returned where the search finds nothing better), then the
-any-schedule bound. Vela legacy's own schedule is never dropped. Where loading, lowering and the compile alone
-exceed the limit, the plan says so and names the least limit that works. In ``--deterministic`` runs every figure
-is a prediction (the measured time of loading and lowering is not used), so the plan depends on the inputs alone.
+The answer's search (npusched's graph's) gets at least ``SEARCH_SHARE_MIN`` of what is left after loading, lowering
+and the compile, and more than ``OWN_GRAPH_SHARE`` of the search time where that takes it; where the searches
+together would get less, the optional phases are dropped in this order: the default core's CLI floor (the slowest,
+and a process competing for the CPUs), the search of Vela's graph (where what npusched's leaves it is under a tenth:
+its floors stay, and the answer is never worse than either core's schedule, which are returned where the search
+finds nothing better), then the any-schedule bound. Vela legacy's own schedule is never dropped. Where loading,
+lowering and the compile alone exceed the limit, the plan says so and names the least limit that works. In
+``--deterministic`` runs every figure is a prediction (the measured time of loading and lowering is not used), so
+the plan depends on the inputs alone; their searches' work is shared 2 : 1 whatever the plan gives the clock.
 """
 
 from __future__ import annotations
@@ -35,26 +37,30 @@ DROP_ORDER = ("default_core_floor", "vela_graph_search", "any_schedule_bound")
 @dataclass(frozen=True)
 class PhaseRates:
     """Seconds per unit of each phase on one core of this project's reference machine: the CPU time each took
-    (which a busy machine does not inflate) on the corpus and generated networks of 6-850 passes under two
-    configurations, fitted as lines over passes and weight megabytes and scaled to cover nine networks in ten
-    (``scripts/bench/time_plan.py measure`` and ``fit``; docs/results/time-limit.md)."""
+    (which a busy machine does not inflate) on the corpus, generated networks of 100-850 passes and the full-size
+    keras.applications exports (NASNetMobile, EfficientNetB0, DenseNet121, ResNet50, MobileNetV2/V3) under a
+    shared-SRAM and a dedicated-SRAM configuration, fitted as lines over passes and weight megabytes and scaled to
+    cover nine networks in ten (``scripts/bench/time_plan.py measure`` and ``fit``; docs/results/time-limit.md)."""
 
     # Reading the model, per operator; lowering it (npusched's graph or Vela's), per NPU pass.
     read_seconds_per_operator: float = 0.0013
-    lower_seconds_per_pass: float = 0.0045
+    lower_seconds_per_pass: float = 0.0043
     # Vela legacy's own schedule (the heuristic) on Vela's graph: per pass, and per megabyte of weights it encodes.
-    heuristic_seconds_per_pass: float = 0.0025
-    heuristic_seconds_per_weight_megabyte: float = 0.5
-    # The default core's CLI on the model: starting Vela, then per pass and per megabyte of weights.
-    default_core_fixed_seconds: float = 0.7
-    default_core_seconds_per_pass: float = 0.001
-    default_core_seconds_per_weight_megabyte: float = 0.2
+    heuristic_seconds_per_pass: float = 0.0017
+    heuristic_seconds_per_weight_megabyte: float = 0.68
+    # The default core's CLI on the model: starting Vela, then per pass and per megabyte of weights; where feature
+    # maps live off fast storage (a dedicated SRAM) it plans much more (NASNetMobile: 35 s on a U65, 2.7 s on a
+    # U55 with shared SRAM).
+    default_core_fixed_seconds: float = 0.64
+    default_core_seconds_per_pass: float = 0.0007
+    default_core_seconds_per_weight_megabyte: float = 0.25
+    default_core_dedicated_seconds_per_pass: float = 0.024
+    default_core_dedicated_seconds_per_weight_megabyte: float = 0.58
     # Evaluating one schedule, per pass and cost model.
-    evaluation_seconds_per_pass: float = 0.0008
-    # The any-schedule bound, for each cost model: a fixed part, then per pass (the fitted line itself, not
-    # covering nine in ten: the bound is worked out to a deadline, and left out where it is not done by then).
-    bound_fixed_seconds_per_model: float = 0.3
-    bound_seconds_per_pass_and_model: float = 0.0017
+    evaluation_seconds_per_pass: float = 0.0007
+    # The any-schedule bound, for each cost model: a fixed part, then per pass.
+    bound_fixed_seconds_per_model: float = 0.9
+    bound_seconds_per_pass_and_model: float = 0.0044
     # The least a search is given to be worth starting.
     min_search_seconds: float = 0.5
 
@@ -72,15 +78,17 @@ class NetworkSize:
     weight_bytes: int
     graphs_differ: bool
     cost_models: int = 1
+    # Feature maps live off fast storage (a dedicated SRAM): the default core plans more.
+    dedicated_sram: bool = False
 
     @property
     def weight_megabytes(self) -> float:
         return self.weight_bytes / 1e6
 
     @classmethod
-    def of(cls, network: Network, graphs_differ: bool, cost_models: int) -> NetworkSize:
+    def of(cls, network: Network, graphs_differ: bool, cost_models: int, dedicated_sram: bool) -> NetworkSize:
         weights = sum(op.weights.size_in_bytes for op in network.npu_ops if op.weights is not None)
-        return cls(len(network.npu_ops), len(network.ops), weights, graphs_differ, cost_models)
+        return cls(len(network.npu_ops), len(network.ops), weights, graphs_differ, cost_models, dedicated_sram)
 
 
 @dataclass(frozen=True)
@@ -113,9 +121,22 @@ class TimePlan:
         return max(0.0, self.limit_seconds - self.spent_seconds - self.kept_back_seconds)
 
     @property
+    def own_share(self) -> float:
+        """Of the search time, what npusched's graph's search gets: ``OWN_GRAPH_SHARE`` where Vela's is searched
+        too, more where that would leave it under half of what the plan shares out; all of it otherwise."""
+        if not self.vela_graph_search or self.search_seconds <= 0:
+            return 1.0
+        return min(1.0, max(OWN_GRAPH_SHARE, SEARCH_SHARE_MIN * self.available_seconds / self.search_seconds))
+
+    @property
     def answer_search_seconds(self) -> float:
         """What the search of npusched's graph (the answer's, as a rule) gets."""
-        return self.search_seconds * (OWN_GRAPH_SHARE if self.vela_graph_search else 1.0)
+        return self.search_seconds * self.own_share
+
+    @property
+    def vela_search_seconds(self) -> float:
+        """What the search of Vela's graph gets (the rest)."""
+        return self.search_seconds - self.answer_search_seconds
 
     @property
     def available_seconds(self) -> float:
@@ -131,7 +152,7 @@ class TimePlan:
                 "compile_seconds": round(self.compile_seconds, 3),
                 "default_core_cli_seconds": round(self.default_core_cli_seconds, 3),
                 "predicted_seconds": {phase: round(seconds, 3) for phase, seconds in self.predicted.items()},
-                "search_seconds": round(self.search_seconds, 3),
+                "search_seconds": round(self.search_seconds, 3), "own_share": round(self.own_share, 3),
                 "answer_search_seconds": round(self.answer_search_seconds, 3),
                 "dropped": [{"phase": phase, "why": why} for phase, why in self.dropped],
                 "warning": self.warning or None}
@@ -144,6 +165,9 @@ def predicted_spent_seconds(size: NetworkSize, rates: PhaseRates = RATES) -> flo
 
 def default_core_seconds(size: NetworkSize, rates: PhaseRates = RATES) -> float:
     """The default core's CLI on the model."""
+    if size.dedicated_sram:
+        return rates.default_core_fixed_seconds + rates.default_core_dedicated_seconds_per_pass * size.passes \
+            + rates.default_core_dedicated_seconds_per_weight_megabyte * size.weight_megabytes
     return rates.default_core_fixed_seconds + rates.default_core_seconds_per_pass * size.passes \
         + rates.default_core_seconds_per_weight_megabyte * size.weight_megabytes
 
@@ -161,13 +185,19 @@ def plan_run(limit_seconds: float, size: NetworkSize, spent_seconds: float, comp
     cli = default_core_seconds(size, rates)
     cli_wait = max(0.0, cli - lower_vela - heuristic)
     cli_cost = cli_wait + (cli - cli_wait) / max(1, cpus)
+    evaluation = rates.evaluation_seconds_per_pass * passes
     predicted = {
         "lower_vela_graph": lower_vela,
-        "legacy_floor": heuristic + rates.evaluation_seconds_per_pass * passes * 3,
-        "default_core_floor": cli_cost if default_core_available else 0.0,
+        # Vela legacy's own schedule, evaluated under every estimator (three single models).
+        "legacy_floor": heuristic + 3 * evaluation,
+        # The search of npusched's graph starts from the heuristic's schedule of that graph too (where the graphs
+        # differ), each start evaluated under the objective.
+        "starts": (heuristic if size.graphs_differ else 0.0) + 4 * models * evaluation,
+        # The default core's schedule read back and evaluated under every estimator.
+        "default_core_floor": cli_cost + 4 * evaluation if default_core_available else 0.0,
         "any_schedule_bound": models * (rates.bound_fixed_seconds_per_model
                                         + rates.bound_seconds_per_pass_and_model * passes),
-        "evaluation": (1.5 + 2) * rates.evaluation_seconds_per_pass * passes * models + 0.2,
+        "evaluation": (1.5 + 2) * evaluation * models + 0.2,
     }
     plan = TimePlan(limit_seconds, spent_seconds, compile_seconds, predicted, cli,
                     default_core_floor=default_core_available, vela_graph_search=size.graphs_differ)
@@ -176,13 +206,15 @@ def plan_run(limit_seconds: float, size: NetworkSize, spent_seconds: float, comp
         dropped.append(("default_core_floor", "the vela CLI is not installed"))
     floor = max(SEARCH_SHARE_MIN * plan.available_seconds, rates.min_search_seconds)
     for phase in DROP_ORDER:
-        if plan.answer_search_seconds >= floor:
-            break
-        if not plan._kept(phase):
+        short = plan.search_seconds < floor
+        if phase == "vela_graph_search":
+            # Its search is what npusched's leaves: not worth a model of its own under a tenth of what is shared.
+            short = plan.vela_search_seconds < max(rates.min_search_seconds, 0.1 * plan.available_seconds)
+        if not short or not plan._kept(phase):
             continue
-        dropped.append((phase, f"the answer's search would get {plan.answer_search_seconds:.1f} s, under "
-                               f"{SEARCH_SHARE_MIN:.0%} of the {plan.available_seconds:.1f} s left after loading, "
-                               "lowering and the compile"))
+        dropped.append((phase, f"the searches would get {plan.search_seconds:.1f} s of the "
+                               f"{plan.available_seconds:.1f} s left after loading, lowering and the compile (Vela's "
+                               f"graph's {plan.vela_search_seconds:.1f} s)"))
         plan = _without(plan, phase)
     warning = ""
     needed = spent_seconds + compile_seconds + predicted["legacy_floor"] + predicted["evaluation"] \

@@ -58,6 +58,8 @@ COMPILE_SECONDS_PER_WEIGHT_MEGABYTE = 0.7
 # The same for a compile started ahead, what is left of it once the schedule is known (``fit --ahead``, 62
 # compilations, load average about 2): least squares 0.04 s + 2.9 ms per pass + 0.14 s per MB; with 0.5 s fixed,
 # the variable terms scaled by 1.7 to be over every measurement.
+# How much lower the fallback's compile runs than the run (os.nice).
+FALLBACK_NICENESS = 10
 AHEAD_COMPILE_SECONDS_FIXED = 0.5
 AHEAD_COMPILE_SECONDS_PER_PASS = 0.005
 AHEAD_COMPILE_SECONDS_PER_WEIGHT_MEGABYTE = 0.23
@@ -255,7 +257,8 @@ class Compilation:
         staging = self._staging / "fallback"
         staging.mkdir()
         plan = Plan(network, _legacy(arch), schedule)
-        process = _AheadProcess(self.options, model_bytes, staging)
+        # At a lower priority: insurance, it takes the CPU the search leaves idle.
+        process = _AheadProcess(self.options, model_bytes, staging, niceness=FALLBACK_NICENESS)
         process.submit(plan)
         self._fallback = (process, plan, model_bytes)
 
@@ -384,13 +387,13 @@ class _AheadProcess:
     """A forked process compiling one model ahead: Vela's compile up to its scheduling step, then the plan it is
     sent, then the answer back."""
 
-    def __init__(self, options: RunOptions, model_bytes: bytes, staging: Path) -> None:
+    def __init__(self, options: RunOptions, model_bytes: bytes, staging: Path, *, niceness: int = 0) -> None:
         context = multiprocessing.get_context("fork")
         self.staging = staging
         self._connection: Connection | None
         self._connection, child_end = context.Pipe()
         self._process: BaseProcess | None = context.Process(
-            target=_compile_ahead, args=(options, model_bytes, staging, child_end), daemon=True)
+            target=_compile_ahead, args=(options, model_bytes, staging, child_end, niceness), daemon=True)
         self._process.start()
         child_end.close()
         self._submitted: Plan | None = None
@@ -443,9 +446,14 @@ class _AheadProcess:
             self._process = None
 
 
-def _compile_ahead(options: RunOptions, model_bytes: bytes, staging: Path, connection: Connection) -> None:
+def _compile_ahead(options: RunOptions, model_bytes: bytes, staging: Path, connection: Connection,
+                   niceness: int = 0) -> None:
     """The forked process of an :class:`_AheadProcess` (the end of the connection before a plan means the run
-    stopped without one, and so does this process)."""
+    stopped without one, and so does this process); ``niceness`` lowers its priority (the fallback's: the search
+    comes first)."""
+    if niceness:
+        with contextlib.suppress(OSError):
+            os.nice(niceness)
 
     def plan() -> Plan:
         try:
