@@ -143,7 +143,9 @@ def solve(build: Callable[[GraphRecipe], BuiltGraph], recipe: GraphRecipe, optio
     if log is not None:
         for phase, why in plan.dropped:
             log(f"time plan: no {phase.replace('_', ' ')} ({why})")
-    variants = [graphs.own, graphs.vela] if plan.vela_graph_search else [graphs.own]
+    # No time to search (the limit is too short for the network): the answer is the better of the cores' own
+    # schedules, which the fallback compile beside the run compiles.
+    variants = [] if not plan.searches else [graphs.own, graphs.vela] if plan.vela_graph_search else [graphs.own]
     for variant in variants:
         if begin is not None:
             begin(variant.model_bytes)
@@ -159,8 +161,12 @@ def solve(build: Callable[[GraphRecipe], BuiltGraph], recipe: GraphRecipe, optio
              for variant in variants}
     searches, errors = _search_graphs(variants, graphs, hints, objective, options, plan, started=started, log=log,
                                       timings=timings)
-    if not plan.vela_graph_search and graphs.distinct:
-        searches += _floor_answers(floors, graphs, objective)
+    if not variants or (not plan.vela_graph_search and graphs.distinct):
+        searches += _floor_answers(floors, graphs, objective, "" if variants else NO_TIME_TO_SEARCH)
+    if not searches and not variants:  # nothing fits, and no time to search for what might
+        variants = [graphs.own]
+        searches, errors = _search_graphs(variants, graphs, {id(graphs.own): None}, objective, options, plan,
+                                          started=started, log=log, timings=timings)
     if not searches:
         raise _no_fit_error(errors, graphs, arch)
     best = min(searches, key=lambda s: s.rank)  # a tie keeps npusched's graph (searched first)
@@ -204,8 +210,8 @@ def _search_graphs(variants: list[BuiltGraph], graphs: Graphs,
     bound_seconds = max(bound_work, plan.predicted.get("any_schedule_bound", 0.0)) if plan.any_schedule_bound \
         else 0.0
     # The wall clock as the plan shares it; a deterministic search's work always 2 : 1 (sized by the inputs alone).
-    shares = (plan.own_share, 1.0) if len(variants) == 2 else (1.0,)
-    work_shares = (OWN_GRAPH_SHARE, 1 - OWN_GRAPH_SHARE) if len(variants) == 2 else (1.0,)
+    shares = ((plan.own_share, 1.0) if len(variants) == 2 else (1.0,))[:len(variants)]
+    work_shares = ((OWN_GRAPH_SHARE, 1 - OWN_GRAPH_SHARE) if len(variants) == 2 else (1.0,))[:len(variants)]
     for variant, share, work_share in zip(variants, shares, work_shares, strict=True):
         if searches and interruption.requested():
             break  # Ctrl-C: the answer so far
@@ -230,16 +236,19 @@ def _search_graphs(variants: list[BuiltGraph], graphs: Graphs,
     return searches, errors
 
 
-def _floor_answers(floors: list[Floor], graphs: Graphs, objective: ArchitectureFeatures) -> list[Searched]:
+def _floor_answers(floors: list[Floor], graphs: Graphs, objective: ArchitectureFeatures,
+                   reason: str) -> list[Searched]:
     """Both cores' own schedules of Vela's graph as answers, where that graph is not searched (the time plan
-    dropped its search): the run's answer is then never worse than either by the objective all the same."""
+    dropped its search, or left no time to search at all: ``reason``): the run's answer is then never worse than
+    either by the objective all the same."""
     answers = []
     for floor in floors:
         if not floor.report.fits:
             continue
         evaluation = evaluate(graphs.vela.network, objective, floor.start)
         total = objective_cycles(objective, evaluation.total_cycles, evaluation.parts)
-        result = CpSatResult(floor.start.with_status("fallback", ""), "fallback", total, math.nan, math.nan, 0.0)
+        result = CpSatResult(floor.start.with_status("fallback", reason), "fallback", total, math.nan, math.nan, 0.0,
+                             reason)
         answers.append(Searched(graphs.vela, result, evaluation, objective))
     return answers
 

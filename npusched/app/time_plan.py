@@ -134,6 +134,11 @@ class TimePlan:
         return self.search_seconds * self.own_share
 
     @property
+    def searches(self) -> bool:
+        """Whether there is time to search at all (else the answer is the better of the cores' own schedules)."""
+        return self.search_seconds >= RATES.min_search_seconds
+
+    @property
     def vela_search_seconds(self) -> float:
         """What the search of Vela's graph gets (the rest)."""
         return self.search_seconds - self.answer_search_seconds
