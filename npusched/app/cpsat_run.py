@@ -163,9 +163,10 @@ def solve(build: Callable[[GraphRecipe], BuiltGraph], recipe: GraphRecipe, optio
                                       timings=timings)
     if not variants or (not plan.vela_graph_search and graphs.distinct):
         searches += _floor_answers(floors, graphs, objective, "" if variants else NO_TIME_TO_SEARCH)
-    if not searches and not variants:  # nothing fits, and no time to search for what might
+    if not searches and not variants:  # no core's schedule fits, and no time to search for what might
         variants = [graphs.own]
-        searches, errors = _search_graphs(variants, graphs, {id(graphs.own): None}, objective, options, plan,
+        start = _fitting(_starts(graphs.own, graphs, floors, default_run, arch), graphs.own, objective)
+        searches, errors = _search_graphs(variants, graphs, {id(graphs.own): start}, objective, options, plan,
                                           started=started, log=log, timings=timings)
     if not searches:
         raise _no_fit_error(errors, graphs, arch)
