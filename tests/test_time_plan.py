@@ -26,14 +26,15 @@ def test_optional_phases_go_in_order_until_the_answers_search_has_half() -> None
     previous: tuple[str, ...] = ()
     for limit in (60.0, 30.0, 20.0, 14.0, 11.0, 9.0):
         plan = plan_run(limit, NASNET, 3.0, 4.0, cpus=2)
-        dropped = tuple(phase for phase, _ in plan.dropped)
-        assert dropped == DROP_ORDER[:len(dropped)]  # a prefix of the stated order
+        # A prefix of the stated order (the second graph left out is npusched's where its start is what is short).
+        dropped = tuple("vela_graph_search" if phase == "own_graph_search" else phase for phase, _ in plan.dropped)
+        assert dropped == DROP_ORDER[:len(dropped)]
         assert len(dropped) >= len(previous)  # a shorter limit never keeps what a longer one dropped
         previous = dropped
         if len(dropped) < len(DROP_ORDER):
             assert plan.answer_search_seconds >= SEARCH_SHARE_MIN * plan.available_seconds - 1e-9
         for phase, why in plan.dropped:
-            assert why.startswith("the searches would get") and phase in DROP_ORDER
+            assert why.startswith("the searches would get") and phase in (*DROP_ORDER, "own_graph_search")
     assert previous == DROP_ORDER
 
 

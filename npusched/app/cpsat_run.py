@@ -145,7 +145,9 @@ def solve(build: Callable[[GraphRecipe], BuiltGraph], recipe: GraphRecipe, optio
             log(f"time plan: no {phase.replace('_', ' ')} ({why})")
     # No time to search (the limit is too short for the network): the answer is the better of the cores' own
     # schedules, which the fallback compile beside the run compiles.
-    variants = [] if not plan.searches else [graphs.own, graphs.vela] if plan.vela_graph_search else [graphs.own]
+    variants = [] if not plan.searches else \
+        [graph for graph, searched in ((graphs.own, plan.own_graph_search), (graphs.vela, plan.vela_graph_search))
+         if searched]
     for variant in variants:
         if begin is not None:
             begin(variant.model_bytes)
@@ -394,7 +396,10 @@ def _outcome(best: Searched, searches: list[Searched], graphs: Graphs, floors: l
         objective=describe_objective(objective), objective_words=objective_in_words(objective))
     floor_reports = tuple(_returned(f.report, f.report.core in returned) for f in floors)
     other = next((s for s in searches if s is not best), None)
-    if not plan.vela_graph_search:
+    if not plan.own_graph_search:
+        chosen = decisions(graphs.sites, best.graph, "kept", "priced out: npusched's graph was not searched (the time "
+                                                             "plan left it out: its start would take too long)")
+    elif not plan.vela_graph_search:
         chosen = decisions(graphs.sites, best.graph, "kept: Vela's graph was not searched (the time plan left it out)",
                            "priced out: a Vela core's own schedule of Vela's graph is better")
     elif other is None:

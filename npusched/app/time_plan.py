@@ -106,6 +106,9 @@ class TimePlan:
     default_core_cli_seconds: float = 0.0
     default_core_floor: bool = True
     vela_graph_search: bool = True
+    # npusched's own graph searched (its start, the heuristic's schedule of that graph, made): else only Vela's, from
+    # the cores' own schedules, which a large network's time limit may afford where two heuristics it does not.
+    own_graph_search: bool = True
     any_schedule_bound: bool = True
     dropped: tuple[tuple[str, str], ...] = ()
     warning: str = ""
@@ -123,15 +126,18 @@ class TimePlan:
     @property
     def own_share(self) -> float:
         """Of the search time, what npusched's graph's search gets: ``OWN_GRAPH_SHARE`` where Vela's is searched
-        too, more where that would leave it under half of what the plan shares out; all of it otherwise."""
+        too, more where that would leave it under half of what the plan shares out; all of it otherwise (none where
+        only Vela's graph is searched)."""
+        if not self.own_graph_search:
+            return 0.0
         if not self.vela_graph_search or self.search_seconds <= 0:
             return 1.0
         return min(1.0, max(OWN_GRAPH_SHARE, SEARCH_SHARE_MIN * self.available_seconds / self.search_seconds))
 
     @property
     def answer_search_seconds(self) -> float:
-        """What the search of npusched's graph (the answer's, as a rule) gets."""
-        return self.search_seconds * self.own_share
+        """What the search of the answer's graph gets: npusched's (as a rule), or Vela's where it is searched alone."""
+        return self.search_seconds * (self.own_share if self.own_graph_search else 1.0)
 
     @property
     def searches(self) -> bool:
@@ -141,7 +147,7 @@ class TimePlan:
     @property
     def vela_search_seconds(self) -> float:
         """What the search of Vela's graph gets (the rest)."""
-        return self.search_seconds - self.answer_search_seconds
+        return self.search_seconds * (1.0 - self.own_share) if self.vela_graph_search else 0.0
 
     @property
     def available_seconds(self) -> float:
@@ -150,7 +156,7 @@ class TimePlan:
 
     def _kept(self, phase: str) -> bool:
         return {"default_core_floor": self.default_core_floor, "vela_graph_search": self.vela_graph_search,
-                "any_schedule_bound": self.any_schedule_bound}.get(phase, True)
+                "starts": self.own_graph_search, "any_schedule_bound": self.any_schedule_bound}.get(phase, True)
 
     def as_json(self) -> dict[str, Any]:
         return {"limit_seconds": self.limit_seconds, "spent_seconds": round(self.spent_seconds, 3),
@@ -217,9 +223,18 @@ def plan_run(limit_seconds: float, size: NetworkSize, spent_seconds: float, comp
             short = plan.vela_search_seconds < max(rates.min_search_seconds, 0.1 * plan.available_seconds)
         if not short or not plan._kept(phase):
             continue
-        dropped.append((phase, f"the searches would get {plan.search_seconds:.1f} s of the "
-                               f"{plan.available_seconds:.1f} s left after loading, lowering and the compile (Vela's "
-                               f"graph's {plan.vela_search_seconds:.1f} s)"))
+        why = (f"the searches would get {plan.search_seconds:.1f} s of the {plan.available_seconds:.1f} s left after "
+               f"loading, lowering and the compile (Vela's graph's {plan.vela_search_seconds:.1f} s)")
+        alone = replace(plan, vela_graph_search=size.graphs_differ, own_graph_search=False)
+        if phase == "vela_graph_search" and size.graphs_differ and plan.search_seconds < floor \
+                and alone.kept_back_seconds < plan.kept_back_seconds:
+            # Both graphs are too many: Vela's alone, whose start (the cores' own schedules) is made already,
+            # searches longer than npusched's, whose start is a second heuristic.
+            dropped.append(("own_graph_search", f"{why}; npusched's graph's start would take "
+                                                f"{predicted['starts']:.1f} s"))
+            plan = alone
+            continue
+        dropped.append((phase, why))
         plan = _without(plan, phase)
     warning = ""
     needed = spent_seconds + compile_seconds + predicted["legacy_floor"] + predicted["evaluation"] \
