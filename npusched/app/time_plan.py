@@ -223,19 +223,19 @@ def plan_run(limit_seconds: float, size: NetworkSize, spent_seconds: float, comp
             short = plan.vela_search_seconds < max(rates.min_search_seconds, 0.1 * plan.available_seconds)
         if not short or not plan._kept(phase):
             continue
-        why = (f"the searches would get {plan.search_seconds:.1f} s of the {plan.available_seconds:.1f} s left after "
-               f"loading, lowering and the compile (Vela's graph's {plan.vela_search_seconds:.1f} s)")
-        alone = replace(plan, vela_graph_search=size.graphs_differ, own_graph_search=False)
-        if phase == "vela_graph_search" and size.graphs_differ and plan.search_seconds < floor \
-                and alone.kept_back_seconds < plan.kept_back_seconds:
-            # Both graphs are too many: Vela's alone, whose start (the cores' own schedules) is made already,
-            # searches longer than npusched's, whose start is a second heuristic.
-            dropped.append(("own_graph_search", f"{why}; npusched's graph's start would take "
-                                                f"{predicted['starts']:.1f} s"))
-            plan = alone
-            continue
-        dropped.append((phase, why))
+        dropped.append((phase, f"the searches would get {plan.search_seconds:.1f} s of the "
+                               f"{plan.available_seconds:.1f} s left after loading, lowering and the compile (Vela's "
+                               f"graph's {plan.vela_search_seconds:.1f} s)"))
         plan = _without(plan, phase)
+    if size.graphs_differ and not plan.vela_graph_search \
+            and plan.search_seconds < max(rates.min_search_seconds, 0.1 * plan.available_seconds):
+        # Even npusched's graph alone is hardly searched, its start being a second heuristic: Vela's graph alone,
+        # whose start (the cores' own schedules) is made already, is searched instead where that is longer.
+        alone = replace(plan, vela_graph_search=True, own_graph_search=False)
+        if alone.search_seconds > plan.search_seconds:
+            dropped = [("own_graph_search", f"{why}; npusched's graph's start would take {predicted['starts']:.1f} s")
+                       if phase == "vela_graph_search" else (phase, why) for phase, why in dropped]
+            plan = alone
     warning = ""
     needed = spent_seconds + compile_seconds + predicted["legacy_floor"] + predicted["evaluation"] \
         + rates.min_search_seconds
