@@ -34,7 +34,8 @@ def test_a_transformer_fits_an_arena_its_attention_softmax_alone_overruns(tmp_pa
                          memory_mode="Shared_Sram", arena_cache_size=ARENA_BYTES, solver="cpsat",
                          time_limit_seconds=30.0, workers=1, deterministic=True)
     result = run(options)
-    assert result.normalisation is not None and "SOFTMAX split into 2 row bands" in result.normalisation.describe()
+    assert result.normalisation is not None
+    assert "SOFTMAX split into 2 row bands" in result.normalisation.normalisation.describe()
     assert result.solver_report is not None
     assert result.solver_report.heuristic_peak_fast_storage_bytes is not None
     assert result.solver_report.heuristic_peak_fast_storage_bytes > ARENA_BYTES

@@ -311,7 +311,9 @@ def test_fuzzed_command_lines_exit_0_or_2_with_one_error_line(number: int, tmp_p
     lines = done.stderr.strip().splitlines()
     assert done.returncode in (0, 2), f"{what} {extra}: exit {done.returncode}: {done.stderr}"
     if done.returncode == 0:
-        assert not lines, f"{what} {extra}: {done.stderr}"
+        # The one warning allowed: on a slow machine, loading alone can take longer than the 2 s given.
+        too_short = [line for line in lines if line.startswith("warning: --time-limit ") and "too short" in line]
+        assert lines == too_short[:1], f"{what} {extra}: {done.stderr}"
         assert "Total cycles" in done.stdout
     else:
         assert len(lines) == 1 and lines[0].startswith("error: "), f"{what} {extra}: {done.stderr}"

@@ -260,7 +260,7 @@ def test_the_search_starts_from_the_better_core_by_the_objective(monkeypatch: py
 
     given: list[Any] = []
 
-    def stand_in(network: object, arch: object, *, hint: Any, **kwargs: object) -> None:
+    def stand_in(network: object, arch: object, budget: object, *, hint: Any, **kwargs: object) -> None:
         given.append(hint)
         raise _Stop
 

@@ -167,8 +167,8 @@ def solve(build: Callable[[GraphRecipe], BuiltGraph], recipe: GraphRecipe, optio
         searches += _floor_answers(floors, graphs, objective, "" if variants else NO_TIME_TO_SEARCH)
     if not searches and not variants:  # no core's schedule fits, and no time to search for what might
         variants = [graphs.own]
-        start = _fitting(_starts(graphs.own, graphs, floors, default_run, arch), graphs.own, objective)
-        searches, errors = _search_graphs(variants, graphs, {id(graphs.own): start}, objective, options, plan,
+        own_start = _fitting(_starts(graphs.own, graphs, floors, default_run, arch), graphs.own, objective)
+        searches, errors = _search_graphs(variants, graphs, {id(graphs.own): own_start}, objective, options, plan,
                                           started=started, log=log, timings=timings)
     if not searches:
         raise _no_fit_error(errors, graphs, arch)
