@@ -23,15 +23,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from npusched.bench.golden import load_configs, select, vela_hardware_args
+from npusched.bench.golden import load_configs, run_options_from_vela_args, select, vela_hardware_args
 from npusched.bench.process import solve_schedule
 from npusched.bench.stats import geomean
 from npusched.bench.table import markdown, read_csv, write_csv
+from npusched.bench.vela_cli import core_run
 
 COLUMNS = ("model", "config", "limit", "passes", "wall", "over", "peak_rss_mb", "spent", "compile", "read", "lower",
            "floors",
            "search_own", "search_vela", "search_share", "status", "gap", "dropped", "written", "agreed",
-           "vs_legacy", "vs_default", "error")
+           "cycles_legacy_model", "cycles_default_model", "vs_legacy", "vs_default", "error")
+CORE_COLUMNS = ("model", "config", "legacy_cycles", "legacy_cpu", "default_cycles", "default_cpu", "error")
 
 
 def measure(model: Path, config_name: str, config: dict[str, Any], limit: float) -> dict[str, Any]:
@@ -58,12 +60,31 @@ def measure(model: Path, config_name: str, config: dict[str, Any], limit: float)
         "compile": plan.get("compile_seconds"), "read": timings.get("read"), "lower": timings.get("lower"),
         "floors": timings.get("floors"), "search_own": timings.get("search_own"),
         "search_vela": timings.get("search_vela"),
-        "search_share": round(timings.get("search_own", 0.0) / available, 3) if available > 0 else None,
+        "search_share": _share(timings, available),
         "status": doc["status"], "gap": doc.get("gap"),
         "dropped": ",".join(d["phase"] for d in plan.get("dropped", [])),
         "written": backend.get("written"), "agreed": backend.get("agreed"),
+        "cycles_legacy_model": answer.get("vela-legacy"), "cycles_default_model": answer.get("vela-default"),
         "vs_legacy": _ratio(answer.get("vela-legacy"), own.get("vela-legacy")),
         "vs_default": _ratio(answer.get("vela-default"), own.get("vela-default"))})
+    return row
+
+
+def _share(timings: dict[str, float], available: float) -> float | None:
+    """The answer's search (the longer of the two graphs') over what the plan shares out."""
+    searched = max(timings.get("search_own", 0.0), timings.get("search_vela", 0.0))
+    return round(searched / available, 3) if available > 0 else None
+
+
+def core_totals(model: Path, config_name: str, config: dict[str, Any]) -> dict[str, Any]:
+    """Each Vela core's own total of the file (the `vela` CLI), and the operators it leaves to the CPU."""
+    options = run_options_from_vela_args(model, config)
+    row: dict[str, Any] = {"model": model.stem, "config": config_name}
+    for core, name in (("legacy", "legacy"), ("default", "default")):
+        found = core_run(options, core)  # type: ignore[arg-type]
+        row[f"{name}_cycles"], row[f"{name}_cpu"] = found.get("cycles"), found.get("cpu")
+        if "error" in found:
+            row["error"] = "; ".join(filter(None, (row.get("error"), found["error"])))
     return row
 
 
@@ -75,6 +96,11 @@ def summarise(rows: list[dict[str, Any]]) -> str:
     """Per size band and limit: runs, median and worst wall over the limit, least search share, answers written,
     fallbacks, Vela agreeing, and the geomeans of both ratios."""
     bands = ((0, 100), (100, 300), (300, 10**9))
+    for row in rows:  # as measured now, whatever version of this script wrote the row
+        if row.get("spent") not in (None, ""):
+            available = float(row["limit"]) - float(row["spent"]) - float(row["compile"] or 0.0)
+            row["search_share"] = _share({k: float(row[k]) for k in ("search_own", "search_vela")
+                                          if row.get(k) not in (None, "")}, available)
     table = []
     for low, high in bands:
         for limit in sorted({row["limit"] for row in rows}):
@@ -110,6 +136,9 @@ def main() -> int:
     parser.add_argument("--large-limits", default="10")
     parser.add_argument("--large-passes", type=int, default=300)
     parser.add_argument("--csv", type=Path, default=Path("real_size.csv"))
+    parser.add_argument("--cores-csv", type=Path, default=None,
+                        help="each Vela core's own totals of every model x configuration (the `vela` CLI, not timed), "
+                             "kept here and read back: the ratios are then against them (default: the floors')")
     parser.add_argument("--summary-only", action="store_true")
     args = parser.parse_args()
     rows = read_csv(args.csv) if args.csv.exists() else []
@@ -131,8 +160,29 @@ def main() -> int:
                           flush=True)
                     if row.get("passes") and row["passes"] >= args.large_passes and limit == limits[-1]:
                         limits += [float(x) for x in args.large_limits.split(",") if float(x) not in limits]
+    if args.cores_csv is not None:
+        cores = read_csv(args.cores_csv) if args.cores_csv.exists() else []
+        known = {(r["model"], r["config"]) for r in cores}
+        configs = load_configs()
+        for model in [p for m in args.models for p in (sorted(m.glob("*.tflite")) if m.is_dir() else [m])]:
+            for name in select(configs, None if args.configs == "all" else args.configs.split(",")):
+                if (model.stem, name) not in known:
+                    cores.append(core_totals(model, name, configs[name]))
+                    write_csv(args.cores_csv, cores, CORE_COLUMNS)
+        by_cell = {(r["model"], r["config"]): r for r in cores}
+        for row in rows:
+            core = by_cell.get((row["model"], row["config"]), {})
+            row["vs_legacy"] = _ratio(_number(row.get("cycles_legacy_model")), _number(core.get("legacy_cycles")))
+            row["vs_default"] = _ratio(_number(row.get("cycles_default_model")), _number(core.get("default_cycles")))
     print(summarise(rows))
     return 0
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return float(value) if value not in (None, "") else None
+    except (TypeError, ValueError):
+        return None
 
 
 if __name__ == "__main__":
