@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import export_forms
 import pytest
 
 from npusched.app.pipeline import architecture, load_network
@@ -28,6 +29,8 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 CORPUS_DIR = DATA_DIR / "corpus"
 GOLDEN_ROOT = DATA_DIR / "golden"
 GOLDEN_DIR = GOLDEN_ROOT / "vela-5.2.0-legacy"
+# The zoo of real converter exports (scripts/export_zoo.py, docs/zoo.md).
+EXPORTS_DIR = DATA_DIR / "exports"
 CONFIGS: dict[str, dict[str, Any]] = json.loads((GOLDEN_ROOT / "configs.json").read_text())
 
 # Named rather than globbed so that a model missing from tests/data/corpus fails instead of vanishing.
@@ -37,6 +40,11 @@ MODELS = ("ad01_int8", "dtln", "keyword_scrambled_8bit", "kws_dscnn_int8", "micr
 
 # Where Vela's legacy core itself failed, so there is no golden folder (tests/data/golden/README.md).
 VELA_FAILED = frozenset({("u55-256_hee_shared_arena128k", "mobilenet_v2_224_int8")})
+
+
+def _export(model: str) -> bytes:
+    """A zoo model's bytes, as its converter wrote them."""
+    return (EXPORTS_DIR / f"{model}.tflite").read_bytes()
 
 
 # Every rewrite of the graph (``npusched.frontend.normalise.REWRITE_NAMES``) -> (a model where it finds a site,
@@ -49,6 +57,16 @@ REWRITE_MODELS: dict[str, tuple[Callable[[], bytes], bool]] = {
     "nearest_upsampling": (lambda: generate("yolo", 40, 1, keras_style=True), False),
     "stacking": (lambda: generate("gru", 40, 1, keras_style=True), False),
     "grouped_convolution": (lambda: generate("regnet", 40, 1), False),
+    "static_shape": (lambda: _export("unit_dense_nd"), False),
+    "gather": (lambda: export_forms.last_step(1), False),
+    "mean_axis": (lambda: _export("unit_norms"), False),
+    "float_island": (lambda: _export("unit_norms"), False),
+    "channel_mean": (lambda: _export("unit_norms"), False),
+    "max_reduction": (lambda: _export("unit_reductions"), False),
+    "strided_convolution": (lambda: export_forms.patch_embedding(1), False),
+    "high_rank": (lambda: _export("unit_norms"), False),
+    "transpose": (lambda: _export("unit_reductions"), False),
+    "reshape_chain": (lambda: _export("pt_espcn_x2_96"), False),
     "broadcast_operand": (lambda: generate("transformer", 40, 1), False),
     "matmul_operand": (lambda: generate("transformer", 40, 1), False),
     "widened_output": (lambda: generate("unet", 40, 1, keras_style=True), False),

@@ -84,12 +84,16 @@ def elementwise_op(op_type: str, name: str, ifm: FeatureMap, ifm2: FeatureMap | 
                    ifm2_shape: Shape4D | None = None, activation: str | None = None,
                    activation_min: float | None = None, activation_max: float | None = None,
                    activation_lut: ConstTensor | None = None, rounding_mode: str | None = None,
-                   has_scaling: bool = True, attrs: Sequence[tuple[str, object]] = ()) -> NpuOp:
+                   has_scaling: bool = True, attrs: Sequence[tuple[str, object]] = (),
+                   ofm_shape: Shape4D | None = None) -> NpuOp:
     """A unary or binary elementwise pass (Vela's create_binary_elementwise / create_unary_elementwise).
 
     Without ``ofm`` a new tensor ``<name>_tens0`` is made with the OFM shape Vela derives: the IFM's shape,
-    or IFM2's when IFM is the scalar/broadcast operand.
+    or IFM2's when IFM is the scalar/broadcast operand. ``ofm_shape`` overrides the shape the pass writes (a
+    decomposition's last pass writing a map a RESHAPE was bypassed into is written at that map's shape, as Vela
+    sets it from the tensor).
     """
+    written = ofm_shape
     ifm_shape = ifm.shape if ifm_shape is None else ifm_shape
     if ifm2 is None:
         ofm_shape = ifm_shape
@@ -98,6 +102,8 @@ def elementwise_op(op_type: str, name: str, ifm: FeatureMap, ifm2: FeatureMap | 
         in1 = None if _is_scalar(ifm) else ifm_shape
         in2 = None if _is_scalar(ifm2) else ifm2_shape
         ofm_shape = ifm_shape if ifm_ifm2_correct_order(in1, in2) else ifm2_shape
+    if written is not None:
+        ofm_shape = written
     if ofm is None:
         ofm = FeatureMap(name=f"{name}_tens0", shape=ofm_shape, dtype=dtype or ifm.dtype,
                          quantization=quantization if quantization is not None else Quantization(),

@@ -29,6 +29,7 @@ from npusched.lowering.netgraph import (
     Activation,
     WorkingGraph,
     WorkingOp,
+    WorkingTensor,
     activation_for,
     block_kind,
     const_tensor,
@@ -230,7 +231,10 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites, PreluRewrites, ArgMaxRewrit
         npu_ops = self.decompose(op)
         if not npu_ops:
             return op
-        return splice_prebuilt(op, npu_ops)
+        sources = [t for t in (op.ifm, op.ifm2) if t is not None] if op.type == "SquaredDifference" else []
+        last = splice_prebuilt(op, npu_ops)
+        _clones_keep_linear_format(last, sources)
+        return last
 
     def convert_depthwise_to_conv(self, op: WorkingOp) -> WorkingOp:
         if op.type == "DepthwiseConv2DBias" and op.attrs.get("depth_multiplier", 1) != 1:
@@ -466,3 +470,29 @@ class GraphRewriter(MemoryOpRewrites, ShapeRewrites, PreluRewrites, ArgMaxRewrit
             prev.prebuilt = replace(prev.prebuilt, activation=op.activation.op_type,
                                     activation_lut=op.activation_lut)
         return op
+
+
+# The int32 maps of Vela's SQUARED_DIFFERENCE are clones of its inputs (``Tensor.clone``: ``<input>_ifm_32bit_shifted``,
+# ``<input>_scaled``, ``<input>_raw_diff``, ``<input>_squared_raw``), and a clone carries its input's forced linear
+# format: an input a TRANSPOSE wrote keeps its intermediates linear too.
+_SQUARED_DIFFERENCE_CLONES = ("_ifm_32bit_shifted", "_ifm2_32bit_shifted", "_scaled", "_raw_diff", "_squared_raw")
+
+
+def _clones_keep_linear_format(last: WorkingOp, sources: list[WorkingTensor]) -> None:
+    """Mark the maps of a decomposition (ending at ``last``) cloned from a forced-linear source as forced linear."""
+    linear = [t.name for t in sources if t.force_linear]
+    if not linear:
+        return
+    seen: set[int] = set()
+    stack = [last]
+    while stack:
+        op = stack.pop()
+        if id(op) in seen or op.prebuilt is None:
+            continue
+        seen.add(id(op))
+        for tens in [*op.inputs, *op.outputs]:
+            if tens is not None and any(tens.name == f"{name}{suffix}" for name in linear
+                                        for suffix in _SQUARED_DIFFERENCE_CLONES):
+                tens.force_linear = True
+        stack.extend(p for t in op.inputs if t is not None for p in t.ops)
+

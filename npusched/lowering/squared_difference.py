@@ -69,6 +69,8 @@ def lower_squared_difference(op, ifm: FeatureMap, ofm: FeatureMap, ctx: Lowering
     squared = ctx.new_feature_map(f"{ifm.name}_squared_raw", raw.shape, DataType.int32, Quantization())
     square = elementwise_op("Mul", f"{name}_squared_raw", raw, raw, tflite_op=TFLITE_OP, ofm=squared)
     const = ctx.const_operand(f"{name}_output_multiplier", [out_multiplier], DataType.int32, _UNIT, shape=(1,))
+    # Written at the OFM's own shape: where a RESHAPE after it was bypassed, Vela's last Mul writes the reshaped map
+    # at its shape (its shapes are set from the tensors once the rewrite is made).
     final = elementwise_op("Mul", name, squared, const, tflite_op=TFLITE_OP, ofm=ofm,
-                           attrs=(_scaling(out_shift, out_multiplier),))
+                           attrs=(_scaling(out_shift, out_multiplier),), ofm_shape=ofm.shape)
     return [*first, *second, sub, square, final]

@@ -3,15 +3,23 @@
 Two kinds of rewrite (``rewrite.Rewrite``; one module each):
 
 * what changes what the NPU can run, always applied: ``folding`` (a dynamic batch fixed at 1 and the run-time
-  shape arithmetic Keras and PyTorch exports write, evaluated; what becomes dead dropped),
+  shape arithmetic Keras and PyTorch exports write, evaluated; what becomes dead dropped), ``static_shapes``
+  (the shapes only run-time arithmetic gave, a Keras 3 Tensordot's, written out once it is folded),
   ``constant_operators`` (quantised operators of constants, an RNN's zero state through its recurrent
   FULLY_CONNECTED, computed by the reference interpreter),
-  ``dilated_convolutions`` (TF's SPACE_TO_BATCH_ND form of a dilated convolution as one),
-  ``nearest_upsampling`` (Keras 3's EXPAND_DIMS -> TILE -> RESHAPE repeats as RESIZE_NEAREST_NEIGHBOR),
-  ``stacking`` (UNPACK and PACK of activations, an unrolled RNN's, as SPLIT and CONCATENATION),
-  ``grouped_convolutions`` (Keras's Conv2D(groups=G) as convolutions of whole groups), ``broadcast_operands``
-  (a layer norm's constant broadcast both ways written at the output's shape) and ``matmul_operands`` (a
-  BATCH_MATMUL's right operand read transposed, the form the NPU runs);
+  ``dilated_convolutions`` (TF's SPACE_TO_BATCH_ND form of a dilated convolution as one, 3-D and 4-D),
+  ``nearest_upsampling`` (Keras 3's EXPAND_DIMS -> TILE -> RESHAPE repeats as RESIZE_NEAREST_NEIGHBOR, of any
+  aspect), ``stacking`` (UNPACK and PACK of activations, an unrolled RNN's, as SPLIT and CONCATENATION),
+  ``grouped_convolutions`` (Keras's Conv2D(groups=G) as convolutions of whole groups), ``gathers`` (a GATHER of
+  consecutive constant indices as SLICE), ``mean_axes`` (a MEAN's negative axes counted from the front),
+  ``float_islands`` (DEQUANTIZE -> NEG or SQUARE -> QUANTIZE as one int8 MUL where its 256-entry table is the
+  island's), ``channel_means`` (a MEAN over the channels as one over the depth of [1, kept, reduced]),
+  ``max_reductions`` (REDUCE_MAX over H and W as MAX_POOL_2D), ``strided_convolutions`` (a convolution whose
+  kernel is its stride, over 3, as a 1x1 convolution of its patches), ``high_rank`` (element-wise operators,
+  SOFTMAX and BATCH_MATMUL of 5-D maps on 4-D views), ``transposes`` (a TRANSPOSE Vela legacy does not run as
+  block swaps it runs), ``reshape_chains`` (RESHAPEs through a 5-D map merged), ``broadcast_operands`` (a layer
+  norm's constant broadcast both ways written at the output's shape) and ``matmul_operands`` (a BATCH_MATMUL's
+  right operand read transposed, the form the NPU runs);
 * what changes only what a schedule costs or needs in fast storage, *priced*: ``widened_outputs``,
   ``gates_first``, ``relayout`` (channel-poor element-wise chains on a deep view), ``staged_inputs`` and
   ``staged_outputs`` (channel-poor maps copied in full bursts where feature maps live in DRAM),
@@ -41,6 +49,7 @@ from typing import Any
 from npusched.errors import ModelError
 from npusched.frontend.normalise.broadcast_operands import BROADCAST_OPERANDS
 from npusched.frontend.normalise.causal_convolutions import CAUSAL_CONVOLUTIONS
+from npusched.frontend.normalise.channel_means import CHANNEL_MEANS
 from npusched.frontend.normalise.constant_operators import CONSTANT_OPERATORS
 from npusched.frontend.normalise.dilated_convolutions import DILATED_CONVOLUTIONS
 from npusched.frontend.normalise.dilated_sequences import DILATED_SEQUENCES
@@ -52,17 +61,26 @@ from npusched.frontend.normalise.flatbuffer import (
     release_dead_buffers,
     unpack_model,
 )
+from npusched.frontend.normalise.float_islands import FLOAT_ISLANDS
 from npusched.frontend.normalise.folding import FOLDING, fix_batch
 from npusched.frontend.normalise.gates_first import GATES_FIRST
+from npusched.frontend.normalise.gathers import GATHERS
 from npusched.frontend.normalise.grouped_convolutions import GROUPED_CONVOLUTIONS
+from npusched.frontend.normalise.high_rank import HIGH_RANK
 from npusched.frontend.normalise.matmul_operands import MATMUL_OPERANDS
+from npusched.frontend.normalise.max_reductions import MAX_REDUCTIONS
+from npusched.frontend.normalise.mean_axes import MEAN_AXES
 from npusched.frontend.normalise.nearest_upsampling import NEAREST_UPSAMPLING
 from npusched.frontend.normalise.relayout import RELAYOUT
+from npusched.frontend.normalise.reshape_chains import RESHAPE_CHAINS
 from npusched.frontend.normalise.rewrite import Rewrite, Site, counted
 from npusched.frontend.normalise.softmax_bands import SOFTMAX_BAND_BYTES, SOFTMAX_BANDS, softmax_bands, split_bytes_for
 from npusched.frontend.normalise.stacking import STACKING
 from npusched.frontend.normalise.staged_inputs import STAGED_INPUTS
 from npusched.frontend.normalise.staged_outputs import STAGED_OUTPUTS
+from npusched.frontend.normalise.static_shapes import STATIC_SHAPES
+from npusched.frontend.normalise.strided_convolutions import STRIDED_CONVOLUTIONS
+from npusched.frontend.normalise.transposes import TRANSPOSES
 from npusched.frontend.normalise.verify import first_difference
 from npusched.frontend.normalise.widened_outputs import WIDENED_OUTPUTS
 from npusched.frontend.recipe import LOWERING_REWRITES, SOFTMAX_SPLIT_BYTES, GraphRecipe
@@ -72,10 +90,13 @@ __all__ = ["PIPELINE", "REWRITE_NAMES", "SOFTMAX_BAND_BYTES", "SOFTMAX_SPLIT_BYT
            "split_bytes_for"]
 
 # Every rewrite, in the order it runs. Those that change what the NPU can run come first and run on every subgraph
-# (folding first: what follows reads static shapes); the priced ones run on the first subgraph, the one the NPU runs.
+# (folding first: what follows reads static shapes; the products' operands before the general TRANSPOSE rewrite,
+# which writes what is left as block swaps, and the RESHAPE merge last, once the 5-D maps are only reshaped);
+# the priced ones run on the first subgraph, the one the NPU runs.
 PIPELINE: tuple[Rewrite, ...] = (
-    FOLDING, CONSTANT_OPERATORS, DILATED_CONVOLUTIONS, NEAREST_UPSAMPLING, STACKING, GROUPED_CONVOLUTIONS,
-    BROADCAST_OPERANDS, MATMUL_OPERANDS,
+    FOLDING, STATIC_SHAPES, CONSTANT_OPERATORS, DILATED_CONVOLUTIONS, NEAREST_UPSAMPLING, STACKING,
+    GROUPED_CONVOLUTIONS, GATHERS, MEAN_AXES, FLOAT_ISLANDS, CHANNEL_MEANS, MAX_REDUCTIONS, STRIDED_CONVOLUTIONS,
+    HIGH_RANK, BROADCAST_OPERANDS, MATMUL_OPERANDS, TRANSPOSES, RESHAPE_CHAINS,
     WIDENED_OUTPUTS, GATES_FIRST, RELAYOUT, STAGED_INPUTS, STAGED_OUTPUTS, SOFTMAX_BANDS, DILATED_SEQUENCES,
     CAUSAL_CONVOLUTIONS)
 # The names ``--disable-rewrite`` takes: the normaliser's rewrites and the lowering's two priced choices.

@@ -1,16 +1,17 @@
 """Dilated convolutions TF wrote in SPACE_TO_BATCH_ND form, written back as one dilated convolution.
 
-Where TF cannot use a convolution's dilation itself (Keras 3's Conv1D and DepthwiseConv2D, atrous ASPP branches),
-it writes SPACE_TO_BATCH_ND (block = the dilation, zero-point padding) -> an undilated VALID (DEPTHWISE_)CONV_2D
-on the block x block phases -> BATCH_TO_SPACE_ND (cropping what made the sides multiples of the block); Conv1D
-adds EXPAND_DIMS -> ... -> SQUEEZE around the convolution on a 3-D [B, T, C] sequence. Neither Vela core's
-legacy path runs the two batch operators on the NPU, so each such convolution is three CPU operators and two NPU
-subgraph boundaries. Per spatial axis the chain computes ``out[j] = sum_k w[k] x_pad[j + c0 + d k]`` over the
-input padded by (p0, p1) and cropped by (c0, c1): the convolution dilated by d over the input padded by
-(p0 - c0, p1 - c1). That is what replaces it: SAME or VALID where those pads are SAME's or none, else a PAD
-(zero point, as SPACE_TO_BATCH_ND pads) before a VALID one; a 3-D sequence is viewed as [1, 1, T, C] by RESHAPEs.
-The weights, bias, quantisation and fused activation are the convolution's. Not priced: without it the
-convolution and its batch operators run on the CPU.
+Where TF cannot use a convolution's dilation itself (Keras 3's Conv1D and DepthwiseConv2D, atrous ASPP branches), it
+writes SPACE_TO_BATCH_ND (block = the dilation, zero-point padding) -> an undilated VALID (DEPTHWISE_)CONV_2D on the
+block x block phases -> BATCH_TO_SPACE_ND (cropping what made the sides multiples of the block); Conv1D adds
+EXPAND_DIMS -> ... -> SQUEEZE around the convolution on a 3-D [B, T, C] sequence (Keras 3 with TF 2.21: a RESHAPE to
+[-1, T', C] in the SQUEEZE's place, its causal padding a PAD before the SPACE_TO_BATCH_ND; a gated unit's two
+convolutions share one SPACE_TO_BATCH_ND, each rewritten). Neither Vela core's legacy path runs the two batch
+operators on the NPU, so each such convolution is three CPU operators and two NPU subgraph boundaries. Per spatial
+axis the chain computes ``out[j] = sum_k w[k] x_pad[j + c0 + d k]`` over the input padded by (p0, p1) and cropped by
+(c0, c1): the convolution dilated by d over the input padded by (p0 - c0, p1 - c1). That is what replaces it: SAME or
+VALID where those pads are SAME's or none, else a PAD (zero point, as SPACE_TO_BATCH_ND pads) before a VALID one; a
+3-D sequence is viewed as [1, 1, T, C] by RESHAPEs. The weights, bias, quantisation and fused activation are the
+convolution's. Not priced: without it the convolution and its batch operators run on the CPU.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from npusched.frontend.normalise.flatbuffer import (
     opcode,
     options,
     readers,
-    replace_chains,
+    replace_operators,
     reshape_op,
     same_quantisation,
     sole_reader,
@@ -49,21 +50,38 @@ from npusched.frontend.normalise.rewrite import Rewrite, Site, counted
 
 
 @dataclass(frozen=True)
+class Branch:
+    """One convolution of the phases and what follows it: the convolution at ``conv_position``, the operators after
+    it up to BATCH_TO_SPACE_ND (``positions``, its last), whose output is ``output``, and the explicit padding
+    (height, width) of the dilated convolution that replaces it."""
+
+    conv_position: int
+    positions: tuple[int, ...]
+    output: int
+    pads: tuple[tuple[int, int], tuple[int, int]]
+
+
+@dataclass(frozen=True)
 class DilatedPlan:
-    """The chain SPACE_TO_BATCH_ND at ``position`` .. BATCH_TO_SPACE_ND at ``positions[-1]``: its input ``source``
-    (3-D or 4-D), the convolution, the dilation and the explicit padding (height, width) of the dilated
-    convolution that replaces it; ``sequence_axis`` the axis EXPAND_DIMS added for a 3-D sequence (else None)."""
+    """SPACE_TO_BATCH_ND at ``position`` (and the EXPAND_DIMS after it, for a 3-D sequence: ``shared``) read by
+    one or more convolutions (``branches``: a gated unit's two), each ending in BATCH_TO_SPACE_ND: the input
+    ``source`` (3-D or 4-D), the dilation and ``sequence_axis``, the axis EXPAND_DIMS added (else None)."""
 
     site: Site
     position: int
-    positions: tuple[int, ...]
+    shared: tuple[int, ...]
+    branches: tuple[Branch, ...]
     source: int
-    output: int
-    conv_position: int
     dilation: tuple[int, int]
-    pads: tuple[tuple[int, int], tuple[int, int]]
     sequence_axis: int | None
-    operators: int = 1
+
+    @property
+    def positions(self) -> tuple[int, ...]:
+        return tuple(sorted({*self.shared, *(p for b in self.branches for p in (b.conv_position, *b.positions))}))
+
+    @property
+    def operators(self) -> int:
+        return len(self.branches)
 
 
 def find_dilated_convolutions(model: ModelT, subgraph: SubGraphT) -> list[DilatedPlan]:
@@ -87,34 +105,55 @@ def _plan(model: ModelT, subgraph: SubGraphT, operators: list[OperatorT], read: 
     block, paddings = int_input(model, subgraph, s2b, 1), int_input(model, subgraph, s2b, 2)
     if shape is None or len(shape) not in (3, 4) or shape[0] != 1 or block is None or paddings is None \
             or block.shape != (len(shape) - 2,) or paddings.shape != (len(shape) - 2, 2) or (block < 1).any() \
-            or (paddings < 0).any():
+            or (paddings < 0).any() or not same_quantisation(subgraph, source, s2b_out):
         return None
-    chain = [position]
-    step = sole_reader(operators, read, kept, s2b_out)
+    shared = [position]
+    phases = s2b_out
     sequence_axis = None
-    if step is not None and len(shape) == 3 and opcode(model, step[1]) == "EXPAND_DIMS":
+    if len(shape) == 3:
+        step = sole_reader(operators, read, kept, s2b_out)
+        if step is None or opcode(model, step[1]) != "EXPAND_DIMS":
+            return None
         axis = int_input(model, subgraph, step[1], 1)
         if axis is None or axis.size != 1 or int(axis.reshape(-1)[0]) not in (1, 2, -2, -3):
             return None
         sequence_axis = int(axis.reshape(-1)[0]) % 4
-        chain.append(step[0])
-        step = sole_reader(operators, read, kept, ints(step[1].outputs)[0])
-    if step is None or opcode(model, step[1]) not in CONVOLUTION_OPTIONS \
-            or (len(shape) == 3) != (sequence_axis is not None):
+        shared.append(step[0])
+        phases = ints(step[1].outputs)[0]
+    following = read.get(phases, [])
+    if not following or phases in kept:
         return None
-    conv_position, conv = step
-    conv_options = options(conv, CONVOLUTION_OPTIONS[opcode(model, conv)])
+    if len(shape) == 3:  # the sequence runs along the spatial axis EXPAND_DIMS did not add
+        dilation = (1, int(block[0])) if sequence_axis == 1 else (int(block[0]), 1)
+    else:
+        dilation = (int(block[0]), int(block[1]))
+    branches = []
+    for conv_position in following:
+        branch = _branch(model, subgraph, operators, read, kept, conv_position, phases, shape, block, paddings,
+                         sequence_axis, dilation)
+        if branch is None:
+            return None
+        branches.append(branch)
+    return DilatedPlan(Site("dilated_convolution", name(subgraph.tensors[branches[0].output])), position,
+                       tuple(shared), tuple(branches), source, dilation, sequence_axis)
+
+
+def _branch(model: ModelT, subgraph: SubGraphT, operators: list[OperatorT], read: dict[int, list[int]],
+            kept: set[int], conv_position: int, phases: int, shape: tuple[int, ...], block: Any, paddings: Any,
+            sequence_axis: int | None, dilation: tuple[int, int]) -> Branch | None:
+    """The convolution at ``conv_position`` reading the phases, up to its BATCH_TO_SPACE_ND, or None."""
+    conv = operators[conv_position]
+    code = opcode(model, conv)
+    conv_options = options(conv, CONVOLUTION_OPTIONS[code]) if code in CONVOLUTION_OPTIONS else None
     if conv_options is None or not well_formed(subgraph, conv) or len(ints(conv.inputs)) < 2 \
-            or ints(conv.inputs)[0] != ints(operators[chain[-1]].outputs)[0] \
+            or ints(conv.inputs)[0] != phases or phases in ints(conv.inputs)[1:] \
             or (conv_options.strideH, conv_options.strideW, conv_options.dilationHFactor,
                 conv_options.dilationWFactor, conv_options.padding) != (1, 1, 1, 1, schema.Padding.VALID):
         return None
-    chain.append(conv_position)
+    chain = []
     step = sole_reader(operators, read, kept, ints(conv.outputs)[0])
     if step is not None and sequence_axis is not None:
-        squeezed = options(step[1], schema.SqueezeOptionsT)
-        if opcode(model, step[1]) != "SQUEEZE" or squeezed is None \
-                or [d % 4 for d in ints(squeezed.squeezeDims)] != [sequence_axis]:
+        if not _drops_axis(model, subgraph, step[1], sequence_axis):
             return None
         chain.append(step[0])
         step = sole_reader(operators, read, kept, ints(step[1].outputs)[0])
@@ -122,25 +161,40 @@ def _plan(model: ModelT, subgraph: SubGraphT, operators: list[OperatorT], read: 
         return None
     b2s_position, b2s = step
     b2s_block, crops = int_input(model, subgraph, b2s, 1), int_input(model, subgraph, b2s, 2)
-    if b2s_block is None or crops is None or crops.shape != paddings.shape or (b2s_block != block).any() \
-            or (crops < 0).any() or (crops > paddings).any():
+    if b2s_block is None or crops is None or crops.shape != paddings.shape or b2s_block.shape != block.shape \
+            or (b2s_block != block).any() or (crops < 0).any() or (crops > paddings).any():
         return None
     chain.append(b2s_position)
     pads = paddings - crops
-    if len(shape) == 3:  # the sequence runs along the spatial axis EXPAND_DIMS did not add
+    if len(shape) == 3:
         unit = (0, 0)
-        dilation, spatial_pads = ((1, int(block[0])), (unit, tuple(pads[0]))) if sequence_axis == 1 \
-            else ((int(block[0]), 1), (tuple(pads[0]), unit))
+        spatial_pads = (unit, tuple(pads[0])) if sequence_axis == 1 else (tuple(pads[0]), unit)
     else:
-        dilation, spatial_pads = (int(block[0]), int(block[1])), (tuple(pads[0]), tuple(pads[1]))
+        spatial_pads = (tuple(pads[0]), tuple(pads[1]))
     output = ints(b2s.outputs)[0]
-    if not same_quantisation(subgraph, source, s2b_out) \
-            or not same_quantisation(subgraph, ints(conv.outputs)[0], output) \
+    if not same_quantisation(subgraph, ints(conv.outputs)[0], output) \
             or not _shapes_agree(model, subgraph, conv, shape, output, dilation, spatial_pads, sequence_axis):
         return None
     as_ints = tuple((int(a), int(b)) for a, b in spatial_pads)
-    return DilatedPlan(Site("dilated_convolution", name(subgraph.tensors[output])), position, tuple(chain), source,
-                       output, conv_position, dilation, (as_ints[0], as_ints[1]), sequence_axis)
+    return Branch(conv_position, tuple(chain), output, (as_ints[0], as_ints[1]))
+
+
+def _drops_axis(model: ModelT, subgraph: SubGraphT, op: OperatorT, axis: int) -> bool:
+    """Whether ``op`` removes the unit axis ``axis`` EXPAND_DIMS added: a SQUEEZE of it, or (Keras 3) a RESHAPE to
+    the 3-D shape without it (its leading dimension the run-time batch, -1)."""
+    if opcode(model, op) == "SQUEEZE":
+        squeezed = options(op, schema.SqueezeOptionsT)
+        return squeezed is not None and [d % 4 for d in ints(squeezed.squeezeDims)] == [axis]
+    if opcode(model, op) != "RESHAPE" or len(ints(op.inputs)) != 2 or not well_formed(subgraph, op):
+        return False
+    wanted = int_input(model, subgraph, op, 1)
+    made = tensor_at(subgraph, ints(op.inputs)[0])
+    shape = [int(v) for v in made.shape] if made is not None and made.shape is not None else []
+    if wanted is None or wanted.ndim != 1 or len(shape) != 4 or shape[axis] != 1:
+        return False
+    kept = [int(v) for v in wanted]
+    expected = [v for position, v in enumerate(shape) if position != axis]
+    return len(kept) == 3 and kept[1:] == expected[1:] and kept[0] in (-1, expected[0])
 
 
 def _four_d(shape: Sequence[int], sequence_axis: int | None) -> tuple[int, ...]:
@@ -167,38 +221,47 @@ def _shapes_agree(model: ModelT, subgraph: SubGraphT, conv: OperatorT, shape: tu
 
 
 def rewrite_dilated_convolutions(model: ModelT, subgraph: SubGraphT, plans: Sequence[DilatedPlan]) -> None:
-    replace_chains(subgraph, plans, lambda plan: _dilated(model, subgraph, plan))
+    replaced: dict[int, list[OperatorT]] = {}
+    for plan in plans:
+        replaced.update((p, []) for p in plan.shared)
+        for branch in plan.branches:
+            replaced.update((p, []) for p in (branch.conv_position, *branch.positions[:-1]))
+            replaced[branch.positions[-1]] = _dilated(model, subgraph, plan, branch)
+    replace_operators(subgraph, replaced)
 
 
-def _dilated(model: ModelT, subgraph: SubGraphT, plan: DilatedPlan) -> list[OperatorT]:
+def _dilated(model: ModelT, subgraph: SubGraphT, plan: DilatedPlan, branch: Branch) -> list[OperatorT]:
     tensors = subgraph.tensors
-    conv = subgraph.operators[plan.conv_position]
+    number = plan.branches.index(branch)
+    own = f"/{number}" if number else ""  # the maps a second branch makes are its own
+    conv = subgraph.operators[branch.conv_position]
     shape = tuple(int(v) for v in tensors[plan.source].shape)
-    out_shape = tuple(int(v) for v in tensors[plan.output].shape)
-    ifm, ofm = plan.source, plan.output
+    out_shape = tuple(int(v) for v in tensors[branch.output].shape)
+    ifm, ofm = plan.source, branch.output
     new_ops: list[OperatorT] = []
     if plan.sequence_axis is not None:
-        ifm = add_tensor(subgraph, tensors[plan.source], "/4d", _four_d(shape, plan.sequence_axis))
-        ofm = add_tensor(subgraph, tensors[plan.output], "/4d", _four_d(out_shape, plan.sequence_axis))
+        ifm = add_tensor(subgraph, tensors[plan.source], f"/4d{own}",
+                         _four_d(shape, plan.sequence_axis))
+        ofm = add_tensor(subgraph, tensors[branch.output], "/4d", _four_d(out_shape, plan.sequence_axis))
         new_ops.append(reshape_op(model, subgraph, plan.source, ifm, _four_d(shape, plan.sequence_axis)))
     ifm_shape = tuple(int(v) for v in tensors[ifm].shape)
     kernel = constant(model, tensors[ints(conv.inputs)[1]]).shape[1:3]  # type: ignore[union-attr]
     same = tuple(_same_pads(k, d) for k, d in zip(kernel, plan.dilation, strict=True))
     padding = schema.Padding.VALID
-    if plan.pads == same:
+    if branch.pads == same:
         padding = schema.Padding.SAME
-    elif any(plan.pads[0] + plan.pads[1]):
-        padded_shape = (1, ifm_shape[1] + sum(plan.pads[0]), ifm_shape[2] + sum(plan.pads[1]), ifm_shape[3])
-        padded = add_tensor(subgraph, tensors[plan.source], "/padded", padded_shape)
-        paddings = const_int32(model, subgraph, f"{name(tensors[plan.output])}/paddings",
-                               [0, 0, *plan.pads[0], *plan.pads[1], 0, 0], (4, 2))
+    elif any(branch.pads[0] + branch.pads[1]):
+        padded_shape = (1, ifm_shape[1] + sum(branch.pads[0]), ifm_shape[2] + sum(branch.pads[1]), ifm_shape[3])
+        padded = add_tensor(subgraph, tensors[plan.source], f"/padded{own}", padded_shape)
+        paddings = const_int32(model, subgraph, f"{name(tensors[branch.output])}/paddings",
+                               [0, 0, *branch.pads[0], *branch.pads[1], 0, 0], (4, 2))
         new_ops.append(new_operator(model, schema.BuiltinOperator.PAD, [ifm, paddings], [padded],
                                     schema.BuiltinOptions.PadOptions, schema.PadOptionsT()))
         ifm = padded
     new_ops.append(copied_operator(conv, [ifm, *ints(conv.inputs)[1:]], [ofm], padding=padding,
                                    dilationHFactor=plan.dilation[0], dilationWFactor=plan.dilation[1]))
     if plan.sequence_axis is not None:
-        new_ops.append(reshape_op(model, subgraph, ofm, plan.output, out_shape))
+        new_ops.append(reshape_op(model, subgraph, ofm, branch.output, out_shape))
     return new_ops
 
 

@@ -1,0 +1,59 @@
+"""The heuristic against Vela legacy on the zoo of real converter exports (tests/data/exports): where Vela legacy
+runs an export wholly on the NPU (golden/partition.csv), the heuristic's schedule of it is Vela legacy's own, choice
+for choice and cycle for cycle, in all five configurations, judged against the committed golden output (no Vela
+runs)."""
+
+from __future__ import annotations
+
+import gzip
+import tempfile
+from pathlib import Path
+
+import pytest
+from conftest import CONFIGS
+from test_zoo import GOLDEN, MODELS, Partition, core_partition, zoo_options
+
+from npusched.app.pipeline import load_graph
+from npusched.solvers.heuristic import schedule_subgraphs
+from npusched.vela.report import read_summary, read_verbose_schedule
+
+# Every zoo model Vela legacy runs wholly on the NPU, in every configuration.
+WHOLLY_ON_NPU = tuple(model for model in MODELS if all(core_partition(model, config, "legacy") == Partition(0, 1)
+                                                         for config in CONFIGS))
+HEURISTIC_CASES = [(config, model) for model in WHOLLY_ON_NPU for config in CONFIGS]
+
+
+def _golden_file(config: str, model: str, name: str, folder: Path) -> Path:
+    path = folder / name
+    path.write_bytes(gzip.decompress((GOLDEN / "vela-5.2.0-legacy" / config / model / f"{name}.gz").read_bytes()))
+    return path
+
+
+@pytest.mark.parametrize(("config", "model"), HEURISTIC_CASES)
+def test_the_heuristic_is_velas_own_schedule(config: str, model: str) -> None:
+    """Same schedule label, cascades and, per op, block config, stripes, cascade, weight buffers and SRAM in use as
+    Vela legacy's --verbose-schedule of the export, and the same network cycles as its summary.csv."""
+    options = zoo_options(model, config)
+    arch, graph = load_graph(options)
+    results = schedule_subgraphs(graph.network, arch, options.optimise)
+    with tempfile.TemporaryDirectory() as scratch:
+        golden = read_verbose_schedule(_golden_file(config, model, "vela_stdout.txt", Path(scratch)))
+        vela_cycles = float(read_summary(_golden_file(config, model, "summary.csv", Path(scratch)))["cycles_total"])
+    assert len(results) == len(golden)
+    for result, vela in zip(results, golden, strict=True):
+        assert vela.label == f"{result.name}_{result.label}"
+        assert [(i.start, i.end, i.mem_usage) for i in result.cascades.values()] == \
+            [(start, end, size) for _, start, end, size in vela.cascades]
+        assert len(result.sched_ops) == len(vela.ops)
+        for sop, vop in zip(result.sched_ops, vela.ops, strict=True):
+            cost = result.costs[sop.pos]
+            ours = (cost.block_config.old_style(), cost.stripe_input.as_list(), cost.stripe.as_list(), cost.cascade,
+                    [b.size for b in cost.buffers], result.snapshot.at(sop.pos))
+            theirs = (vop.block_config, vop.ifm_stripe, vop.ofm_stripe, vop.cascade, vop.weight_buffer_bytes,
+                      vop.sram_used_bytes)
+            assert ours == theirs, f"{result.name} op {sop.pos} ({vop.op_type})"
+    assert sum(r.total_cycles for r in results) == pytest.approx(vela_cycles, rel=1e-9)
+
+
+def test_every_model_vela_legacy_runs_wholly_is_compared() -> None:
+    assert len(WHOLLY_ON_NPU) == 15 and len(HEURISTIC_CASES) == 75
