@@ -25,7 +25,7 @@ from npusched.schedule.evaluator import evaluate
 from npusched.solvers.cpsat import SearchBudget
 from npusched.vela import backend
 from npusched.vela.backend import Compilation, VelaRefusal, compile_schedule, output_paths, tflite_contents
-from npusched.vela.command import run_options_from_vela_args, vela_hardware_args
+from npusched.vela.command import run_options_from_vela_args, vela_executable, vela_hardware_args
 
 MODELS = ("keyword_scrambled_8bit", "kws_dscnn_int8", "ad01_int8")
 BACKEND_CONFIGS = ("u55-128_hee_shared_size", "u65-256_mid_dedicated256k")
@@ -33,7 +33,7 @@ CASES = [(config, model) for config in BACKEND_CONFIGS for model in MODELS]
 
 
 def _plain_vela(model: str, config: str, output_dir: Path) -> Path:
-    subprocess.run(["vela", str(model_path(model)), *vela_hardware_args(CONFIGS[config]),
+    subprocess.run([vela_executable(), str(model_path(model)), *vela_hardware_args(CONFIGS[config]),
                     "--debug-force-legacy-core", "--output-dir", str(output_dir)],
                    check=True, capture_output=True, cwd=output_dir.parent)
     return output_dir / f"{model}_vela.tflite"

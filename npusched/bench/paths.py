@@ -39,6 +39,11 @@ def corpus_dir(root: Path | None = None) -> Path:
     return data_dir(root) / "corpus"
 
 
+def zoo_dir(root: Path | None = None) -> Path:
+    """The zoo of real converter exports (docs/zoo.md)."""
+    return data_dir(root) / "exports"
+
+
 def configs_path(root: Path | None = None) -> Path:
     """The golden configurations, ``tests/data/golden/configs.json``."""
     return data_dir(root) / "golden" / "configs.json"

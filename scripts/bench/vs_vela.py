@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """npusched against Vela's two cores on the same files, each schedule priced by each cost model.
 
-    python scripts/bench/vs_vela.py [--corpus [--models a,b] | --archs a,b --styles plain,keras,torch --passes 60
-        --seed 0 [--int16] [--segmentation]] [--configs c1,c2] [--size]
+    python scripts/bench/vs_vela.py [--corpus | --zoo [--models a,b] | --archs a,b --styles plain,keras,torch
+        --passes 60 --seed 0 [--int16] [--segmentation]] [--configs c1,c2] [--size]
         [--run SOLVER[@ESTIMATOR] ...] [--no-cores | --cores-from CSV]
         [--time-limit 30] [--workers N] [--deterministic] [--objective both|estimator] [--without R1,R2] [--compile]
         [--csv PATH [--resume]] [--summary-only] [--table LABEL=CSV ...]
 
-A cell is a model (netgen's architectures in each export style, or with --corpus the corpus) under a golden
-configuration (--size: each one's --optimise Size variant without its arena limit). In each cell it runs the
+A cell is a model (netgen's architectures in each export style, --corpus the corpus, --zoo the real exports) under
+a golden configuration (--size: each one's --optimise Size variant without its arena limit). In each cell it runs the
 ``vela`` CLI's legacy and default cores (their own totals, SRAM, CPU operators and subgraphs; --no-cores skips
 them, --cores-from takes them from an earlier grid's CSV) and every --run (default: ``cpsat``, as
 ``solve-schedule`` runs it), and keeps each run's total under every cost model. It prints one line per cell, then
@@ -47,9 +47,11 @@ from npusched.frontend import normalise
 
 def models(args: argparse.Namespace, folder: Path) -> Iterator[tuple[dict[str, Any], Path]]:
     """(identity, file) of every model of the grid: the corpus's, or netgen's written into ``folder``."""
-    if args.corpus:
-        for path in paths.corpus_models(paths.split_names(args.models)):
-            yield {"source": "corpus", "model": path.stem, "style": "corpus"}, path
+    if args.corpus or args.zoo:
+        source = "corpus" if args.corpus else "zoo"
+        folder = paths.corpus_dir() if args.corpus else paths.zoo_dir()
+        for path in paths.corpus_models(paths.split_names(args.models), folder):
+            yield {"source": source, "model": path.stem, "style": source}, path
         return
     for arch in args.archs:
         for style in args.styles:
@@ -77,7 +79,8 @@ def parser() -> argparse.ArgumentParser:
     parser = cli.parser(__doc__)
     models_ = parser.add_argument_group("models (default: netgen's)")
     models_.add_argument("--corpus", action="store_true", help="the corpus models instead of generated ones")
-    models_.add_argument("--models", help="with --corpus: comma-separated model names (default: all)")
+    models_.add_argument("--zoo", action="store_true", help="the zoo of real exports (tests/data/exports)")
+    models_.add_argument("--models", help="with --corpus or --zoo: comma-separated model names (default: all)")
     models_.add_argument("--archs", help="comma-separated netgen architectures (default: all)")
     models_.add_argument("--styles", default=",".join(netgen_models.STYLES),
                          help="comma-separated export styles (default: %(default)s)")
