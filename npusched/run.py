@@ -17,8 +17,8 @@ from npusched.frontend.recipe import SOFTMAX_SPLIT_BYTES, GraphRecipe
 from npusched.lowering.graph import Network
 from npusched.schedule.evaluator import Evaluation
 from npusched.schedule.schedule import Schedule
-from npusched.target.arch import ArchitectureFeatures, OptimisationStrategy
-from npusched.target.estimators import Estimator
+from npusched.target.arch import OptimisationStrategy
+from npusched.target.estimators import Estimator, PricedArchitecture
 
 # A fast-storage limit no schedule reaches: verifying against it checks everything but the limit.
 UNLIMITED = 1 << 62
@@ -142,7 +142,7 @@ class RunOptions:
 
     @property
     def architecture_arguments(self) -> dict[str, Any]:
-        """The arguments of ``npusched.target.arch.load_architecture`` for these options."""
+        """The arguments of ``npusched.target.estimators.load_architecture`` for these options."""
         return {"accelerator_config": self.accelerator_config, "config_files": list(self.config_files) or None,
                 "system_config": self.system_config, "memory_mode": self.memory_mode,
                 "arena_cache_size": self.arena_cache_size, "optimise": self.optimise, "estimator": self.estimator}
@@ -157,7 +157,7 @@ class RunOptions:
         return Solver(self.solver).graph
 
 
-def recipe_for(options: RunOptions, arch: ArchitectureFeatures) -> GraphRecipe:
+def recipe_for(options: RunOptions, arch: PricedArchitecture) -> GraphRecipe:
     """The recipe of the graph a run with ``options`` schedules on ``arch``, every priced site applied (a CP-SAT run
     prices them: ``npusched.app.graph_choice``). npusched's own graph writes concatenations in place (a write making
     its OFM live sooner by at most the arena, where feature maps live in fast storage), computes softmaxes on deep
@@ -297,7 +297,7 @@ class RunResult:
     evaluation — the only source of the figures a report prints."""
 
     options: RunOptions
-    arch: ArchitectureFeatures
+    arch: PricedArchitecture
     network: Network
     status: str
     schedule: Schedule | None = None

@@ -17,8 +17,8 @@ from npusched.target.arch import (
     known_accelerator_configs,
     list_memory_modes,
     list_system_configs,
-    load_architecture,
 )
+from npusched.target.estimators import load_architecture
 
 
 def _summary_rows(config_name: str) -> list[dict[str, str]]:

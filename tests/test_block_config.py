@@ -18,7 +18,6 @@ from npusched.ir import (
     ResamplingMode,
     Shape4D,
 )
-from npusched.target.arch import load_architecture
 from npusched.target.block_config import (
     BlockConfig,
     enumerate_block_configs,
@@ -28,6 +27,7 @@ from npusched.target.block_config import (
     try_block_config,
     vela_choice,
 )
+from npusched.target.estimators import load_architecture
 from npusched.vela.report import read_verbose_schedule
 
 # ----------------------------------------------------------------------------------------------------------------

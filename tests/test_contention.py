@@ -12,8 +12,8 @@ from npusched.app.pipeline import architecture, load_network, run
 from npusched.ir import MemArea
 from npusched.schedule.evaluator import evaluate, price_op, verify
 from npusched.solvers.heuristic import heuristic_schedule
-from npusched.target.arch import Estimator
 from npusched.target.contention import contention_slack
+from npusched.target.estimators import Estimator
 from npusched.target.performance import OpPerformance
 
 CASES = [("u55-128_hee_shared", "micro_speech_int8"), ("u55-128_hee_shared", "str_ww_int8"),

@@ -182,7 +182,7 @@ def test_mean_matches_golden_schedule_and_weights():
 def test_mean_weights_encode_to_golden_size():
     """The all-ones weights are in the layout the encoder expects: Vela's 21952 encoded bytes, with the golden
     block depth (96) and depth slices."""
-    from npusched.target.arch import load_architecture
+    from npusched.target.estimators import load_architecture
     from npusched.target.weights import encode_op_weights
 
     arch = load_architecture("ethos-u55-128", system_config="Ethos_U55_High_End_Embedded", memory_mode="Shared_Sram")
@@ -236,7 +236,7 @@ def test_lstm_types_and_state_writes():
 
 def test_lstm_fc_weights_encode_to_golden_sizes():
     """Transposed [in, out] FC weights encode to the sizes Vela printed (block depth 128, one slice)."""
-    from npusched.target.arch import load_architecture
+    from npusched.target.estimators import load_architecture
     from npusched.target.weights import encode_op_weights
 
     arch = load_architecture("ethos-u55-128", system_config="Ethos_U55_High_End_Embedded", memory_mode="Shared_Sram")

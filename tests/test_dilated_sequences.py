@@ -17,7 +17,7 @@ from npusched.frontend.tflite_reader import parse_tflite
 from npusched.frontend.validate import validate_model
 from npusched.lowering.graph import lower_model
 from npusched.netgen import generate
-from npusched.target.arch import load_architecture
+from npusched.target.estimators import load_architecture
 from npusched.vela.backend import compile_schedule
 from npusched.vela.command import run_options_from_vela_args
 

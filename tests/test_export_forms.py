@@ -26,7 +26,7 @@ from npusched.frontend.normalise.transposition import groups, steps
 from npusched.frontend.normalise.verify import first_difference
 from npusched.frontend.tflite_reader import parse_tflite
 from npusched.lowering.graph import lower_model
-from npusched.target.arch import load_architecture
+from npusched.target.estimators import load_architecture
 from npusched.vela.backend import compile_schedule
 from npusched.vela.command import run_options_from_vela_args
 

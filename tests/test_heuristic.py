@@ -31,7 +31,7 @@ from npusched.schedule.cascades import rolling_buffer_shape
 from npusched.schedule.evaluator import evaluate
 from npusched.solvers.heuristic import heuristic_schedule, schedule_subgraphs
 from npusched.solvers.max_schedule import max_schedule
-from npusched.target.arch import load_architecture
+from npusched.target.estimators import load_architecture
 from npusched.vela.report import read_per_layer, read_summary, read_verbose_schedule
 
 CONFIG_NAMES = ("u55-128_hee_shared_size", "u55-256_hee_shared_arena128k", "u65-256_mid_dedicated256k",

@@ -19,7 +19,7 @@ from npusched.lowering.graph import lower_model
 from npusched.schedule.evaluator import evaluate, verify
 from npusched.schedule.schedule import TensorPlacement, WeightBuffering
 from npusched.solvers.max_schedule import max_schedule
-from npusched.target.arch import load_architecture
+from npusched.target.estimators import load_architecture
 from npusched.target.performance import Direction, Purpose
 from npusched.vela.report import read_per_layer, read_summary, read_verbose_schedule
 

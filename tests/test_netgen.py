@@ -32,7 +32,7 @@ from npusched.netgen import ARCHITECTURES, SPLIT_BY_DEFAULT, GenerationError, ge
 from npusched.run import RunOptions
 from npusched.schedule.memory_model import reusable_ifm
 from npusched.schedule.tensor_use import tensor_use
-from npusched.target.arch import load_architecture
+from npusched.target.estimators import load_architecture
 from npusched.vela.backend import compile_schedule
 from npusched.vela.command import run_options_from_vela_args
 from npusched.vela.fidelity import compare_with_golden

@@ -31,7 +31,7 @@ from npusched.netgen import ARCHITECTURES, generate
 from npusched.netgen.flatbuffer import NetworkDef, OperatorDef, TensorDef, serialise
 from npusched.netgen.graph import GraphBuilder
 from npusched.schedule.evaluator import evaluate
-from npusched.target.arch import load_architecture
+from npusched.target.estimators import load_architecture
 
 interpreter = pytest.importorskip("ai_edge_litert.interpreter")
 

@@ -25,7 +25,7 @@ from npusched.frontend.normalise.rewrite import Rewrite
 from npusched.frontend.tflite_reader import parse_tflite
 from npusched.frontend.validate import validate_model
 from npusched.lowering.graph import lower_model
-from npusched.target.arch import load_architecture
+from npusched.target.estimators import load_architecture
 from npusched.vela.command import vela_hardware_args
 
 _BY_NAME = {rewrite.name: rewrite for rewrite in PIPELINE}

@@ -30,8 +30,8 @@ from npusched.schedule.options import (
     vela_choice,
 )
 from npusched.solvers.max_schedule import max_schedule
-from npusched.target.arch import load_architecture
 from npusched.target.block_config import enumerate_block_configs, find_block_config, op_block_inputs
+from npusched.target.estimators import load_architecture
 from npusched.vela.report import read_per_layer, read_verbose_schedule
 
 CONFIGS = {

@@ -5,7 +5,7 @@ cost model, objective or solver."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +21,8 @@ from npusched.frontend.normalise.flatbuffer import SubGraphT
 from npusched.frontend.normalise.folding import FOLDING
 from npusched.lowering.build import BuiltGraph, build_graph
 from npusched.run import OBJECTIVES, Solver, recipe_for
-from npusched.target.arch import load_architecture
-from npusched.target.estimators import Estimator
+from npusched.target.arch import load_hardware
+from npusched.target.estimators import Estimator, load_architecture
 from npusched.vela.command import run_options_from_vela_args, vela_hardware_args
 
 # npusched's own graph lowered where feature maps live in fast storage: concatenations written in place.
@@ -123,6 +123,11 @@ def test_one_recipe_one_graph_whatever_the_cost_model_objective_or_solver(tmp_pa
                 _, graph = load_graph(options, recipe)
                 graphs.add((graph.model_bytes, tuple(_passes(graph))))
     assert len(graphs) == 1
+    # The hardware alone (no cost model, no objective: ArchitectureFeatures has no such field) builds that graph too.
+    hardware = load_hardware(**{k: v for k, v in base.architecture_arguments.items() if k != "estimator"})
+    assert not {"estimator", "blend_weights", "blend_cap"} & {f.name for f in fields(hardware)}
+    alone = build_graph(model.read_bytes(), str(model), hardware, recipe)
+    assert {(alone.model_bytes, tuple(_passes(alone)))} == graphs
     # And the options' own recipes differ only where the options ask for another graph.
     arch = load(base).arch
     assert recipe_for(replace(base, solver="heuristic"), arch) != recipe

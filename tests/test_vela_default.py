@@ -17,7 +17,7 @@ from npusched.schedule.evaluator import evaluate, verify
 from npusched.schedule.schedule import TensorPlacement
 from npusched.solvers.cpsat import objective_rank
 from npusched.solvers.heuristic import heuristic_schedule
-from npusched.target.arch import Estimator
+from npusched.target.estimators import Estimator
 from npusched.vela.default_core import compare_default_core, read_default_core_ops, schedule_from_default_core
 from npusched.vela.report import read_summary
 

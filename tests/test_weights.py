@@ -30,7 +30,7 @@ from npusched.ir import (
     Shape4D,
 )
 from npusched.target import weights as W
-from npusched.target.arch import load_architecture
+from npusched.target.estimators import load_architecture
 
 CONFIGS = {
     "u55-128_hee_shared": "ethos-u55-128",

@@ -33,7 +33,7 @@ from npusched.run import OBJECTIVES, RunOptions, RunResult, Solver
 from npusched.schedule.memory_breakdown import memory_breakdown
 from npusched.solvers.interruption import handling_ctrl_c
 from npusched.solvers.pareto import DEFAULT_INNER_POINTS
-from npusched.target.arch import Estimator
+from npusched.target.estimators import Estimator
 from npusched.vela.backend import Compilation, VelaRefusal
 from npusched.vela.command import LONGEST_WAIT_SECONDS
 

@@ -43,14 +43,14 @@ from npusched.solvers.cpsat import (
 )
 from npusched.solvers.cpsat.any_schedule_bound import any_schedule_bound, any_schedule_bound_seconds
 from npusched.solvers.heuristic import heuristic_schedule
-from npusched.target.arch import ArchitectureFeatures, OptimisationStrategy
-from npusched.target.estimators import OVER_CAP_PENALTY, Estimator, blended, objective_cycles
+from npusched.target.arch import OptimisationStrategy
+from npusched.target.estimators import OVER_CAP_PENALTY, Estimator, PricedArchitecture, blended, objective_cycles
 from npusched.vela.backend import estimated_compile_seconds
 from npusched.vela.command import VelaError, vela_executable
 
 Log = Callable[[str], None]
 # What is told of a schedule to compile beside the run as its fallback: its network, hardware, schedule and model.
-Fallback = Callable[[Network, ArchitectureFeatures, Schedule, bytes], None]
+Fallback = Callable[[Network, PricedArchitecture, Schedule, bytes], None]
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class Searched:
     graph: BuiltGraph
     result: CpSatResult
     evaluation: Evaluation
-    objective: ArchitectureFeatures
+    objective: PricedArchitecture
 
     @property
     def rank(self) -> tuple[float, ...]:
@@ -80,7 +80,7 @@ class CpSatRun:
     warnings: tuple[str, ...] = ()
 
 
-def objective_arch(arch: ArchitectureFeatures, options: RunOptions, floors: Sequence[Floor]) -> ArchitectureFeatures:
+def objective_arch(arch: PricedArchitecture, options: RunOptions, floors: Sequence[Floor]) -> PricedArchitecture:
     """What the search minimises. "both": half the legacy model's cycles plus half the default core's model's, the
     latter scaled by the legacy core's total over the default core's (each core's own total by its own model: the
     default core's as it reports it), so the sum is the legacy core's total times the mean of the two ratios
@@ -103,7 +103,7 @@ def objective_arch(arch: ArchitectureFeatures, options: RunOptions, floors: Sequ
     return blended(arch, 0.5, 0.5 * legacy_total / default_total, cap=0.5 * legacy_total)
 
 
-def describe_objective(objective: ArchitectureFeatures) -> str:
+def describe_objective(objective: PricedArchitecture) -> str:
     """The objective as the JSON's ``objective`` field states it (docs/guide/schedule-format.md)."""
     if objective.estimator is Estimator.BOTH:
         legacy, default = objective.blend_weights
@@ -112,7 +112,7 @@ def describe_objective(objective: ArchitectureFeatures) -> str:
     return objective.estimator.value
 
 
-def objective_in_words(objective: ArchitectureFeatures) -> str:
+def objective_in_words(objective: PricedArchitecture) -> str:
     """The objective as the summary says it to a user: which totals it weighs, against which cores."""
     if objective.estimator is not Estimator.BOTH:
         return f"the cycles by {objective.estimator.value}'s model"
@@ -127,7 +127,7 @@ def objective_in_words(objective: ArchitectureFeatures) -> str:
 
 
 def solve(build: Callable[[GraphRecipe], BuiltGraph], recipe: GraphRecipe, options: RunOptions,
-          arch: ArchitectureFeatures, *, started: float, log: Log | None, timings: dict[str, float],
+          arch: PricedArchitecture, *, started: float, log: Log | None, timings: dict[str, float],
           begin: Callable[[bytes], None] | None = None, fallback: Fallback | None = None) -> CpSatRun:
     """The run (module docstring): npusched's graph is ``recipe``'s, each graph made by ``build``. ``begin`` is
     told each graph the run may schedule as soon as it is known (a compile started ahead), and ``fallback`` Vela
@@ -181,7 +181,7 @@ def solve(build: Callable[[GraphRecipe], BuiltGraph], recipe: GraphRecipe, optio
                    missing_floors=tuple(missing), warnings=(plan.warning,) if plan.warning else ())
 
 
-def _time_plan(options: RunOptions, arch: ArchitectureFeatures, graphs: Graphs, started: float,
+def _time_plan(options: RunOptions, arch: PricedArchitecture, graphs: Graphs, started: float,
                compile_seconds: float) -> TimePlan:
     """The run's plan (``time_plan``) once npusched's graph is lowered: in a deterministic run from predictions
     alone, else from what loading and lowering took."""
@@ -199,7 +199,7 @@ def _time_plan(options: RunOptions, arch: ArchitectureFeatures, graphs: Graphs, 
 
 
 def _search_graphs(variants: list[BuiltGraph], graphs: Graphs,
-                   hints: dict[int, tuple[Schedule, Evaluation] | None], objective: ArchitectureFeatures,
+                   hints: dict[int, tuple[Schedule, Evaluation] | None], objective: PricedArchitecture,
                    options: RunOptions, plan: TimePlan, *, started: float, log: Log | None,
                    timings: dict[str, float]) -> tuple[list[Searched], list[tuple[BuiltGraph, ScheduleError]]]:
     """Each graph's search, npusched's first, with its share of what is left of the limit; with
@@ -239,7 +239,7 @@ def _search_graphs(variants: list[BuiltGraph], graphs: Graphs,
     return searches, errors
 
 
-def _floor_answers(floors: list[Floor], graphs: Graphs, objective: ArchitectureFeatures,
+def _floor_answers(floors: list[Floor], graphs: Graphs, objective: PricedArchitecture,
                    reason: str) -> list[Searched]:
     """Both cores' own schedules of Vela's graph as answers, where that graph is not searched (the time plan
     dropped its search, or left no time to search at all: ``reason``): the run's answer is then never worse than
@@ -256,7 +256,7 @@ def _floor_answers(floors: list[Floor], graphs: Graphs, objective: ArchitectureF
     return answers
 
 
-def _floors(graphs: Graphs, options: RunOptions, arch: ArchitectureFeatures, log: Log | None,
+def _floors(graphs: Graphs, options: RunOptions, arch: PricedArchitecture, log: Log | None,
             plan: TimePlan) -> tuple[list[Floor], DefaultCoreRun | None, list[MissingFloor]]:
     """Both Vela cores' own schedules of Vela's graph (the default core's started first: it runs meanwhile; not
     where the time plan dropped it), and those that could not be made, with why: a floor is a bonus, never a
@@ -286,7 +286,7 @@ def _floors(graphs: Graphs, options: RunOptions, arch: ArchitectureFeatures, log
 
 
 def _starts(variant: BuiltGraph, graphs: Graphs, floors: list[Floor], default_run: DefaultCoreRun | None,
-            arch: ArchitectureFeatures) -> list[Schedule]:
+            arch: PricedArchitecture) -> list[Schedule]:
     """What the search of ``variant`` may start from: on Vela's graph, both cores' own schedules; on npusched's, the
     heuristic's and the default core's read onto it (and the floors, where the two graphs are one). Where the
     heuristic's schedule does not fit the limit (Vela legacy goes over its arena, or needs more at addresses), its
@@ -306,7 +306,7 @@ def _starts(variant: BuiltGraph, graphs: Graphs, floors: list[Floor], default_ru
 
 
 def _no_fit_error(errors: list[tuple[BuiltGraph, ScheduleError]], graphs: Graphs,
-                  arch: ArchitectureFeatures) -> ScheduleError:
+                  arch: PricedArchitecture) -> ScheduleError:
     """Why no graph has a schedule within the limit: the least a graph needs where its search found it (the smaller
     of the two), but not Vela's graph's as the run's where npusched's graph, whose rewrites may need less, ended
     its search without its own (then both are said); else Vela legacy's staging-limit error."""
@@ -320,13 +320,13 @@ def _no_fit_error(errors: list[tuple[BuiltGraph, ScheduleError]], graphs: Graphs
     return _legacy_error(graphs, arch) or errors[0][1]
 
 
-def _legacy_error(graphs: Graphs, arch: ArchitectureFeatures) -> ScheduleError | None:
+def _legacy_error(graphs: Graphs, arch: PricedArchitecture) -> ScheduleError | None:
     """Where no search found the smallest fit in time, Vela legacy's staging-limit error still names it."""
     legacy = legacy_floor(graphs.vela.network, arch)
     return legacy if isinstance(legacy, ScheduleError) else None
 
 
-def heuristic_schedule_or_none(variant: BuiltGraph, arch: ArchitectureFeatures,
+def heuristic_schedule_or_none(variant: BuiltGraph, arch: PricedArchitecture,
                                strategy: OptimisationStrategy | None = None) -> Schedule | None:
     try:
         return heuristic_schedule(variant.network, arch, strategy or arch.optimise)
@@ -335,7 +335,7 @@ def heuristic_schedule_or_none(variant: BuiltGraph, arch: ArchitectureFeatures,
 
 
 def _fitting(schedules: Sequence[Schedule], variant: BuiltGraph,
-             objective: ArchitectureFeatures) -> tuple[Schedule, Evaluation] | None:
+             objective: PricedArchitecture) -> tuple[Schedule, Evaluation] | None:
     """The best of ``schedules`` of ``variant`` by the objective among those that verify; None where none does."""
     best: tuple[Schedule, Evaluation] | None = None
     for schedule in schedules:
@@ -363,7 +363,7 @@ def _evaluation_seconds(variant: BuiltGraph) -> float:
 
 
 def _outcome(best: Searched, searches: list[Searched], graphs: Graphs, floors: list[Floor],
-             arch: ArchitectureFeatures, objective: ArchitectureFeatures, compile_seconds: float,
+             arch: PricedArchitecture, objective: PricedArchitecture, compile_seconds: float,
              any_bound_cycles: float, plan: TimePlan) -> CpSatRun:
     """The answer, its report (``any_bound_cycles``: the any-schedule bound of its graph, NaN where the time plan
     dropped it) and the site decisions. The report's "heuristic" is Vela legacy's own schedule."""

@@ -25,8 +25,7 @@ from npusched.schedule.evaluator import Evaluation, evaluate, verify
 from npusched.schedule.schedule import Schedule, TensorPlacement
 from npusched.solvers.heuristic import heuristic_schedule
 from npusched.solvers.max_schedule import vela_tensor_placements
-from npusched.target.arch import ArchitectureFeatures
-from npusched.target.estimators import Estimator, with_estimator
+from npusched.target.estimators import Estimator, PricedArchitecture, with_estimator
 from npusched.vela.default_core import (
     DefaultCoreOp,
     read_default_core_ops,
@@ -53,7 +52,7 @@ class Floor:
     start: Schedule
 
 
-def legacy_floor(network: Network, arch: ArchitectureFeatures) -> Floor | ScheduleError:
+def legacy_floor(network: Network, arch: PricedArchitecture) -> Floor | ScheduleError:
     """Vela legacy's own schedule (the heuristic, deciding under the legacy model), or the error where Vela stops
     with "Allocation exceeds staging limit" (it names the size that would fit)."""
     legacy = with_estimator(arch, Estimator.VELA_LEGACY)
@@ -112,7 +111,7 @@ class DefaultCoreRun:
                 self._tmp.cleanup()
         return self._answer
 
-    def schedule_onto(self, network: Network, arch: ArchitectureFeatures) -> Schedule | None:
+    def schedule_onto(self, network: Network, arch: PricedArchitecture) -> Schedule | None:
         """The default core's decisions read onto another graph of the same model (npusched's own, where its
         passes have the same names), as a start for the search there; None where there are none (or they cannot
         be read onto it: a start is a bonus)."""
@@ -125,7 +124,7 @@ class DefaultCoreRun:
         except Exception:  # noqa: BLE001 - whatever the read-back trips on, the search starts from the others
             return None
 
-    def floor(self, network: Network, arch: ArchitectureFeatures) -> tuple[Floor | None, str]:
+    def floor(self, network: Network, arch: PricedArchitecture) -> tuple[Floor | None, str]:
         """The default core's schedule read onto ``network`` (Vela legacy's graph), or None and why."""
         ops, why = self.ops()
         if ops is None:
@@ -163,7 +162,7 @@ def _left_to_the_cpu(network: Network, names: set[str]) -> tuple[str, ...]:
 _RESHAPES = frozenset({"RESHAPE", "EXPAND_DIMS", "SQUEEZE"})
 
 
-def _floor(name: str, network: Network, arch: ArchitectureFeatures, schedule: Schedule, note: str) -> Floor:
+def _floor(name: str, network: Network, arch: PricedArchitecture, schedule: Schedule, note: str) -> Floor:
     by_estimator = {estimator.value: evaluate(network, with_estimator(arch, estimator), schedule)
                     for estimator in Estimator.single()}
     legacy = by_estimator[LEGACY]
@@ -174,7 +173,7 @@ def _floor(name: str, network: Network, arch: ArchitectureFeatures, schedule: Sc
     return Floor(network, schedule, by_estimator, report, schedule)
 
 
-def with_vela_formats(schedule: Schedule, network: Network, arch: ArchitectureFeatures) -> Schedule:
+def with_vela_formats(schedule: Schedule, network: Network, arch: PricedArchitecture) -> Schedule:
     """``schedule`` with every feature map laid out as Vela legacy's scheduler lays it out (its memory kept), and
     placed as Vela places it where ``schedule`` says nothing (a map of npusched's graph the read-back did not pair
     with one of the default core's: a softmax band's)."""

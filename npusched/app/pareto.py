@@ -12,7 +12,7 @@ from pathlib import Path
 from npusched.app.pipeline import architecture, load_network
 from npusched.run import RunOptions
 from npusched.solvers.pareto import DEFAULT_INNER_POINTS, Log, ParetoRun, VelaPoint, pareto_frontier
-from npusched.target.arch import ArchitectureFeatures
+from npusched.target.estimators import PricedArchitecture
 from npusched.vela.command import VelaError, last_line, run_vela
 from npusched.vela.report import read_summary
 
@@ -26,7 +26,7 @@ def run_pareto(options: RunOptions, *, inner_points: int = DEFAULT_INNER_POINTS,
     # The frontier's graph must suit its least limit too: no concatenation write that needs more memory.
     arch, network, _ = load_network(replace(options, arena_cache_size=0))
 
-    def arch_at(limit: int) -> ArchitectureFeatures:
+    def arch_at(limit: int) -> PricedArchitecture:
         return architecture(replace(options, arena_cache_size=limit, optimise="Performance"))
 
     frontier = pareto_frontier(network, arch_at, arch.max_address_offset, inner_points=inner_points,

@@ -36,15 +36,14 @@ from npusched.schedule.evaluator import Evaluation, evaluate, staging_limit, ver
 from npusched.schedule.schedule import Schedule
 from npusched.solvers.dp import dp_schedule
 from npusched.solvers.heuristic import heuristic_schedule
-from npusched.target.arch import ArchitectureFeatures, load_architecture
-from npusched.target.estimators import Estimator, with_estimator
+from npusched.target.estimators import Estimator, PricedArchitecture, load_architecture, with_estimator
 from npusched.vela.backend import Compilation
 from npusched.vela.default_core import solve_with_default_core
 
 Log = Callable[[str], None]
 
 
-def architecture(options: RunOptions) -> ArchitectureFeatures:
+def architecture(options: RunOptions) -> PricedArchitecture:
     """The hardware description the options name, pricing passes with the options' estimator."""
     return load_architecture(**options.architecture_arguments)
 
@@ -55,7 +54,7 @@ class Loaded:
 
     data: bytes = field(repr=False)
     model: TfliteModel = field(repr=False)
-    arch: ArchitectureFeatures
+    arch: PricedArchitecture
     recipe: GraphRecipe
     source: str
     read_seconds: float
@@ -77,14 +76,14 @@ def load(options: RunOptions, recipe: GraphRecipe | None = None) -> Loaded:
     return Loaded(data, model, arch, recipe or recipe_for(options, arch), str(options.model_path), read_seconds)
 
 
-def load_graph(options: RunOptions, recipe: GraphRecipe | None = None) -> tuple[ArchitectureFeatures, BuiltGraph]:
+def load_graph(options: RunOptions, recipe: GraphRecipe | None = None) -> tuple[PricedArchitecture, BuiltGraph]:
     """The hardware and the graph of the options' recipe (or of ``recipe``)."""
     loaded = load(options, recipe)
     graph = loaded.build(verify_rewrites=options.verify_rewrites)
     return loaded.arch, replace(graph, timings_seconds={"read": loaded.read_seconds, **graph.timings_seconds})
 
 
-def load_network(options: RunOptions) -> tuple[ArchitectureFeatures, Network, dict[str, float]]:
+def load_network(options: RunOptions) -> tuple[PricedArchitecture, Network, dict[str, float]]:
     """The hardware, the network the options' solver schedules (every priced site applied) and what each step
     took."""
     arch, graph = load_graph(options)
@@ -147,7 +146,7 @@ def _run_cpsat(context: RunContext) -> Solved:
                   outcome.missing_floors, outcome.decisions, outcome.warnings)
 
 
-def _heuristic(network: Network, arch: ArchitectureFeatures, options: RunOptions, _: bytes) -> Schedule:
+def _heuristic(network: Network, arch: PricedArchitecture, options: RunOptions, _: bytes) -> Schedule:
     try:
         return heuristic_schedule(network, arch, options.optimise)
     except StagingLimitError as exc:
@@ -155,15 +154,15 @@ def _heuristic(network: Network, arch: ArchitectureFeatures, options: RunOptions
                                 "limit')", needed_bytes=exc.needed_bytes) from None
 
 
-def _dp(network: Network, arch: ArchitectureFeatures, options: RunOptions, _: bytes) -> Schedule:
+def _dp(network: Network, arch: PricedArchitecture, options: RunOptions, _: bytes) -> Schedule:
     return dp_schedule(network, arch, options.optimise)
 
 
-def _default_core(network: Network, arch: ArchitectureFeatures, options: RunOptions, model_bytes: bytes) -> Schedule:
+def _default_core(network: Network, arch: PricedArchitecture, options: RunOptions, model_bytes: bytes) -> Schedule:
     return solve_with_default_core(network, arch, options, model_bytes=model_bytes).schedule
 
 
-def _one_graph(solve: Callable[[Network, ArchitectureFeatures, RunOptions, bytes], Schedule]
+def _one_graph(solve: Callable[[Network, PricedArchitecture, RunOptions, bytes], Schedule]
                ) -> Callable[[RunContext], Solved]:
     """The runner of a solver that schedules the run's graph alone."""
 
@@ -248,7 +247,7 @@ def _evaluated(solved: Solved, solver: Solver, loaded: Loaded, options: RunOptio
                      cycles_by_estimator=totals_by_estimator(network, arch, schedule, evaluation))
 
 
-def _as_baseline(solver: Solver, network: Network, arch: ArchitectureFeatures, schedule: Schedule,
+def _as_baseline(solver: Solver, network: Network, arch: PricedArchitecture, schedule: Schedule,
                  evaluation: Evaluation, problems: list[str]) -> tuple[str, list[str], tuple[str, ...]]:
     """A Vela core's own schedule is that core's whatever npusched's rules say: over the limit it is reported as
     over it; the default core's decisions npusched cannot express, or its rules reject, are said, not fatal."""
@@ -288,7 +287,7 @@ def normalisation_report(loaded: Loaded, graph: BuiltGraph) -> NormalisationRepo
                                graph.model_bytes)
 
 
-def totals_by_estimator(network: Network, arch: ArchitectureFeatures, schedule: Schedule,
+def totals_by_estimator(network: Network, arch: PricedArchitecture, schedule: Schedule,
                         evaluation: Evaluation) -> dict[str, float]:
     """The schedule's total under every estimator (``evaluation`` is the one under ``arch.estimator``); the
     legacy total is also keyed by its older name ``vela``, which documents and scripts written before read."""

@@ -19,8 +19,8 @@ from npusched.run import UNLIMITED, RunOptions, RunResult, recipe_for
 from npusched.schedule.evaluator import evaluate, verify
 from npusched.schedule.rules import ifm_stripes
 from npusched.schedule.schedule import EncodedWeightsRef, OpSchedule, Schedule
-from npusched.target.arch import ArchitectureFeatures, Estimator
 from npusched.target.block_config import op_block_inputs, try_block_config
+from npusched.target.estimators import Estimator, PricedArchitecture
 from npusched.target.weights import encode_op_weights
 from npusched.vela.backend import BackendResult
 
@@ -62,7 +62,7 @@ def replay(options: RunOptions, path: Path) -> RunResult:
                      sites=decisions, recipe=graph.recipe, rewrites=graph.rewrites)
 
 
-def carry_schedule(schedule: Schedule, source: Network, target: Network, arch: ArchitectureFeatures) -> Schedule:
+def carry_schedule(schedule: Schedule, source: Network, target: Network, arch: PricedArchitecture) -> Schedule:
     """``schedule`` of ``source`` moved onto ``target``, another lowering of the same model with the same passes
     (Vela's backend folds a strided convolution into depth where the default core's graph keeps the stride).
 
@@ -87,7 +87,7 @@ def _weights_shape(op: NpuOp) -> tuple[int, ...] | None:
     return None if op.weights is None else op.weights.shape
 
 
-def _reshaped_choice(op: NpuOp, choice: OpSchedule, arch: ArchitectureFeatures) -> OpSchedule:
+def _reshaped_choice(op: NpuOp, choice: OpSchedule, arch: PricedArchitecture) -> OpSchedule:
     """``choice`` (made for another shape of the same pass) rebuilt for ``op``: its IFM stripes, block config
     and weights follow the op's shapes; stripe, cascade and buffering stay."""
     ifm_stripe, ifm2_stripe = ifm_stripes(op, choice.ofm_stripe)

@@ -26,6 +26,7 @@ from npusched.bench.stats import number, ratio
 from npusched.bench.vela_cli import core_run
 from npusched.errors import NpuschedError
 from npusched.run import RunResult
+from npusched.target.estimators import Estimator
 from npusched.vela.backend import compile_schedule
 
 __all__ = ["CORES", "ESTIMATOR_KEYS", "IDENTITY", "RunSpec", "Settings", "cell", "columns", "compile_verdict",
@@ -33,9 +34,9 @@ __all__ = ["CORES", "ESTIMATOR_KEYS", "IDENTITY", "RunSpec", "Settings", "cell",
 
 CoreName = Literal["legacy", "default"]
 # Each Vela core, and the cost model that prices as it does.
-CORES: dict[CoreName, str] = {"legacy": "vela-legacy", "default": "vela-default"}
+CORES: dict[CoreName, str] = {"legacy": Estimator.VELA_LEGACY.value, "default": Estimator.VELA_DEFAULT.value}
 # A run's total under each single cost model, as a column suffix.
-ESTIMATOR_KEYS = {"vela-legacy": "legacy", "vela-default": "default", "contention": "contention"}
+ESTIMATOR_KEYS = {**{name: core for core, name in CORES.items()}, Estimator.CONTENTION.value: "contention"}
 _CORE_FIELDS = ("cycles", "sram", "cpu", "subgraphs", "error")
 _RUN_FIELDS = ("status", "note", *(f"by_{k}" for k in ESTIMATOR_KEYS.values()), "sram", "cpu", "subgraphs",
                "compiled", "seconds")

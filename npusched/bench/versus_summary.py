@@ -59,7 +59,7 @@ def core_summary(rows: Sequence[Row], specs: Sequence[RunSpec]) -> list[str]:
 
 def _priced(specs: Sequence[RunSpec], cores: bool) -> list[str]:
     """The cost models worth a column: those the runs optimise under, and both cores' with the cores."""
-    wanted = {s.estimator or "vela-legacy" for s in specs} | (set(CORES.values()) if cores else set())
+    wanted = {s.estimator or CORES["legacy"] for s in specs} | (set(CORES.values()) if cores else set())
     return [name for name in ESTIMATOR_KEYS if name in wanted]
 
 

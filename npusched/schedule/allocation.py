@@ -27,7 +27,7 @@ from npusched.lowering.graph import Network, NpuSubgraph
 from npusched.schedule.memory_layout import LiveRange
 from npusched.schedule.rules import ALLOCATION_QUANTUM
 from npusched.schedule.schedule import Schedule
-from npusched.target.arch import ArchitectureFeatures
+from npusched.target.estimators import PricedArchitecture
 
 if TYPE_CHECKING:  # the evaluation holds its allocation, so this module is below it
     from npusched.schedule.pass_costs import Evaluation
@@ -103,7 +103,7 @@ def overlapping_buffers(buffers: Sequence[PlacedBuffer]) -> list[tuple[PlacedBuf
     return clashes
 
 
-def allocate(network: Network | NpuSubgraph, arch: ArchitectureFeatures, schedule: Schedule,
+def allocate(network: Network | NpuSubgraph, arch: PricedArchitecture, schedule: Schedule,
              evaluation: Evaluation, target_bytes: int = 0) -> Allocation:
     """Addresses for every fast-storage buffer of ``schedule`` over the whole inference (one arena, as Vela
     allocates its fast-storage memory for the network from the root subgraph). The search stops once the

@@ -29,7 +29,7 @@ from npusched.schedule.tensor_use import (
     subgraphs_of,
     tensor_use,
 )
-from npusched.target.arch import ArchitectureFeatures
+from npusched.target.estimators import PricedArchitecture
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def reusable_ifm(op: NpuOp, use: TensorUse, fmt_of: Callable[[FeatureMap], Tenso
     return None
 
 
-def elementwise_reuse_source(op: NpuOp, arch: ArchitectureFeatures, schedule: Schedule,
+def elementwise_reuse_source(op: NpuOp, arch: PricedArchitecture, schedule: Schedule,
                              use: TensorUse) -> FeatureMap | None:
     """``reusable_ifm`` with the layouts and memories ``schedule`` gives the tensors."""
     return reusable_ifm(op, use, lambda fm: placement_of(arch, schedule, fm).format,
@@ -281,7 +281,7 @@ def _passes(sg: NpuSubgraph, schedule: Schedule) -> list[PassMemory]:
     return passes
 
 
-def _book(arch: ArchitectureFeatures, schedule: Schedule, use: TensorUse) -> _FastStorage:
+def _book(arch: PricedArchitecture, schedule: Schedule, use: TensorUse) -> _FastStorage:
     def in_fast(fm: FeatureMap) -> bool:
         return in_fast_storage(arch, placement_of(arch, schedule, fm))
 
@@ -294,7 +294,7 @@ def _book(arch: ArchitectureFeatures, schedule: Schedule, use: TensorUse) -> _Fa
     return _FastStorage(use, in_fast, size_of, fmt_of)
 
 
-def scheduling_view(arch: ArchitectureFeatures, schedule: Schedule) -> Schedule:
+def scheduling_view(arch: PricedArchitecture, schedule: Schedule) -> Schedule:
     """The schedule as Vela's scheduler sees it while choosing buffers: every feature map still in feature-map
     storage (moving OFMs into fast storage happens afterwards). Identical to ``schedule`` when nothing moved."""
     area = arch.feature_map_storage_mem_area
@@ -303,7 +303,7 @@ def scheduling_view(arch: ArchitectureFeatures, schedule: Schedule) -> Schedule:
     return replace(schedule, tensors=tuple((fm, TensorPlacement(area, place.format)) for fm, place in schedule.tensors))
 
 
-def subgraph_memory(sg: NpuSubgraph, arch: ArchitectureFeatures, schedule: Schedule,
+def subgraph_memory(sg: NpuSubgraph, arch: PricedArchitecture, schedule: Schedule,
                     use: TensorUse | None = None) -> SubgraphMemory:
     """Fast-storage use at every step of one NPU subgraph (Vela's per-subgraph memory snapshot): feature maps the
     schedule places in fast storage, the rolling buffers of cascades and the weight buffers. Applied to
@@ -315,7 +315,7 @@ def subgraph_memory(sg: NpuSubgraph, arch: ArchitectureFeatures, schedule: Sched
     return SubgraphMemory(sg.name, usage, ranges, steps)
 
 
-def network_memory(network: Network | NpuSubgraph, arch: ArchitectureFeatures, schedule: Schedule,
+def network_memory(network: Network | NpuSubgraph, arch: PricedArchitecture, schedule: Schedule,
                    use: TensorUse | None = None) -> SubgraphMemory:
     """Fast-storage use over the whole inference (the snapshot behind Vela's per-layer "SRAM Usage").
 

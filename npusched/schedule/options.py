@@ -48,14 +48,13 @@ from npusched.schedule.schedule import TensorPlacement
 from npusched.target import performance as perf
 from npusched.target import performance_default as perf_default
 from npusched.target import weights as wts
-from npusched.target.arch import ArchitectureFeatures
 from npusched.target.block_config import (
     BlockConfig,
     enumerate_block_configs,
     find_block_config,
     op_block_inputs,
 )
-from npusched.target.estimators import Estimator, blend_parts
+from npusched.target.estimators import Estimator, PricedArchitecture, blend_parts
 
 __all__ = [
     "ACCESS_AREAS",
@@ -217,13 +216,13 @@ def option_key(option: OpOption) -> tuple[int, int, int, int]:
 # Placement (where the op's operands live while it runs)
 
 
-def weights_buffered_by_default(arch: ArchitectureFeatures, op: NpuOp) -> bool:
+def weights_buffered_by_default(arch: PricedArchitecture, op: NpuOp) -> bool:
     """Vela buffers an op's weights in fast storage when they sit in a slower, separate permanent memory, except
     for fully connected ops (their weights are read once, in place)."""
     return op.op_type != "FullyConnected" and weights_need_dma(arch, op)
 
 
-def _placement(arch: ArchitectureFeatures, fm: FeatureMap,
+def _placement(arch: PricedArchitecture, fm: FeatureMap,
                placements: Mapping[FeatureMap, Any] | None) -> TensorPlacement:
     """Memory and layout of a feature map: constants in permanent storage, otherwise ``placements`` or the
     architecture's feature-map storage in NHWC."""
@@ -239,7 +238,7 @@ def _placement(arch: ArchitectureFeatures, fm: FeatureMap,
 # Stripes
 
 
-def stripe_choice(arch: ArchitectureFeatures, op: NpuOp, height: int) -> StripeChoice:
+def stripe_choice(arch: PricedArchitecture, op: NpuOp, height: int) -> StripeChoice:
     """The stripes of ``op`` at OFM stripe ``height`` (clamped to 1..OFM height) and Vela's block for it."""
     full = op.ofm.shape
     height = max(1, min(int(height), full.height))
@@ -275,13 +274,13 @@ class _OpContext:
     memcpy: perf.DmaTransfer | None
 
 
-def one_row_blocks_differ(arch: ArchitectureFeatures, op: NpuOp) -> bool:
+def one_row_blocks_differ(arch: PricedArchitecture, op: NpuOp) -> bool:
     """Whether a one-row OFM stripe of ``op`` has block configs of its own: a 1-high kernel on 2x2 micro-block
     hardware accumulates a 1-high stripe in 1-high blocks."""
     return op.kernel.height == 1 and arch.ofm_ublock.height == 2 and op.ofm.shape.height != 1
 
 
-def _op_context(arch: ArchitectureFeatures, op: NpuOp, placements: Mapping[FeatureMap, Any] | None,
+def _op_context(arch: PricedArchitecture, op: NpuOp, placements: Mapping[FeatureMap, Any] | None,
                 weights_buffered: bool | None) -> _OpContext:
     buffered = weights_buffered_by_default(arch, op) if weights_buffered is None else bool(weights_buffered)
     buffered = buffered and op.weights is not None
@@ -293,7 +292,7 @@ def _op_context(arch: ArchitectureFeatures, op: NpuOp, placements: Mapping[Featu
     return _OpContext(op, inputs.query, buffered, inputs.lut, inputs.memcpy)
 
 
-def _weight_stream(arch: ArchitectureFeatures, ctx: _OpContext,
+def _weight_stream(arch: PricedArchitecture, ctx: _OpContext,
                    block_depth: int) -> tuple[perf.WeightStream | None, int]:
     op = ctx.op
     if op.weights is None:
@@ -306,7 +305,7 @@ def _weight_stream(arch: ArchitectureFeatures, ctx: _OpContext,
     return pricing_weight_stream(arch, op, encoded, perf.BufferKind.SINGLE, transfer), encoded.total_bytes
 
 
-def _estimate(arch: ArchitectureFeatures, ctx: _OpContext, query: perf.PerformanceQuery,
+def _estimate(arch: PricedArchitecture, ctx: _OpContext, query: perf.PerformanceQuery,
               weights: perf.WeightStream | None, costs: tuple[perf.CycleCost, ...] | None = None
               ) -> perf.OpPerformance:
     """One option's estimate as the evaluator will price it (under ``Estimator.BOTH``: both models, weighted).
@@ -334,7 +333,7 @@ def _estimate(arch: ArchitectureFeatures, ctx: _OpContext, query: perf.Performan
                                              lut=ctx.lut, memcpy=ctx.memcpy, cost=cost)
 
 
-def _compute_costs(arch: ArchitectureFeatures, ctx: _OpContext, query: perf.PerformanceQuery
+def _compute_costs(arch: PricedArchitecture, ctx: _OpContext, query: perf.PerformanceQuery
                    ) -> tuple[perf.CycleCost, ...]:
     """The compute cost of ``query`` under each cost model ``_estimate`` prices with (legacy, then default)."""
     op = ctx.op
@@ -346,7 +345,7 @@ def _compute_costs(arch: ArchitectureFeatures, ctx: _OpContext, query: perf.Perf
     return (perf.measure_cycle_cost(arch, op.op_type, op.activation, query),)
 
 
-def _compute_floor(arch: ArchitectureFeatures, costs: tuple[perf.CycleCost, ...]) -> float:
+def _compute_floor(arch: PricedArchitecture, costs: tuple[perf.CycleCost, ...]) -> float:
     """The least total an option with these compute costs can be priced at: every model's total is at least its
     compute time (nothing hides under a previous pass here), and ``Estimator.BOTH`` blends them."""
     if arch.estimator is Estimator.BOTH:
@@ -355,7 +354,7 @@ def _compute_floor(arch: ArchitectureFeatures, costs: tuple[perf.CycleCost, ...]
     return float(costs[0].op_cycles)
 
 
-def _price(arch: ArchitectureFeatures, ctx: _OpContext, config: BlockConfig,
+def _price(arch: PricedArchitecture, ctx: _OpContext, config: BlockConfig,
            streams: dict[int, tuple[perf.WeightStream | None, int]],
            costs: tuple[perf.CycleCost, ...] | None = None) -> OptionPrice:
     depth = config.ofm_block.depth
@@ -382,7 +381,7 @@ def with_block_config(query: perf.PerformanceQuery, config: BlockConfig) -> perf
     return clone
 
 
-def striped_op_cycles(arch: ArchitectureFeatures, op: NpuOp, option: OpOption,
+def striped_op_cycles(arch: PricedArchitecture, op: NpuOp, option: OpOption,
                       placements: Mapping[FeatureMap, Any] | None = None) -> float:
     """Compute cycles of the op run stripe by stripe: one stripe's estimate (stripe shapes, the option's block
     config) times the number of stripes. Not Vela's price (see the module docstring); for solvers that want
@@ -409,7 +408,7 @@ def clear_caches() -> None:
     _COMPUTE_COSTS.clear()
 
 
-def _placement_signature(arch: ArchitectureFeatures, op: NpuOp, placements: Mapping[FeatureMap, Any] | None) -> tuple:
+def _placement_signature(arch: PricedArchitecture, op: NpuOp, placements: Mapping[FeatureMap, Any] | None) -> tuple:
     fms = [op.ifm.tensor, op.ofm.tensor] + ([op.ifm2.tensor] if op.ifm2 is not None else [])
     return tuple(_placement(arch, fm, placements) for fm in fms)
 
@@ -421,7 +420,7 @@ def _normalise_heights(op: NpuOp, stripe_heights: Iterable[int] | None) -> tuple
     return tuple(sorted({max(1, min(int(h), full)) for h in stripe_heights}))
 
 
-def price_options(arch: ArchitectureFeatures, op: NpuOp, *, stripe_heights: Iterable[int] | None = None,
+def price_options(arch: PricedArchitecture, op: NpuOp, *, stripe_heights: Iterable[int] | None = None,
                   placements: Mapping[FeatureMap, Any] | None = None,
                   weights_buffered: bool | None = None) -> tuple[OpOption, ...]:
     """Every (block config x OFM stripe height) option of ``op``, priced.
@@ -451,7 +450,7 @@ def price_options(arch: ArchitectureFeatures, op: NpuOp, *, stripe_heights: Iter
     return result
 
 
-def _stripe_groups(arch: ArchitectureFeatures, op: NpuOp, heights: tuple[int, ...]
+def _stripe_groups(arch: PricedArchitecture, op: NpuOp, heights: tuple[int, ...]
                    ) -> list[tuple[StripeChoice, list[BlockConfig]]]:
     """Per stripe height, its stripes and the block configs that fit it, in Vela's block search order."""
     block_inputs = op_block_inputs(op)
@@ -486,7 +485,7 @@ def _dims(config: BlockConfig) -> tuple[int, int, int]:
     return (blk.height, blk.width, blk.depth)
 
 
-def _price_options(arch: ArchitectureFeatures, op: NpuOp, heights: tuple[int, ...],
+def _price_options(arch: PricedArchitecture, op: NpuOp, heights: tuple[int, ...],
                    placements: Mapping[FeatureMap, Any] | None,
                    weights_buffered: bool | None) -> tuple[OpOption, ...]:
     ctx = _op_context(arch, op, placements, weights_buffered)
@@ -505,7 +504,7 @@ def _price_options(arch: ArchitectureFeatures, op: NpuOp, heights: tuple[int, ..
     return tuple(options)
 
 
-def cheapest_options(arch: ArchitectureFeatures, op: NpuOp, *, stripe_heights: Iterable[int] | None,
+def cheapest_options(arch: PricedArchitecture, op: NpuOp, *, stripe_heights: Iterable[int] | None,
                      weights_buffered: bool, count: int) -> tuple[tuple[OpOption, ...], dict[int, OpOption]]:
     """What a candidate space takes of :func:`price_options` (feature maps where feature-map storage keeps them),
     without pricing every block config.
@@ -563,11 +562,11 @@ def cheapest_options(arch: ArchitectureFeatures, op: NpuOp, *, stripe_heights: I
 
 # Compute costs per (architecture, op type, activation, query without its block config), per block config: passes of
 # one shape (repeated layers) share them. The entry keeps the architecture alive, so its id is not reused meanwhile.
-_COMPUTE_COSTS: dict[tuple, tuple[ArchitectureFeatures, dict[BlockConfig, tuple[perf.CycleCost, ...]]]] = {}
+_COMPUTE_COSTS: dict[tuple, tuple[PricedArchitecture, dict[BlockConfig, tuple[perf.CycleCost, ...]]]] = {}
 _COMPUTE_COSTS_LIMIT = 4096
 
 
-def _known_compute_costs(arch: ArchitectureFeatures, op: NpuOp, query: perf.PerformanceQuery
+def _known_compute_costs(arch: PricedArchitecture, op: NpuOp, query: perf.PerformanceQuery
                          ) -> dict[BlockConfig, tuple[perf.CycleCost, ...]]:
     key = (id(arch), op.op_type, op.activation, query)
     entry = _COMPUTE_COSTS.get(key)

@@ -14,7 +14,7 @@ from npusched.schedule.schedule import Schedule
 from npusched.schedule.tensor_use import subgraphs_of, tensor_use
 from npusched.target import performance as perf
 from npusched.target import weights as wts
-from npusched.target.arch import ArchitectureFeatures
+from npusched.target.estimators import PricedArchitecture
 from npusched.target.performance import Direction, Purpose
 
 BandwidthKey = tuple[MemArea, Purpose, Direction]
@@ -108,7 +108,7 @@ class Evaluation:
 
 
 
-def evaluate(network_or_subgraph: Network | NpuSubgraph, arch: ArchitectureFeatures, schedule: Schedule) -> Evaluation:
+def evaluate(network_or_subgraph: Network | NpuSubgraph, arch: PricedArchitecture, schedule: Schedule) -> Evaluation:
     """Price every pass of the network (or of one subgraph) under ``schedule``."""
     use = tensor_use(network_or_subgraph)
     costs: list[OpCost] = []

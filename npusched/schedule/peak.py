@@ -10,12 +10,12 @@ from npusched.lowering.graph import Network, NpuSubgraph
 from npusched.schedule.evaluator import evaluate, subgraphs_of
 from npusched.schedule.memory_breakdown import PARTS, memory_breakdown
 from npusched.schedule.schedule import Schedule
-from npusched.target.arch import ArchitectureFeatures
+from npusched.target.estimators import PricedArchitecture
 
 LISTED = 4  # allocations named at the peak step, largest first
 
 
-def explain_peak(network: Network | NpuSubgraph, arch: ArchitectureFeatures, schedule: Schedule) -> str:
+def explain_peak(network: Network | NpuSubgraph, arch: PricedArchitecture, schedule: Schedule) -> str:
     """Where ``schedule``'s fast-storage use peaks, how it splits into feature maps, rolling buffers and weight
     buffers there, and the largest allocations live at that step."""
     evaluation = evaluate(network, arch, schedule)

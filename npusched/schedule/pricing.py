@@ -13,10 +13,9 @@ from npusched.schedule.tensor_use import placement_of
 from npusched.target import performance as perf
 from npusched.target import performance_default as perf_default
 from npusched.target import weights as wts
-from npusched.target.arch import ArchitectureFeatures
 from npusched.target.block_config import BlockConfig
 from npusched.target.contention import contention_slack
-from npusched.target.estimators import Estimator, blend_parts
+from npusched.target.estimators import Estimator, PricedArchitecture, blend_parts
 
 
 @dataclass(frozen=True)
@@ -29,7 +28,7 @@ class PriceInputs:
     memcpy: perf.DmaTransfer | None
 
 
-def price_inputs(arch: ArchitectureFeatures, op: NpuOp, config: BlockConfig | None, *, ifm: TensorPlacement,
+def price_inputs(arch: PricedArchitecture, op: NpuOp, config: BlockConfig | None, *, ifm: TensorPlacement,
                  ofm: TensorPlacement, ifm2: TensorPlacement | None, const_area: MemArea | None,
                  ofm_depth: int | None = None) -> PriceInputs:
     """A pass's price inputs with its operands placed as given: the one place they are built, for the options
@@ -49,7 +48,7 @@ def price_inputs(arch: ArchitectureFeatures, op: NpuOp, config: BlockConfig | No
     return PriceInputs(query, lut, memcpy)
 
 
-def schedule_price_inputs(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule, schedule: Schedule, *,
+def schedule_price_inputs(arch: PricedArchitecture, op: NpuOp, op_sched: OpSchedule, schedule: Schedule, *,
                           ofm_depth: int | None = None, const_area: MemArea | None = None,
                           scheduling_areas: bool = False) -> PriceInputs:
     """The price inputs of a pass under a schedule.
@@ -69,7 +68,7 @@ def schedule_price_inputs(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSch
                         ofm_depth=ofm_depth)
 
 
-def scheduler_op_cycles(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule, schedule: Schedule,
+def scheduler_op_cycles(arch: PricedArchitecture, op: NpuOp, op_sched: OpSchedule, schedule: Schedule,
                         ofm_depth: int | None = None, first: bool = True,
                         const_area: MemArea | None = None) -> float:
     """The compute estimate Vela's scheduler uses while buffering weights: constants assumed in fast storage
@@ -91,21 +90,21 @@ def block_depth(op_sched: OpSchedule) -> int:
     return op_sched.block_config.ofm_block.depth
 
 
-def encoded_weights_for(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule) -> wts.EncodedWeights | None:
+def encoded_weights_for(arch: PricedArchitecture, op: NpuOp, op_sched: OpSchedule) -> wts.EncodedWeights | None:
     """The weight stream the schedule's op reads (encoded for its block depth and depth slices)."""
     if op.weights is None:
         return None
     return wts.encode_op_weights(arch, op, block_depth(op_sched), op_sched.depth_slices)
 
 
-def full_weight_transfer_cycles(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule) -> float:
+def full_weight_transfer_cycles(arch: PricedArchitecture, op: NpuOp, op_sched: OpSchedule) -> float:
     """DMA time of the op's whole, unsliced weight stream (what Vela compares slack against)."""
     full = wts.encode_op_weights(arch, op, block_depth(op_sched), (0, op_sched.ofm_stripe.depth))
     return perf.measure_mem2mem_cycles(arch, arch.permanent_storage_mem_area, arch.fast_storage_mem_area,
                                        full.total_bytes)
 
 
-def slack_buffering_cycles(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule, schedule: Schedule) -> float:
+def slack_buffering_cycles(arch: PricedArchitecture, op: NpuOp, op_sched: OpSchedule, schedule: Schedule) -> float:
     """NPU time under which the next pass may prefetch its first weights: the compute time of the schedule's
     ``slack_ofm_depth`` when given, else of this pass's last weight slice (or the whole pass when its weights are
     not sliced)."""
@@ -127,7 +126,7 @@ def slack_buffering_cycles(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSc
 Slack = float | tuple[float, float]
 
 
-def price_op(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule, schedule: Schedule, prev_slack_cycles: Slack
+def price_op(arch: PricedArchitecture, op: NpuOp, op_sched: OpSchedule, schedule: Schedule, prev_slack_cycles: Slack
              ) -> tuple[perf.OpPerformance, Slack, float]:
     """(estimate, own slack-buffering cycles, full weight transfer cycles) of one pass."""
     return partial_price_op(arch, op, op_sched, schedule).finish(arch, prev_slack_cycles)
@@ -145,7 +144,7 @@ class PartialPrice:
     # This pass's buffered weight bytes when the contention estimator adjusts the slack it leaves (None: it does not).
     contention_bytes: int | None = None
 
-    def finish(self, arch: ArchitectureFeatures, prev_slack_cycles: Slack
+    def finish(self, arch: PricedArchitecture, prev_slack_cycles: Slack
                ) -> tuple[perf.OpPerformance, Slack, float]:
         """(estimate, own slack-buffering cycles, full weight transfer cycles) after ``prev_slack_cycles``."""
         assert not isinstance(prev_slack_cycles, tuple), "a single model's price follows a single model's slack"
@@ -164,7 +163,7 @@ class BlendedPrice:
     legacy: PartialPrice
     default: PartialPrice
 
-    def finish(self, arch: ArchitectureFeatures, prev_slack_cycles: Slack
+    def finish(self, arch: PricedArchitecture, prev_slack_cycles: Slack
                ) -> tuple[perf.OpPerformance, Slack, float]:
         legacy_arch, default_arch = blend_parts(arch)
         slacks = prev_slack_cycles if isinstance(prev_slack_cycles, tuple) else (prev_slack_cycles,) * 2
@@ -182,7 +181,7 @@ class BlendedPrice:
         return blend, (a_slack, b_slack), wa * a_transfer + wb * b_transfer
 
 
-def partial_price_op(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule,
+def partial_price_op(arch: PricedArchitecture, op: NpuOp, op_sched: OpSchedule,
                      schedule: Schedule) -> PartialPrice | BlendedPrice:
     """``price_op`` of one pass short of the previous pass's slack (see ``PartialPrice``)."""
     if arch.estimator is Estimator.BOTH:
@@ -250,7 +249,7 @@ def _legacy_scale_element_bytes(op: NpuOp, op_sched: OpSchedule, schedule: Sched
     return op.bias.dtype.size_in_bytes if cached else wts.SCALE_ENTRY_BYTES
 
 
-def _partial_price_default(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule, schedule: Schedule
+def _partial_price_default(arch: PricedArchitecture, op: NpuOp, op_sched: OpSchedule, schedule: Schedule
                            ) -> PartialPrice:
     """``partial_price_op`` under Vela's default core: its whole-stream DMA estimate is made for every buffered op
     (the legacy core left it 0 inside cascades) with its own copy formula, and a pre-buffered first slice is not
@@ -284,6 +283,6 @@ def _partial_price_default(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSc
 # Whole schedule
 
 
-def staging_limit(arch: ArchitectureFeatures) -> int:
+def staging_limit(arch: PricedArchitecture) -> int:
     """The fast-storage budget the scheduler works to (Vela's optimisation SRAM limit: the arena cache size)."""
     return int(arch.arena_cache_size)

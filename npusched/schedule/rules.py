@@ -16,8 +16,8 @@ import numpy as np
 
 from npusched.ir import FeatureMap, MemArea, NpuOp, ResamplingMode, Shape4D, TensorFormat, round_up
 from npusched.target import performance as perf
-from npusched.target.arch import ArchitectureFeatures
 from npusched.target.block_config import get_ifm_area_required
+from npusched.target.estimators import PricedArchitecture
 from npusched.target.weights import SCALE_ENTRY_BYTES, EncodedWeights
 
 # Every allocation is a multiple of this many bytes (Vela's Tensor.AllocationQuantum).
@@ -237,7 +237,7 @@ def pareto_front(table: np.ndarray) -> list[int]:
 # Pricing
 
 
-def weights_need_dma(arch: ArchitectureFeatures, op: NpuOp) -> bool:
+def weights_need_dma(arch: PricedArchitecture, op: NpuOp) -> bool:
     """Weights are copied to fast storage only when they sit in a slow permanent memory distinct from it."""
     if op.weights is None:
         return False
@@ -245,7 +245,7 @@ def weights_need_dma(arch: ArchitectureFeatures, op: NpuOp) -> bool:
             and arch.permanent_storage_mem_area != arch.fast_storage_mem_area)
 
 
-def pricing_weight_stream(arch: ArchitectureFeatures, op: NpuOp, encoded: EncodedWeights,
+def pricing_weight_stream(arch: PricedArchitecture, op: NpuOp, encoded: EncodedWeights,
                           buffering: perf.BufferKind, full_transfer_cycles: float = 0.0,
                           scale_element_bytes: int = SCALE_ENTRY_BYTES) -> perf.WeightStream:
     """The weight stream a pass is priced with: read in place from permanent storage, or DMA'd into fast-storage

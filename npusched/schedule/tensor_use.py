@@ -11,7 +11,7 @@ from typing import Any
 from npusched.ir import FeatureMap, TensorFormat
 from npusched.lowering.graph import Network, NpuSubgraph
 from npusched.schedule.schedule import Schedule, TensorPlacement
-from npusched.target.arch import ArchitectureFeatures
+from npusched.target.estimators import PricedArchitecture
 
 
 def subgraphs_of(network_or_subgraph: Network | NpuSubgraph) -> tuple[NpuSubgraph, ...]:
@@ -91,7 +91,7 @@ def tensor_use(network_or_subgraph: Network | NpuSubgraph) -> TensorUse:
 # Storage
 
 
-def default_placement(arch: ArchitectureFeatures, fm: FeatureMap) -> TensorPlacement:
+def default_placement(arch: PricedArchitecture, fm: FeatureMap) -> TensorPlacement:
     """Where a feature map lives before any schedule moves it: constants in permanent storage, the rest in
     feature-map storage, both NHWC."""
     if fm.is_const:
@@ -99,11 +99,11 @@ def default_placement(arch: ArchitectureFeatures, fm: FeatureMap) -> TensorPlace
     return TensorPlacement(arch.feature_map_storage_mem_area, TensorFormat.NHWC)
 
 
-def placement_of(arch: ArchitectureFeatures, schedule: Schedule, fm: FeatureMap) -> TensorPlacement:
+def placement_of(arch: PricedArchitecture, schedule: Schedule, fm: FeatureMap) -> TensorPlacement:
     if fm.is_const:
         return default_placement(arch, fm)
     return schedule.placement(fm) or default_placement(arch, fm)
 
 
-def in_fast_storage(arch: ArchitectureFeatures, placement: TensorPlacement) -> bool:
+def in_fast_storage(arch: PricedArchitecture, placement: TensorPlacement) -> bool:
     return placement.mem_area == arch.fast_storage_mem_area

@@ -16,7 +16,7 @@ from npusched.schedule.rules import ifm_stripes, lagged_buffer_height, weights_n
 from npusched.schedule.schedule import OpSchedule, Schedule
 from npusched.schedule.tensor_use import feature_map_label, subgraphs_of
 from npusched.target import weights as wts
-from npusched.target.arch import ArchitectureFeatures
+from npusched.target.estimators import PricedArchitecture
 
 
 def _stripe_problems(op: NpuOp, op_sched: OpSchedule) -> Iterable[str]:
@@ -91,7 +91,7 @@ def _lagged_read_problems(ops: list[NpuOp], schedule: Schedule, rolling: dict[in
                    f"made in its cascade, which needs a rolling buffer of {need} rows, not {buffer}")
 
 
-def _weight_problems(arch: ArchitectureFeatures, op: NpuOp, op_sched: OpSchedule) -> Iterable[str]:
+def _weight_problems(arch: PricedArchitecture, op: NpuOp, op_sched: OpSchedule) -> Iterable[str]:
     label = f"op {op.index} ({op.name})"
     buffering = op_sched.weight_buffering
     if op.weights is None:
@@ -131,7 +131,7 @@ def _flash_problems(sg: NpuSubgraph, schedule: Schedule) -> Iterable[str]:
                   f"{place.mem_area.value}"
 
 
-def _boundary_problems(sg: NpuSubgraph, arch: ArchitectureFeatures, schedule: Schedule) -> Iterable[str]:
+def _boundary_problems(sg: NpuSubgraph, arch: PricedArchitecture, schedule: Schedule) -> Iterable[str]:
     """A subgraph's inputs and outputs are what the CPU (or the application) writes and reads: with fast storage
     of its own (Dedicated_Sram), which only the NPU addresses, they must stay in the feature-map memory."""
     fast = arch.fast_storage_mem_area
@@ -145,7 +145,7 @@ def _boundary_problems(sg: NpuSubgraph, arch: ArchitectureFeatures, schedule: Sc
                        f"storage ({fast.name}), where the CPU cannot {'write' if role == 'input' else 'read'} it")
 
 
-def verify(network: Network | NpuSubgraph, arch: ArchitectureFeatures, schedule: Schedule,
+def verify(network: Network | NpuSubgraph, arch: PricedArchitecture, schedule: Schedule,
            evaluation: Evaluation | None = None, limit: int | None = None, addresses: bool = True) -> list[str]:
     """Every way ``schedule`` is invalid for ``network``; empty when it is valid.
 

@@ -67,8 +67,9 @@ from npusched.solvers.heuristic import sched_ops_of
 from npusched.solvers.max_schedule import vela_tensor_placements
 from npusched.target import performance as perf
 from npusched.target import weights as wts
-from npusched.target.arch import ArchitectureFeatures, OptimisationStrategy
+from npusched.target.arch import OptimisationStrategy
 from npusched.target.block_config import BlockConfig
+from npusched.target.estimators import PricedArchitecture
 
 DP_LABEL = "DP"
 UNLIMITED = 1 << 62
@@ -196,7 +197,7 @@ def _pareto(items: Sequence[Any], metrics: Any) -> list[Any]:
 
 
 class _SubgraphSearch:
-    def __init__(self, arch: ArchitectureFeatures, sg: NpuSubgraph, use: TensorUse, placements: Schedule, limit: int,
+    def __init__(self, arch: PricedArchitecture, sg: NpuSubgraph, use: TensorUse, placements: Schedule, limit: int,
                  optimise: OptimisationStrategy, options: DpOptions) -> None:
         self.arch = arch
         self.sg = sg
@@ -542,7 +543,7 @@ class _SubgraphSearch:
 # Public entry point
 
 
-def _tensors(arch: ArchitectureFeatures, placements: tuple[tuple[FeatureMap, TensorPlacement], ...],
+def _tensors(arch: PricedArchitecture, placements: tuple[tuple[FeatureMap, TensorPlacement], ...],
              ops: Sequence[OpSchedule],
              op_by_index: Mapping[int, NpuOp]) -> tuple[tuple[FeatureMap, TensorPlacement], ...]:
     """Base placements with every rolling buffer's feature map moved into fast storage."""
@@ -555,7 +556,7 @@ def _tensors(arch: ArchitectureFeatures, placements: tuple[tuple[FeatureMap, Ten
     return tuple(out)
 
 
-def dp_schedule(network: Network | NpuSubgraph, arch: ArchitectureFeatures,
+def dp_schedule(network: Network | NpuSubgraph, arch: PricedArchitecture,
                 optimise: OptimisationStrategy | str = OptimisationStrategy.PERFORMANCE,
                 options: DpOptions | None = None) -> Schedule:
     """The 2020 dynamic-programming schedule of ``network`` (a Network or one NpuSubgraph) under ``arch``.
@@ -600,7 +601,7 @@ class DpSubgraph:
     peak_bytes: int
 
 
-def dp_subgraph(arch: ArchitectureFeatures, sg: NpuSubgraph, use: TensorUse,
+def dp_subgraph(arch: PricedArchitecture, sg: NpuSubgraph, use: TensorUse,
                 placements: tuple[tuple[FeatureMap, TensorPlacement], ...], limit: int,
                 strategy: OptimisationStrategy, opts: DpOptions) -> DpSubgraph | None:
     """The best candidate of one subgraph the evaluator accepts under ``limit`` (None for a subgraph without
@@ -623,7 +624,7 @@ def dp_subgraph(arch: ArchitectureFeatures, sg: NpuSubgraph, use: TensorUse,
     return DpSubgraph(tuple(picked.op_schedules(names)), picked.peak)
 
 
-def _place_feature_maps(network: Network | NpuSubgraph, arch: ArchitectureFeatures, schedule: Schedule,
+def _place_feature_maps(network: Network | NpuSubgraph, arch: PricedArchitecture, schedule: Schedule,
                         limit: int) -> Schedule:
     """Greedily move feature maps passed between NPU passes into fast storage, in execution order, keeping each
     move that makes the network faster and still verifies."""
@@ -645,7 +646,7 @@ def _place_feature_maps(network: Network | NpuSubgraph, arch: ArchitectureFeatur
     return schedule
 
 
-def _first_verified(sg: NpuSubgraph, arch: ArchitectureFeatures, placements: tuple, final: Sequence[_PartialSchedule],
+def _first_verified(sg: NpuSubgraph, arch: PricedArchitecture, placements: tuple, final: Sequence[_PartialSchedule],
                     op_by_index: Mapping[int, NpuOp], limit: int, names: Sequence[int]) -> _PartialSchedule | None:
     """The best final candidate that the evaluator accepts for this subgraph (the DP's memory model mirrors
     the evaluator's, so normally the first)."""

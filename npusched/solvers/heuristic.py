@@ -65,8 +65,9 @@ from npusched.solvers.fast_storage import (
 from npusched.solvers.max_schedule import vela_tensor_placements
 from npusched.target import performance as perf
 from npusched.target import weights as wts
-from npusched.target.arch import ArchitectureFeatures, OptimisationStrategy
+from npusched.target.arch import OptimisationStrategy
 from npusched.target.block_config import BlockConfig, find_block_config_for_op
+from npusched.target.estimators import PricedArchitecture
 
 # Vela buffers the max schedule against an effectively unlimited budget.
 UNLIMITED = 1 << 32
@@ -103,7 +104,7 @@ class _Totals:
 class _Context:
     """Everything fixed while one subgraph is scheduled."""
 
-    arch: ArchitectureFeatures
+    arch: PricedArchitecture
     facts: SubgraphFacts
     spilling: bool
     limit: int
@@ -470,7 +471,7 @@ def _apply_rolling_buffers(ctx: _Context, cascades: Mapping[int, CascadeInfo], w
     return moved
 
 
-def schedule_subgraph(arch: ArchitectureFeatures, sg: NpuSubgraph, use: TensorUse,
+def schedule_subgraph(arch: PricedArchitecture, sg: NpuSubgraph, use: TensorUse,
                       formats: Mapping[FeatureMap, TensorFormat], optimise: OptimisationStrategy,
                       earlier: _Totals | None = None) -> SubgraphResult:
     """Run Vela's scheduler on one NPU subgraph. ``earlier`` holds the cycle totals of the subgraphs scheduled
@@ -589,7 +590,7 @@ def _op_schedule(sop: SchedOp, cost: StripeCost, cascade_op_index: int | None) -
                       weight_buffering=buffering, encoded_weights=encoded, slack_ofm_depth=cost.slack_depth)
 
 
-def _acceptable_schedule(arch: ArchitectureFeatures, sg: NpuSubgraph, use: TensorUse,
+def _acceptable_schedule(arch: PricedArchitecture, sg: NpuSubgraph, use: TensorUse,
                          formats: Mapping[FeatureMap, TensorFormat], optimise: OptimisationStrategy,
                          earlier: _Totals) -> SubgraphResult:
     """Vela's schedule of one subgraph, or where Vela would fail, the other strategy's when that one fits.
@@ -616,7 +617,7 @@ def _acceptable_schedule(arch: ArchitectureFeatures, sg: NpuSubgraph, use: Tenso
     return replace(other, notes=(*other.notes, note))
 
 
-def schedule_subgraphs(network_or_subgraph: Network | NpuSubgraph, arch: ArchitectureFeatures,
+def schedule_subgraphs(network_or_subgraph: Network | NpuSubgraph, arch: PricedArchitecture,
                        optimise: OptimisationStrategy | str | None = None) -> tuple[SubgraphResult, ...]:
     """Vela's scheduler run on every NPU subgraph in order, in the scheduler's own terms."""
     strategy = OptimisationStrategy.parse(optimise) if optimise else arch.optimise
@@ -633,7 +634,7 @@ def schedule_subgraphs(network_or_subgraph: Network | NpuSubgraph, arch: Archite
     return tuple(results)
 
 
-def heuristic_schedule(network_or_subgraph: Network | NpuSubgraph, arch: ArchitectureFeatures,
+def heuristic_schedule(network_or_subgraph: Network | NpuSubgraph, arch: PricedArchitecture,
                        optimise: OptimisationStrategy | str | None = None) -> Schedule:
     """The schedule Vela 5.2.0's legacy scheduler picks for ``network_or_subgraph`` (a Network or one
     NpuSubgraph) under ``arch``; ``optimise`` is "Performance" or "Size" (default: the architecture's).
@@ -645,7 +646,7 @@ def heuristic_schedule(network_or_subgraph: Network | NpuSubgraph, arch: Archite
 
 
 def _as_schedule(results: Sequence[SubgraphResult], network_or_subgraph: Network | NpuSubgraph,
-                 arch: ArchitectureFeatures) -> Schedule:
+                 arch: PricedArchitecture) -> Schedule:
     """The scheduler's per-subgraph results as one Schedule (tensors not in a result keep Vela's placement)."""
     use = tensor_use(network_or_subgraph)
     placements = vela_tensor_placements(network_or_subgraph, arch, use)

@@ -32,8 +32,8 @@ from npusched.schedule.evaluator import (
 from npusched.schedule.schedule import EncodedWeightsRef, OpSchedule, Schedule, TensorPlacement, WeightBuffering
 from npusched.target import performance as perf
 from npusched.target import weights as wts
-from npusched.target.arch import ArchitectureFeatures
 from npusched.target.block_config import find_block_config_for_op
+from npusched.target.estimators import PricedArchitecture
 
 MAX_LABEL = "MAX_BUFFERED"
 # Vela buffers the max schedule against an effectively unlimited budget (1 << 32 bytes).
@@ -53,7 +53,7 @@ class MaxScheduleOptions:
 # Tensor layouts
 
 
-def vela_tensor_placements(network: Network | NpuSubgraph, arch: ArchitectureFeatures, use: TensorUse | None = None
+def vela_tensor_placements(network: Network | NpuSubgraph, arch: PricedArchitecture, use: TensorUse | None = None
                            ) -> tuple[tuple[FeatureMap, TensorPlacement], ...]:
     """Memory area and layout of every non-constant feature map, as Vela's scheduler sets them up.
 
@@ -79,7 +79,7 @@ def vela_tensor_placements(network: Network | NpuSubgraph, arch: ArchitectureFea
 # Block configs and weight buffering
 
 
-def full_op_schedule(arch: ArchitectureFeatures, op: NpuOp) -> OpSchedule:
+def full_op_schedule(arch: PricedArchitecture, op: NpuOp) -> OpSchedule:
     """The op at full size with Vela's block config and its weights encoded whole, unbuffered."""
     ifm2 = op.ifm2.shape if op.ifm2 is not None else None
     config = find_block_config_for_op(arch, op, op.ofm.shape, op.ifm.shape, ifm2)
@@ -91,7 +91,7 @@ def full_op_schedule(arch: ArchitectureFeatures, op: NpuOp) -> OpSchedule:
                       ifm2_stripe=ifm2, encoded_weights=encoded)
 
 
-def buffer_weights(network: Network | NpuSubgraph, arch: ArchitectureFeatures, ref: Schedule, limit: int) -> Schedule:
+def buffer_weights(network: Network | NpuSubgraph, arch: PricedArchitecture, ref: Schedule, limit: int) -> Schedule:
     """Vela's propose_schedule_buffering: decide, pass by pass, how each pass's weights are buffered.
 
     ``ref`` is the unbuffered schedule; its memory use at each pass sets how much fast storage is left for
@@ -162,7 +162,7 @@ def buffer_weights(network: Network | NpuSubgraph, arch: ArchitectureFeatures, r
     return ref.with_ops(new_ops)
 
 
-def max_schedule(network: Network | NpuSubgraph, arch: ArchitectureFeatures,
+def max_schedule(network: Network | NpuSubgraph, arch: PricedArchitecture,
                  options: MaxScheduleOptions | None = None) -> Schedule:
     """Vela's ``<sg>_MAX_BUFFERED`` schedule of every NPU subgraph of ``network``.
 

@@ -29,7 +29,7 @@ from npusched.schedule.schedule import Schedule
 from npusched.solvers.cpsat import NetworkFacts, SearchBudget, smallest_fast_storage, solve_cpsat
 from npusched.solvers.heuristic import heuristic_schedule
 from npusched.solvers.max_schedule import max_schedule
-from npusched.target.arch import ArchitectureFeatures
+from npusched.target.estimators import PricedArchitecture
 
 Log = Callable[[str], None]
 
@@ -142,7 +142,7 @@ class _Budget:
         return max((self.deadline - time.monotonic()) * shares / left, 0.5)
 
 
-def pareto_frontier(network: Network, arch_at: Callable[[int], ArchitectureFeatures], top_limit_bytes: int, *,
+def pareto_frontier(network: Network, arch_at: Callable[[int], PricedArchitecture], top_limit_bytes: int, *,
                     inner_points: int = DEFAULT_INNER_POINTS, time_limit_seconds: float = 60.0,
                     started: float | None = None, workers: int | None = None, seed: int = 0,
                     deterministic: bool = False, log: Log | None = None) -> Frontier:
@@ -243,7 +243,7 @@ def _bisection(limits: Sequence[int], found: Sequence[_Found]) -> int | None:
     return max(steps)[1] if steps else None
 
 
-def _best_hint(network: Network, arch: ArchitectureFeatures, found: Sequence[_Found]) -> Schedule | None:
+def _best_hint(network: Network, arch: PricedArchitecture, found: Sequence[_Found]) -> Schedule | None:
     """The fastest schedule that fits ``arch``'s limit among those found so far and Vela's heuristic for that limit
     (whose choices also widen CP-SAT's candidates); the heuristic's when nothing fits (still a reference)."""
     heuristic = _heuristic(network, arch)
@@ -259,7 +259,7 @@ def _best_hint(network: Network, arch: ArchitectureFeatures, found: Sequence[_Fo
 class _Solver:
     """One CP-SAT solve at a given limit, hinted; None when CP-SAT finds nothing that fits in time."""
 
-    def __init__(self, network: Network, arch_at: Callable[[int], ArchitectureFeatures], workers: int | None, seed: int,
+    def __init__(self, network: Network, arch_at: Callable[[int], PricedArchitecture], workers: int | None, seed: int,
                  deterministic: bool) -> None:
         self.network, self.arch_at = network, arch_at
         self.workers, self.seed, self.deterministic = workers, seed, deterministic
@@ -276,7 +276,7 @@ class _Solver:
         return _Found(limit, result.schedule, evaluation, result.bound_cycles)
 
 
-def _heuristic(network: Network, arch: ArchitectureFeatures) -> Schedule | None:
+def _heuristic(network: Network, arch: PricedArchitecture) -> Schedule | None:
     """Vela legacy's schedule under ``arch`` (a reference for CP-SAT's candidates even where it goes over the
     limit); None where Vela's legacy scheduler stops."""
     try:
@@ -285,14 +285,14 @@ def _heuristic(network: Network, arch: ArchitectureFeatures) -> Schedule | None:
         return None
 
 
-def _max_schedule(network: Network, arch: ArchitectureFeatures) -> Schedule | None:
+def _max_schedule(network: Network, arch: PricedArchitecture) -> Schedule | None:
     try:
         return max_schedule(network, arch)
     except ScheduleError:
         return None
 
 
-def _assemble(network: Network, arch_at: Callable[[int], ArchitectureFeatures], limits: Sequence[int],
+def _assemble(network: Network, arch_at: Callable[[int], PricedArchitecture], limits: Sequence[int],
               found: Sequence[_Found]) -> tuple[ParetoPoint, ...]:
     """Per limit, the fastest schedule found that fits it (whatever limit it was solved for), checked by the
     evaluator's ``verify``; limits nothing fits are left out."""

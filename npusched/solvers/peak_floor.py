@@ -40,7 +40,7 @@ from npusched.schedule.rules import BRICK_DEPTH, cascade_reach, ifm_stripes, pul
 from npusched.schedule.tensor_use import TensorUse, feature_map_label, subgraphs_of, tensor_use
 from npusched.solvers.heuristic import sched_ops_of
 from npusched.solvers.max_schedule import max_schedule, vela_tensor_placements
-from npusched.target.arch import ArchitectureFeatures
+from npusched.target.estimators import PricedArchitecture
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,7 @@ class NetworkFloor:
     whole_bytes: int
 
 
-def network_floor(network: Network, arch: ArchitectureFeatures, held_operands: bool = False,
+def network_floor(network: Network, arch: PricedArchitecture, held_operands: bool = False,
                   joins: bool = False) -> NetworkFloor:
     """The floors of ``network`` under ``arch``, whose feature-map storage must be its fast storage."""
     if arch.feature_map_storage_mem_area != arch.fast_storage_mem_area:

@@ -35,7 +35,7 @@ from npusched.sweep.plots import write_plots
 from npusched.sweep.ray_executor import run_ray
 from npusched.sweep.report import case_rows, check_baseline, markdown_report, write_table
 from npusched.sweep.store import open_store, rows
-from npusched.target.arch import load_architecture
+from npusched.target.estimators import load_architecture
 
 DEFAULTS: dict[str, Any] = {"accelerator_config": ["ethos-u55-256"], "config": [], "system_config": [None],
                             "memory_mode": [None], "arena_cache_size": [None], "optimise": ["Performance"],

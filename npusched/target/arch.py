@@ -19,11 +19,10 @@ import importlib.util
 import math
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 
 from npusched.errors import ConfigError
 from npusched.ir import MemArea, NpuBlockType, Shape4D, TensorFormat
-from npusched.target.estimators import Estimator
 
 __all__ = [
     "AcceleratorConfig",
@@ -34,11 +33,10 @@ __all__ = [
     "ShramConfig",
     "ShramElement",
     "DEFAULT_CONFIG",
-    "Estimator",
     "known_accelerator_configs",
     "list_memory_modes",
     "list_system_configs",
-    "load_architecture",
+    "load_hardware",
     "resolve_config_file",
     "vela_config_dir",
 ]
@@ -333,7 +331,8 @@ def _hashable(value: object) -> object:
 
 @dataclass(frozen=True, eq=False)
 class ArchitectureFeatures:
-    """Everything about the target hardware the compiler consults. Build it with :func:`load_architecture`.
+    """Everything about the target hardware the compiler consults, and nothing of how a schedule on it is priced or
+    scored (``npusched.target.estimators.PricedArchitecture`` adds that). Build it with :func:`load_hardware`.
 
     Names mirror Vela's ``ArchitectureFeatures``. Equality and hashing go by value, so an instance can key
     ``functools.lru_cache`` tables; its dict attributes must never be mutated.
@@ -412,13 +411,6 @@ class ArchitectureFeatures:
     bandwidth_weights: dict[MemArea, float]
     cycles_weight: float
     max_sram_used_weight: float
-
-    # how passes are priced (not Vela's: npusched's --estimator)
-    estimator: Estimator = Estimator.VELA_LEGACY
-    # Under ``Estimator.BOTH``: a pass costs legacy x its legacy-model cycles + default x its default-model cycles,
-    # and each of the two weighted totals over ``blend_cap`` (0: none) is an excess the objective penalises.
-    blend_weights: tuple[float, float] = (1.0, 1.0)
-    blend_cap: float = 0.0
 
     _key: tuple = field(init=False, repr=False, compare=False)
     _hash: int = field(init=False, repr=False, compare=False)
@@ -502,17 +494,16 @@ def _parse_area(section: _Section, key: str) -> MemArea:
     return area
 
 
-def load_architecture(
+def load_hardware(
     accelerator_config: str = "ethos-u55-128",
     config_files: Sequence[str] | None = None,
     system_config: str | None = None,
     memory_mode: str | None = None,
     arena_cache_size: int | None = None,
     optimise: str = "Performance",
-    estimator: str | Estimator = Estimator.VELA_LEGACY,
 ) -> ArchitectureFeatures:
-    """Build the architecture as Vela 5.2.0 would for the same command-line options, pricing passes with
-    ``estimator`` (npusched's ``--estimator``).
+    """Build the hardware as Vela 5.2.0 would for the same command-line options (how its passes are priced is
+    ``npusched.target.estimators.load_architecture``'s).
 
     ``system_config``/``memory_mode`` None (or ``"internal-default"``) pick the accelerator's Vela defaults
     (U55: Ethos_U55_High_End_Embedded + Shared_Sram; U65: Ethos_U65_Client_Server + Dedicated_Sram_384KB)
@@ -520,14 +511,7 @@ def load_architecture(
     """
     files = None if config_files is None else tuple(
         [config_files] if isinstance(config_files, str) else [str(p) for p in config_files])
-    try:
-        chosen = Estimator(estimator)
-        if chosen is Estimator.BOTH:
-            raise ValueError
-    except ValueError:
-        raise ConfigError(f"unknown estimator '{estimator}' (known: {', '.join(Estimator.names())})") from None
-    arch = _load_architecture(accelerator_config, files, system_config, memory_mode, arena_cache_size, optimise)
-    return arch if chosen is arch.estimator else replace(arch, estimator=chosen)
+    return _load_architecture(accelerator_config, files, system_config, memory_mode, arena_cache_size, optimise)
 
 
 @functools.lru_cache(maxsize=32)

@@ -35,8 +35,7 @@ from npusched.run import RunOptions, RunResult, recipe_for
 from npusched.schedule.evaluator import evaluate
 from npusched.schedule.schedule import Schedule
 from npusched.target import codec
-from npusched.target.arch import ArchitectureFeatures
-from npusched.target.estimators import Estimator, with_estimator
+from npusched.target.estimators import Estimator, PricedArchitecture, with_estimator
 from npusched.vela.command import vela_arguments
 from npusched.vela.forced_scheduler import ForcedScheduler, Plan, VelaRefusal, op_in_traceback, patched_vela
 from npusched.vela.live_range_index import indexed_live_ranges
@@ -247,7 +246,7 @@ class Compilation:
             staging.mkdir()
             self._processes[model_bytes] = _AheadProcess(self.options, model_bytes, staging)
 
-    def start_fallback(self, network: Network, arch: ArchitectureFeatures, schedule: Schedule,
+    def start_fallback(self, network: Network, arch: PricedArchitecture, schedule: Schedule,
                        model_bytes: bytes) -> None:
         """Compile ``schedule`` of ``model_bytes`` (Vela legacy's own schedule of its graph) in the background now,
         so that a compiled model exists at the limit whatever becomes of the answer's compile (started ahead
@@ -262,7 +261,7 @@ class Compilation:
         process.submit(plan)
         self._fallback = (process, plan, model_bytes)
 
-    def submit(self, network: Network, arch: ArchitectureFeatures, schedule: Schedule, model_bytes: bytes) -> None:
+    def submit(self, network: Network, arch: PricedArchitecture, schedule: Schedule, model_bytes: bytes) -> None:
         """Hand the schedule of ``model_bytes`` to the process compiling that graph as soon as it exists, so that
         Vela compiles it while the run evaluates and reports (the other graphs' processes stop); :meth:`finish`
         then waits for the answer."""
@@ -359,7 +358,7 @@ class Compilation:
                              hillclimb_bytes=compiled.hillclimb_bytes, written=written, fallback_reason=reason)
 
 
-def scheduled_model_bytes(options: RunOptions, arch: ArchitectureFeatures) -> bytes:
+def scheduled_model_bytes(options: RunOptions, arch: PricedArchitecture) -> bytes:
     """The model a run with ``options`` schedules with every priced site applied: the options' file, normalised
     where the options normalise (for the heuristic, Vela's graph: the file `vela` compiles to the same schedule).
     A CP-SAT run may leave sites out: its ``RunResult.model_bytes`` says what it scheduled; this is what a result
@@ -368,7 +367,7 @@ def scheduled_model_bytes(options: RunOptions, arch: ArchitectureFeatures) -> by
                             recipe_for(options, arch))[0]
 
 
-def _legacy(arch: ArchitectureFeatures) -> ArchitectureFeatures:
+def _legacy(arch: PricedArchitecture) -> PricedArchitecture:
     """``arch`` under Vela's (legacy) estimator, the one whose figures Vela's backend writes."""
     return with_estimator(arch, Estimator.VELA_LEGACY)
 

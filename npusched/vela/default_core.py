@@ -39,7 +39,6 @@ from npusched.schedule.schedule import (
     TensorPlacement,
     WeightBuffering,
 )
-from npusched.target.arch import ArchitectureFeatures
 from npusched.target.block_config import (
     BlockConfig,
     ShramLayout,
@@ -48,6 +47,7 @@ from npusched.target.block_config import (
     op_block_inputs,
     try_block_config,
 )
+from npusched.target.estimators import PricedArchitecture
 from npusched.target.performance import BufferKind
 from npusched.target.weights import encode_op_weights
 from npusched.vela.command import VelaError, last_line, run_vela
@@ -147,7 +147,7 @@ class DefaultCoreImport:
     warnings: tuple[str, ...]
 
 
-def _block_config(arch: ArchitectureFeatures, op: NpuOp, core_op: DefaultCoreOp) -> tuple[BlockConfig, bool]:
+def _block_config(arch: PricedArchitecture, op: NpuOp, core_op: DefaultCoreOp) -> tuple[BlockConfig, bool]:
     """The default core's block config as npusched's (and whether npusched's SHRAM rules accept it)."""
     inputs = op_block_inputs(op)
     part = core_op.traversal == "PartKernel"
@@ -171,7 +171,7 @@ def _block_config(arch: ArchitectureFeatures, op: NpuOp, core_op: DefaultCoreOp)
                        bank_size=0, layout=ShramLayout(0, 0, 0, 0, 0)), False
 
 
-def _fallback(arch: ArchitectureFeatures, op: NpuOp) -> OpSchedule:
+def _fallback(arch: PricedArchitecture, op: NpuOp) -> OpSchedule:
     """An npusched pass the default core has no op for: Vela legacy's block, whole OFM, weights in place."""
     block = find_block_config_for_op(arch, op)
     ifm2 = op.ifm2.shape if op.ifm2 is not None else None
@@ -258,7 +258,7 @@ def _place(placements: dict[FeatureMap, TensorPlacement], core_op: DefaultCoreOp
             placements.setdefault(fm, TensorPlacement(area, fmt))
 
 
-def schedule_from_default_core(network: Network, arch: ArchitectureFeatures,
+def schedule_from_default_core(network: Network, arch: PricedArchitecture,
                                core_ops: list[DefaultCoreOp]) -> DefaultCoreImport:
     """The default core's decisions, op by op, as an npusched ``Schedule`` (see the module notes for what is not
     expressible)."""
@@ -362,7 +362,7 @@ def run_default_core(options: RunOptions, output_dir: Path, timeout_seconds: flo
     return found[0]
 
 
-def solve_with_default_core(network: Network, arch: ArchitectureFeatures, options: RunOptions,
+def solve_with_default_core(network: Network, arch: PricedArchitecture, options: RunOptions,
                             model_bytes: bytes | None = None,
                             timeout_seconds: float | None = None) -> DefaultCoreImport:
     """``--solver vela-default``: the default core's schedule of the model, imported. ``model_bytes`` is the model
@@ -380,7 +380,7 @@ def solve_with_default_core(network: Network, arch: ArchitectureFeatures, option
     return schedule_from_default_core(network, arch, core_ops)
 
 
-def compare_default_core(network: Network, arch: ArchitectureFeatures, golden: Path, model: str) -> ModelComparison:
+def compare_default_core(network: Network, arch: PricedArchitecture, golden: Path, model: str) -> ModelComparison:
     """The default core's own schedule (from the golden folder's debug database), priced by npusched's evaluator
     under ``arch.estimator``, against the default core's own per-op and network figures in that folder."""
     core_ops = read_default_core_ops(golden / "debug_db.xml")
@@ -410,7 +410,7 @@ def _cascade_members(schedule: Schedule) -> dict[int, list[int]]:
     return groups
 
 
-def default_core_hint(network: Network, arch: ArchitectureFeatures, options: RunOptions, model_bytes: bytes | None,
+def default_core_hint(network: Network, arch: PricedArchitecture, options: RunOptions, model_bytes: bytes | None,
                       timeout_seconds: float) -> tuple[Schedule, Evaluation] | None:
     """The default core's own schedule and its evaluation, as a start for CP-SAT under ``--estimator
     vela-default`` (so CP-SAT is never worse than it), or None where Vela is missing, fails, takes longer than

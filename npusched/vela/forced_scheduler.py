@@ -30,7 +30,7 @@ from npusched.schedule.evaluator import cascade_rolling_buffers, placement_of
 from npusched.schedule.memory_layout import LiveRange
 from npusched.schedule.schedule import OpSchedule, Schedule
 from npusched.target import codec
-from npusched.target.arch import ArchitectureFeatures
+from npusched.target.estimators import PricedArchitecture
 from npusched.vela.lessons import vela_taught
 from npusched.vela.rolling_check import rolling_buffer_problems
 
@@ -44,7 +44,7 @@ class Plan:
     """What Vela's scheduling step takes from a run: the network, the hardware and the schedule."""
 
     network: Network
-    arch: ArchitectureFeatures
+    arch: PricedArchitecture
     schedule: Schedule
 
 

@@ -25,12 +25,12 @@ from npusched.errors import exit_status
 from npusched.frontend.tflite_reader import read_tflite
 from npusched.frontend.validate import validate_model
 from npusched.lowering.graph import lower_model
-from npusched.target.arch import ArchitectureFeatures
+from npusched.target.estimators import PricedArchitecture
 
 STEPS = ("read", "validate", "lower")
 
 
-def measure(model: Path, arch: ArchitectureFeatures, runs: int, cpu_time: bool) -> dict[str, object]:
+def measure(model: Path, arch: PricedArchitecture, runs: int, cpu_time: bool) -> dict[str, object]:
     """The median seconds of each step over ``runs`` runs, and the model's size."""
     clock = time.process_time if cpu_time else time.perf_counter
     seconds: dict[str, list[float]] = {step: [] for step in STEPS}

@@ -30,7 +30,7 @@ from npusched.lowering.graph import lower_model
 from npusched.schedule import options
 from npusched.solvers.max_schedule import vela_tensor_placements
 from npusched.target import block_config, weights
-from npusched.target.arch import ArchitectureFeatures
+from npusched.target.estimators import PricedArchitecture
 
 
 def clear_all_caches(keep_lower_levels: bool = False) -> None:
@@ -45,7 +45,7 @@ def clear_all_caches(keep_lower_levels: bool = False) -> None:
             cached.cache_clear()
 
 
-def price_everything(arch: ArchitectureFeatures, ops: Sequence[Any], placements: dict[Any, Any]) -> int:
+def price_everything(arch: PricedArchitecture, ops: Sequence[Any], placements: dict[Any, Any]) -> int:
     return sum(len(options.price_options(arch, op, placements=placements)) for op in ops)
 
 

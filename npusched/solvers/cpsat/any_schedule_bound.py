@@ -74,14 +74,13 @@ from npusched.solvers.cpsat.model import NetworkFacts
 from npusched.target import performance as perf
 from npusched.target import performance_default as perf_default
 from npusched.target import weights as wts
-from npusched.target.arch import ArchitectureFeatures
 from npusched.target.block_config import (
     BlockConfig,
     enumerate_block_configs,
     find_block_config_for_op,
     op_block_inputs,
 )
-from npusched.target.estimators import Estimator, blend_parts
+from npusched.target.estimators import Estimator, PricedArchitecture, blend_parts
 from npusched.target.performance import Direction, Purpose
 
 # The share of the reference weight stream's bytes every weight term counts (see the module docstring).
@@ -105,7 +104,7 @@ Query = perf.PerformanceQuery
 SECONDS_PER_PASS_AND_MODEL = 0.002
 
 
-def any_schedule_bound_seconds(network: Network, arch: ArchitectureFeatures) -> float:
+def any_schedule_bound_seconds(network: Network, arch: PricedArchitecture) -> float:
     """What a run keeps back of its time limit for the bound (from its inputs alone, so that a deterministic
     search's budget does not depend on the machine)."""
     models = 2 if arch.estimator is Estimator.BOTH else 1
@@ -134,14 +133,14 @@ class _PastDeadline(Exception):
 
 
 @functools.lru_cache(maxsize=16)
-def single_byte_bursts(arch: ArchitectureFeatures) -> ArchitectureFeatures:
+def single_byte_bursts(arch: PricedArchitecture) -> PricedArchitecture:
     """``arch`` with every memory's burst one byte long: no block access wastes part of a burst, so traffic is
     priced at its raw bytes, which no block config's bursts go below."""
     return replace(arch, memory_burst_length={m: 1 for m in arch.memory_burst_length})
 
 
 @functools.lru_cache(maxsize=16)
-def ideal_memories(arch: ArchitectureFeatures) -> ArchitectureFeatures:
+def ideal_memories(arch: PricedArchitecture) -> PricedArchitecture:
     """``arch`` with memories that cost nothing: no latency, unlimited bandwidth, single-byte bursts. Every
     memory term of the estimate grows with latency, transfer time and burst length, so a pass's compute time
     here is a lower bound on it under any placement."""
@@ -150,7 +149,7 @@ def ideal_memories(arch: ArchitectureFeatures) -> ArchitectureFeatures:
                    memory_bandwidths_per_cycle={m: math.inf for m in areas}, memory_burst_length={m: 1 for m in areas})
 
 
-def block_configs(arch: ArchitectureFeatures, op: NpuOp) -> tuple[BlockConfig, ...]:
+def block_configs(arch: PricedArchitecture, op: NpuOp) -> tuple[BlockConfig, ...]:
     """Every block config a schedule can give ``op``: those that fit its whole OFM, and those of a one-row stripe
     where 2x2 micro-block hardware then accumulates 1-high blocks (distinct by what the estimate reads)."""
     inputs = op_block_inputs(op)
@@ -204,7 +203,7 @@ class _Bound:
     usefully leave (``_slack_cap``), added up. Prices are memoised per op shape and placement (by the identity of
     one query object per value, so that keys are cheap)."""
 
-    def __init__(self, net: NetworkFacts, arch: ArchitectureFeatures, deadline: float = math.inf) -> None:
+    def __init__(self, net: NetworkFacts, arch: PricedArchitecture, deadline: float = math.inf) -> None:
         self.net = net
         self.arch = arch
         self.deadline = deadline
@@ -363,7 +362,7 @@ class _Bound:
             self.ranked[key] = ranked
         return ranked
 
-    def _compute(self, arch: ArchitectureFeatures, op: NpuOp, query: Query) -> float:
+    def _compute(self, arch: PricedArchitecture, op: NpuOp, query: Query) -> float:
         """``op``'s compute time (no DMA) under ``arch``'s cost model."""
         self.work += 1
         if self.default:

@@ -69,8 +69,8 @@ from npusched.schedule.rules import (
 )
 from npusched.schedule.schedule import EncodedWeightsRef, OpSchedule, Schedule, TensorPlacement, WeightBuffering
 from npusched.target import weights as wts
-from npusched.target.arch import ArchitectureFeatures
 from npusched.target.block_config import BlockConfig, find_block_config_for_op
+from npusched.target.estimators import PricedArchitecture
 from npusched.target.performance import BufferKind
 
 BLOCK_CONFIGS_PER_OP = 3
@@ -109,7 +109,7 @@ class Candidate:
     key: tuple = field(default=(), compare=False)
 
 
-def op_schedule(arch: ArchitectureFeatures, op: NpuOp, config: BlockConfig, ofm_stripe: Shape4D, ifm_stripe: Shape4D,
+def op_schedule(arch: PricedArchitecture, op: NpuOp, config: BlockConfig, ofm_stripe: Shape4D, ifm_stripe: Shape4D,
                 ifm2_stripe: Shape4D | None, *, buffered: bool, cascade: int | None = None,
                 rolling: Shape4D | None = None, pre_buffered: bool = False) -> OpSchedule:
     """A pass with whole-depth weights, read in place or copied whole into one fast-storage buffer."""
@@ -268,7 +268,7 @@ def _rolling_buffer(facts: SubgraphFacts, start: int, ops: Sequence[OpSchedule],
     return shape
 
 
-def single_candidates(arch: ArchitectureFeatures, facts: SubgraphFacts, pos: int,
+def single_candidates(arch: PricedArchitecture, facts: SubgraphFacts, pos: int,
                       options: Mapping[bool, Sequence[OpOption]]) -> list[Candidate]:
     """A pass alone: its best few block configs (``options``: its full-height options per weight buffering),
     each with every weight buffering of ``_lone_pass``."""
@@ -287,7 +287,7 @@ def single_candidates(arch: ArchitectureFeatures, facts: SubgraphFacts, pos: int
     return out
 
 
-def _lone_pass(arch: ArchitectureFeatures, facts: SubgraphFacts, pos: int, config: BlockConfig) -> list[Candidate]:
+def _lone_pass(arch: PricedArchitecture, facts: SubgraphFacts, pos: int, config: BlockConfig) -> list[Candidate]:
     """A pass alone with ``config``, weights in place or in one buffer."""
     op = facts.sg.ops[pos]
     ifm2 = op.ifm2.shape if op.ifm2 is not None else None
@@ -296,7 +296,7 @@ def _lone_pass(arch: ArchitectureFeatures, facts: SubgraphFacts, pos: int, confi
             for buffered in ((False, True) if weights_need_dma(arch, op) else (False,))]
 
 
-def vela_single_candidates(arch: ArchitectureFeatures, facts: SubgraphFacts, pos: int) -> list[Candidate]:
+def vela_single_candidates(arch: PricedArchitecture, facts: SubgraphFacts, pos: int) -> list[Candidate]:
     """A pass alone with Vela's block config for its whole OFM (see ``_lone_pass``)."""
     config = find_block_config_for_op(arch, facts.sg.ops[pos])
     return _lone_pass(arch, facts, pos, config) if config is not None else []
@@ -328,7 +328,7 @@ def _minimal_stripes(facts: SubgraphFacts, start: int, end: int, follow_stride: 
     return stripes
 
 
-def cascade_candidate(arch: ArchitectureFeatures, facts: SubgraphFacts, start: int, stripes: Sequence[Shape4D],
+def cascade_candidate(arch: PricedArchitecture, facts: SubgraphFacts, start: int, stripes: Sequence[Shape4D],
                       buffered: bool,
                       fastest: dict[tuple[int, bool, int], Any] | None = None) -> Candidate | None:
     """A cascade of passes from ``start`` with these OFM ``stripes``; each pass takes Vela's block config for its
@@ -360,7 +360,7 @@ def cascade_candidate(arch: ArchitectureFeatures, facts: SubgraphFacts, start: i
     return make_candidate(facts, start, ops, "cascade-fastest" if fastest is not None else "cascade")
 
 
-def price_positions(arch: ArchitectureFeatures, facts: SubgraphFacts, positions: Iterable[int]
+def price_positions(arch: PricedArchitecture, facts: SubgraphFacts, positions: Iterable[int]
                ) -> tuple[dict[int, dict[bool, tuple[OpOption, ...]]], dict[tuple[int, bool, int], Any]]:
     """Every pass's options at full height that single candidates are made of (per weight buffering) and, for
     every stripe a cascade may give it, the cheapest block config that fits ((position, buffered, height) ->
@@ -376,7 +376,7 @@ def price_positions(arch: ArchitectureFeatures, facts: SubgraphFacts, positions:
     return full, fastest
 
 
-def price_pass_choices(arch: ArchitectureFeatures, op: NpuOp, heights: Sequence[int]) -> PassChoices:
+def price_pass_choices(arch: PricedArchitecture, op: NpuOp, heights: Sequence[int]) -> PassChoices:
     """A pass's options at full height per weight buffering (those ``single_candidates`` chooses from) and per
     (buffering, stripe height) its fastest block config (``cheapest_options``)."""
     full: dict[bool, tuple[OpOption, ...]] = {}
@@ -416,7 +416,7 @@ def segments_of(schedule: Schedule, sg: NpuSubgraph) -> list[tuple[int, tuple[Op
     return [(start, tuple(ops)) for start, ops in out]
 
 
-def all_candidates(arch: ArchitectureFeatures, facts: SubgraphFacts, references: Sequence[Schedule],
+def all_candidates(arch: PricedArchitecture, facts: SubgraphFacts, references: Sequence[Schedule],
                    hint_first: bool = False,
                    lo: int = 0, hi: int | None = None, vela_configs_only: bool = False,
                    priced: tuple[dict[int, Any], dict[tuple[int, bool, int], Any]] | None = None) -> list[Candidate]:
@@ -472,7 +472,7 @@ class Pricer:
     changes only the last step of the estimate; so the rest (``partial_price_op``) is memoised without it and
     finished per slack."""
 
-    def __init__(self, arch: ArchitectureFeatures, base: Mapping[FeatureMap, TensorPlacement]) -> None:
+    def __init__(self, arch: PricedArchitecture, base: Mapping[FeatureMap, TensorPlacement]) -> None:
         self.arch = arch
         self.base = dict(base)
         self.memo: dict[tuple, tuple[float, Slack, bool, float]] = {}

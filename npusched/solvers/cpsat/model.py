@@ -92,8 +92,8 @@ from npusched.solvers.cpsat.candidates import (
 from npusched.solvers.cpsat.pricing_pool import CHUNK_CANDIDATES, fork_map, price_in_processes
 from npusched.solvers.heuristic import sched_ops_of
 from npusched.solvers.max_schedule import vela_tensor_placements
-from npusched.target.arch import ArchitectureFeatures, OptimisationStrategy
-from npusched.target.estimators import OVER_CAP_PENALTY, Estimator
+from npusched.target.arch import OptimisationStrategy
+from npusched.target.estimators import OVER_CAP_PENALTY, Estimator, PricedArchitecture
 
 # Prices are in cycles with fractions; the objective counts 1/SCALE cycles (rounded per pass).
 SCALE = 1000
@@ -181,7 +181,7 @@ class NetworkFacts:
     """What every region of one network needs: tensor use, Vela's placements, a shared pricer, and per subgraph
     the scheduler's view of its passes and its live ranges (computed on first use)."""
 
-    def __init__(self, network: Network, arch: ArchitectureFeatures, joins: bool | None = None) -> None:
+    def __init__(self, network: Network, arch: PricedArchitecture, joins: bool | None = None) -> None:
         self.network = network
         self.arch = arch
         # Cascades through residual joins and gates (``candidates.SubgraphFacts.joins``): for Size by default.
@@ -280,7 +280,7 @@ def build_model(net: NetworkFacts, regions: Sequence[Region], references: tuple[
     return CpSatModel(model, built, limit, placements, net, stats, cycles, peak, objective)
 
 
-def _penalised(model: cp_model.CpModel, arch: ArchitectureFeatures, cycles: Expr,
+def _penalised(model: cp_model.CpModel, arch: PricedArchitecture, cycles: Expr,
                regions: Sequence[RegionModel]) -> Expr:
     """``cycles`` plus, under ``Estimator.BOTH`` with a cap, ``OVER_CAP_PENALTY`` x the excess of each weighted
     model total over the cap (``objective_cycles``, as a linear expression: one non-negative variable per

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from npusched.solvers.cpsat.candidates import SubgraphFacts, price_pass_choices
 from npusched.target import weights as wts
-from npusched.target.arch import ArchitectureFeatures
+from npusched.target.estimators import PricedArchitecture
 
 Item = TypeVar("Item")
 
@@ -94,7 +94,7 @@ def _gather(pool: ProcessPoolExecutor, items: Sequence[Any], deadline: float | N
     return in_order
 
 
-def price_in_processes(arch: ArchitectureFeatures, facts: SubgraphFacts, positions: Sequence[int], processes: int,
+def price_in_processes(arch: PricedArchitecture, facts: SubgraphFacts, positions: Sequence[int], processes: int,
                        deadline: float | None) -> bool:
     """Price the passes at ``positions`` not priced yet into ``facts.priced`` (``fork_map``). The processes hand
     back the weight encodings' sizes they found, so that the caller need not encode the chosen ones again. False

@@ -49,8 +49,8 @@ from npusched.solvers.cpsat.solver import (
 from npusched.solvers.cpsat.windows import search_windows
 from npusched.solvers.max_schedule import max_schedule
 from npusched.solvers.peak_floor import PeakFloor, network_floor
-from npusched.target.arch import ArchitectureFeatures, OptimisationStrategy
-from npusched.target.estimators import Estimator
+from npusched.target.arch import OptimisationStrategy
+from npusched.target.estimators import Estimator, PricedArchitecture
 
 # Networks with more passes than this are improved window by window instead of in one model.
 FULL_MODEL_MAX_PASSES = 120
@@ -93,7 +93,7 @@ class CpSatResult:
     peak_proven_minimal: bool = False
 
 
-def solve_cpsat(network: Network, arch: ArchitectureFeatures, budget: SearchBudget | None = None, *,
+def solve_cpsat(network: Network, arch: PricedArchitecture, budget: SearchBudget | None = None, *,
                 hint: Schedule | None = None, hint_evaluation: Evaluation | None = None,
                 any_bound: bool = True) -> CpSatResult:
     """Schedule ``network`` with CP-SAT within ``budget.time_limit_seconds`` of wall clock (building included;
@@ -164,11 +164,11 @@ def with_any_schedule_bound(result: CpSatResult, any_bound_cycles: float, answer
     return replace(result, any_schedule_bound_cycles=any_bound_cycles)
 
 
-def _size_first(arch: ArchitectureFeatures) -> bool:
+def _size_first(arch: PricedArchitecture) -> bool:
     return arch.optimise is OptimisationStrategy.SIZE
 
 
-def objective_rank(evaluation: Evaluation, arch: ArchitectureFeatures) -> tuple[float, ...]:
+def objective_rank(evaluation: Evaluation, arch: PricedArchitecture) -> tuple[float, ...]:
     """What the objective compares: cycles (under ``Estimator.BOTH``, with the excess over the cap penalised),
     or (peak fast storage, cycles) when optimising for size."""
     cycles = objective_of(evaluation, arch)
@@ -405,7 +405,7 @@ class _Relaxed:
     def bound_cycles(self) -> float:
         return _bound_cycles(self.bound)
 
-    def closes_gap(self, arch: ArchitectureFeatures) -> bool:
+    def closes_gap(self, arch: PricedArchitecture) -> bool:
         """The start meets the bound by the objective (the over-cap penalty included)."""
         if self.start is None:
             return False
@@ -587,7 +587,7 @@ def _nothing_found(net: NetworkFacts, hint_eval: Evaluation | None, limit: int, 
             "longer --time-limit gives CP-SAT the time to find one or to prove there is none")
 
 
-def _max_schedule_or_none(network: Network, arch: ArchitectureFeatures) -> Schedule | None:
+def _max_schedule_or_none(network: Network, arch: PricedArchitecture) -> Schedule | None:
     try:
         return max_schedule(network, arch)
     except ScheduleError:

@@ -12,8 +12,7 @@ from ortools.sat.python import cp_model
 
 from npusched.schedule.evaluator import Evaluation
 from npusched.solvers.cpsat.model import SCALE, Log
-from npusched.target.arch import ArchitectureFeatures
-from npusched.target.estimators import objective_cycles
+from npusched.target.estimators import PricedArchitecture, objective_cycles
 
 # A gap this small is closed: the bound and the answer differ by the per-pass rounding of the scaled prices.
 CLOSED_GAP = 1e-6
@@ -26,7 +25,7 @@ def relative_gap(objective: float, bound: float) -> float:
     return max(0.0, (objective - bound) / objective) if objective else 0.0
 
 
-def objective_of(evaluation: Evaluation, arch: ArchitectureFeatures) -> float:
+def objective_of(evaluation: Evaluation, arch: PricedArchitecture) -> float:
     """What the search minimises, of an evaluated schedule (``objective_cycles``)."""
     return objective_cycles(arch, evaluation.total_cycles, evaluation.parts)
 
