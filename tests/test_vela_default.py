@@ -313,3 +313,20 @@ def test_a_copy_read_back_from_the_default_core_keeps_vela_legacys_block(tmp_pat
     assert deep_copies
     compiled = compile_schedule(result, tmp_path / "out")
     assert compiled.agreed, compiled.warnings()
+
+
+@pytest.mark.slow
+def test_a_reshapes_copy_read_back_from_the_default_core_compiles(tmp_path: Path) -> None:
+    """A Keras export's final RESHAPE, a DMA copy of a [1, 1, 128, 1] map into [1, 8, 16, 1]: the default core runs
+    it as an AvgPool of its own shape, 16 deep; read back onto npusched's copy, the IFM block is Vela legacy's for
+    the copy's own IFM (8 deep), or Vela's backend refuses the answer CP-SAT starts from it ("Vela rejects block
+    config [4, 2, 16, 16]")."""
+    from npusched.vela.backend import compile_schedule
+    from npusched.vela.command import run_options_from_vela_args
+
+    model = Path(__file__).resolve().parent / "data" / "exports" / "unit_reductions.tflite"
+    result = run(run_options_from_vela_args(model, CONFIGS["u55-128_hee_shared"], solver="cpsat",
+                                            time_limit_seconds=10.0, workers=1, deterministic=True))
+    assert result.status != "fallback"
+    compiled = compile_schedule(result, tmp_path / "out")
+    assert compiled.agreed, compiled.warnings()

@@ -162,7 +162,11 @@ def _block_config(arch: PricedArchitecture, op: NpuOp, core_op: DefaultCoreOp) -
             ifm_block = fitted.ifm_block
         if op.npu_block_type == NpuBlockType.Dma:
             # The core runs the copy as an AvgPool (IFM block as deep as the OFM's); npusched's DMA copy takes Vela
-            # legacy's IFM block (its backend checks it) and no block is priced.
+            # legacy's IFM block for the copy's own IFM (its backend checks it: a reshape's copy reads another
+            # shape than the core's AvgPool) and no block is priced.
+            legacy = try_block_config(core_op.ofm_block, arch, ofm_shape=core_op.ofm_stripe, ifm_shape=op.ifm.shape,
+                                      ifm2_shape=None, is_partkernel=part, **inputs)
+            fitted = legacy if legacy is not None else fitted
             ifm_block = fitted.ifm_block
         return BlockConfig(ofm_block=fitted.ofm_block, ifm_block=ifm_block, acc_type=fitted.acc_type,
                            is_partkernel=part, bank_size=fitted.bank_size, layout=fitted.layout), True
