@@ -68,8 +68,8 @@ LOWERED_LAST = ("ABS", "ARG_MAX", "EXP", "MIRROR_PAD", "PACK", "PRELU", "RELU_0_
 
 def _vela_arch() -> Any:
     with contextlib.redirect_stdout(io.StringIO()):
-        default = architecture_features.PricedArchitecture.DEFAULT_CONFIG
-        return architecture_features.PricedArchitecture(
+        default = architecture_features.ArchitectureFeatures.DEFAULT_CONFIG
+        return architecture_features.ArchitectureFeatures(
             vela_config_files=None, system_config=default, memory_mode=default, accelerator_config="ethos-u55-128",
             max_blockdep=3, verbose_config=False, arena_cache_size=None)
 
