@@ -66,12 +66,6 @@ class PricedArchitecture(ArchitectureFeatures):
     blend_cap: float = 0.0
 
 
-def priced(hardware: ArchitectureFeatures, estimator: Estimator = Estimator.VELA_LEGACY) -> PricedArchitecture:
-    """``hardware`` priced by ``estimator``."""
-    return PricedArchitecture(**{f.name: getattr(hardware, f.name) for f in fields(ArchitectureFeatures) if f.init},
-                              estimator=estimator)
-
-
 def load_architecture(
     accelerator_config: str = "ethos-u55-128",
     config_files: Sequence[str] | None = None,
@@ -95,7 +89,9 @@ def load_architecture(
 
 @functools.lru_cache(maxsize=32)
 def _priced(hardware: ArchitectureFeatures, estimator: Estimator) -> PricedArchitecture:
-    return priced(hardware, estimator)
+    """``hardware`` priced by ``estimator``."""
+    return PricedArchitecture(**{f.name: getattr(hardware, f.name) for f in fields(ArchitectureFeatures) if f.init},
+                              estimator=estimator)
 
 
 # Under ``Estimator.BOTH``, a cycle of a weighted model total over ``blend_cap`` costs the objective this many.
