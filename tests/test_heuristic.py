@@ -50,7 +50,11 @@ def test_schedule_choices_match_vela(config, model):
     """Same schedule label, cascades (ops and size) and, per op, block config, stripes, assigned cascade,
     weight depth slices, weight buffers and SRAM in use as Vela's --verbose-schedule."""
     golden = read_verbose_schedule(golden_path(config, model) / "vela_stdout.txt")
-    results = _results(config, model)
+    assert_velas_schedule(_results(config, model), golden)
+
+
+def assert_velas_schedule(results: list, golden: list) -> None:
+    """The heuristic's subgraph schedules are the ones Vela's --verbose-schedule printed (``golden``)."""
     assert len(results) == len(golden)
     for result, vela in zip(results, golden, strict=True):
         assert vela.label == f"{result.name}_{result.label}"

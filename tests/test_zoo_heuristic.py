@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import CONFIGS
+from test_heuristic import assert_velas_schedule
 from test_zoo import GOLDEN, MODELS, Partition, core_partition, zoo_options
 
 from npusched.app.pipeline import load_graph
@@ -39,19 +40,7 @@ def test_the_heuristic_is_velas_own_schedule(config: str, model: str) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         golden = read_verbose_schedule(_golden_file(config, model, "vela_stdout.txt", Path(scratch)))
         vela_cycles = float(read_summary(_golden_file(config, model, "summary.csv", Path(scratch)))["cycles_total"])
-    assert len(results) == len(golden)
-    for result, vela in zip(results, golden, strict=True):
-        assert vela.label == f"{result.name}_{result.label}"
-        assert [(i.start, i.end, i.mem_usage) for i in result.cascades.values()] == \
-            [(start, end, size) for _, start, end, size in vela.cascades]
-        assert len(result.sched_ops) == len(vela.ops)
-        for sop, vop in zip(result.sched_ops, vela.ops, strict=True):
-            cost = result.costs[sop.pos]
-            ours = (cost.block_config.old_style(), cost.stripe_input.as_list(), cost.stripe.as_list(), cost.cascade,
-                    [b.size for b in cost.buffers], result.snapshot.at(sop.pos))
-            theirs = (vop.block_config, vop.ifm_stripe, vop.ofm_stripe, vop.cascade, vop.weight_buffer_bytes,
-                      vop.sram_used_bytes)
-            assert ours == theirs, f"{result.name} op {sop.pos} ({vop.op_type})"
+    assert_velas_schedule(results, golden)
     assert sum(r.total_cycles for r in results) == pytest.approx(vela_cycles, rel=1e-9)
 
 
