@@ -147,8 +147,16 @@ def may_cascade(producer: CascadePass, consumer: CascadePass, later_readers: boo
     return (producer.cascadable_kind and consumer.cascadable_kind and only_reader
             and consumer.pos == producer.pos + 1
             and consumer.op.ifm.tensor == producer.op.ofm.tensor
-            and producer.op.ofm.shape == consumer.op.ifm.shape
+            and producer.op.ofm.shape == consumer.op.ifm.shape and not writes_a_view(producer.op)
             and not consumer.requires_full_ifm and not producer.requires_full_ofm)
+
+
+def writes_a_view(op: NpuOp) -> bool:
+    """Whether ``op`` writes its whole OFM as a view of another shape (the repeat of an up-sampling written on its
+    bytes). Vela's command stream steps such a producer in its own shape, whose stripes never cover the rows its
+    consumer asks for, so it runs to the end before the consumer starts: no rolling buffer can be between them."""
+    written = op.ofm.access_shape
+    return written is not None and written != op.ofm.shape and written.elements() == op.ofm.shape.elements()
 
 
 def reads_lagged(producer: NpuOp, reader: CascadePass, between: Sequence[NpuOp]) -> bool:
@@ -167,14 +175,26 @@ def reads_lagged(producer: NpuOp, reader: CascadePass, between: Sequence[NpuOp])
                     and p.resampling_mode == ResamplingMode.NONE for p in between))
 
 
-def pulled_buffer_height(producer_rows: int, consumer_ifm_rows: int, full_height: int) -> int:
+def pulled_buffer_height(producer_rows: int, consumer_ifm_rows: int, full_height: int, past_rows: int = 0) -> int:
     """Rows a rolling buffer needs in the order Vela's command stream runs a cascade: pull-wise, the producer
-    writes whole stripes of ``producer_rows`` only until the consumer's next IFM stripe of ``consumer_ifm_rows``
-    is there, so it runs at most ``producer_rows - 1`` rows ahead of what the consumer reads. Vela sizes the buffer
-    at the consumer's IFM stripe plus one producer stripe in whole consumer stripes (``rolling_buffer_shape``),
-    up to twice this; npusched's own cascades (with joins) take this size, which each compilation's replay
-    (``npusched.vela.rolling_check``) confirms."""
-    return min(consumer_ifm_rows + producer_rows - 1, full_height)
+    writes whole stripes of ``producer_rows`` only until the rows Vela asks for the consumer's next stripe are
+    there (its IFM stripe of ``consumer_ifm_rows`` and the ``past_rows`` of ``rows_past_the_kernel``), so it runs
+    at most ``producer_rows - 1`` rows past those. Vela sizes the buffer at the consumer's IFM stripe plus one
+    producer stripe in whole consumer stripes (``rolling_buffer_shape``), up to twice this; npusched's own
+    cascades (with joins) take this size, which each compilation's replay (``npusched.vela.rolling_check``)
+    confirms."""
+    return min(consumer_ifm_rows + past_rows + producer_rows - 1, full_height)
+
+
+def rows_past_the_kernel(op: NpuOp) -> int:
+    """Rows past its kernel's last that Vela's command stream asks the producer for, per stripe of ``op``: Vela
+    ends an IFM stripe at its bottom skirt, the padding SAME would need, which on a strided pass with VALID
+    padding of an input the stride does not divide reaches past the rows the kernel reads (a 2x2 stride-2 pool
+    of 11 rows: 3 rows asked for each output row, 2 read)."""
+    skirt = op.attr("skirt")
+    if not isinstance(skirt, tuple) or op.resampling_mode != ResamplingMode.NONE:
+        return 0
+    return max(op.kernel.stride_y + skirt[0] + skirt[2] - op.kernel.area_height(), 0)
 
 
 def cascade_reach(passes: Sequence[CascadePass], k: int, later_readers: bool = False) -> int | None:

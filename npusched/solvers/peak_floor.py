@@ -36,7 +36,14 @@ from npusched.ir import FeatureMap, NpuOp, TensorFormat, round_up
 from npusched.lowering.graph import Network, NpuSubgraph
 from npusched.schedule.memory_layout import MemoryLayout, memory_layout
 from npusched.schedule.memory_model import network_memory, reusable_ifm
-from npusched.schedule.rules import BRICK_DEPTH, cascade_reach, ifm_stripes, pulled_buffer_height, storage_size
+from npusched.schedule.rules import (
+    BRICK_DEPTH,
+    cascade_reach,
+    ifm_stripes,
+    pulled_buffer_height,
+    rows_past_the_kernel,
+    storage_size,
+)
 from npusched.schedule.tensor_use import TensorUse, feature_map_label, subgraphs_of, tensor_use
 from npusched.solvers.heuristic import sched_ops_of
 from npusched.solvers.max_schedule import max_schedule, vela_tensor_placements
@@ -73,7 +80,7 @@ def minimal_rolling_bytes(producer: NpuOp, consumer: NpuOp, pulled: bool = False
     ofm = consumer.ofm.shape
     rows = ifm_stripes(consumer, ofm.with_hw(1, ofm.width))[0].height
     produced = producer.ofm.shape
-    height = pulled_buffer_height(1, rows, produced.height) if pulled else 2 * rows
+    height = pulled_buffer_height(1, rows, produced.height, rows_past_the_kernel(consumer)) if pulled else 2 * rows
     return height * produced.width * round_up(produced.depth, BRICK_DEPTH) * producer.ofm.tensor.dtype.size_in_bytes
 
 

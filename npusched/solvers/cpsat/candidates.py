@@ -50,7 +50,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from npusched.ir import FeatureMap, NpuOp, Shape4D
+from npusched.ir import FeatureMap, NpuOp, ResamplingMode, Shape4D
 from npusched.lowering.graph import NpuSubgraph
 from npusched.schedule.cascades import SchedOp, elementwise_cascadable, rolling_buffer_shape
 from npusched.schedule.evaluator import TensorUse
@@ -65,6 +65,7 @@ from npusched.schedule.rules import (
     minimal_stripe_height,
     pulled_buffer_height,
     rolling_buffer_bytes,
+    rows_past_the_kernel,
     weights_need_dma,
 )
 from npusched.schedule.schedule import EncodedWeightsRef, OpSchedule, Schedule, TensorPlacement, WeightBuffering
@@ -258,7 +259,7 @@ def _rolling_buffer(facts: SubgraphFacts, start: int, ops: Sequence[OpSchedule],
     full_height = facts.sg.ops[producer].ofm.shape.height
     if facts.joins:
         shape = shape.with_height(pulled_buffer_height(ops[k - 1].ofm_stripe.height, ops[k].ifm_stripe.height,
-                                                       full_height))
+                                                       full_height, rows_past_the_kernel(facts.sg.ops[start + k])))
     for reader in facts.sched_ops[producer].dependants[1:]:
         if reader > start + len(ops) - 1:
             continue  # not in this cascade: make_candidate's caller keeps such runs out
@@ -310,7 +311,12 @@ def cascade_links(facts: SubgraphFacts) -> list[bool]:
 
 def _cascade_stripes(facts: SubgraphFacts, start: int, end: int, final_height: int) -> list[Shape4D] | None:
     """OFM stripes of passes start..end derived backwards from the last pass's stripe height (Vela's rule:
-    each producer's stripe is its consumer's stripe times the consumer's vertical stride)."""
+    each producer's stripe is its consumer's stripe times the consumer's vertical stride). A nearest-neighbour
+    upscaling pass takes even stripes only, as in Vela's min schedule: an odd one makes Vela's command stream
+    address a row before its IFM ("Negative address offset")."""
+    last = facts.sg.ops[end]
+    if last.resampling_mode == ResamplingMode.NEAREST and final_height % 2:
+        return None
     return cascade_stripes([sop.op for sop in facts.sched_ops[start:end + 1]], final_height)
 
 
