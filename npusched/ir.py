@@ -293,6 +293,16 @@ class NpuOp:
     def attr(self, key: str, default: object = None) -> object:
         return dict(self.attrs).get(key, default)
 
+    @property
+    def reported_activation(self) -> str | None:
+        """The activation Vela legacy's estimate of the compiled pass reads: ``activation`` (what its scheduler
+        reads), or else a standalone activation packed into the pass (``pass_activation``), which Vela's command
+        stream makes the pass's own after scheduling (an int16 SIGMOID or TANH run as an AvgPool)."""
+        if self.activation is not None:
+            return self.activation
+        packed = self.attr("pass_activation")
+        return packed[0] if isinstance(packed, tuple) else None
+
 
 @dataclass(frozen=True)
 class CpuOp:

@@ -329,7 +329,7 @@ def _estimate(arch: PricedArchitecture, ctx: _OpContext, query: perf.Performance
             arch, op.op_type, op.activation, query, weights=weights,
             weight_bytes=max(weights.encoded_bytes - scales, 0) if weights is not None else 0,
             lut=ctx.lut, memcpy=ctx.memcpy, cost=cost)
-    return perf.estimate_full_op_performance(arch, op.op_type, op.activation, query, weights=weights,
+    return perf.estimate_full_op_performance(arch, op.op_type, op.reported_activation, query, weights=weights,
                                              lut=ctx.lut, memcpy=ctx.memcpy, cost=cost)
 
 
@@ -342,7 +342,7 @@ def _compute_costs(arch: PricedArchitecture, ctx: _OpContext, query: perf.Perfor
         return (*_compute_costs(legacy_arch, ctx, query), *_compute_costs(default_arch, ctx, query))
     if arch.estimator is Estimator.VELA_DEFAULT:
         return (perf_default.measure_cycle_cost(arch, op.op_type, op.activation, query),)
-    return (perf.measure_cycle_cost(arch, op.op_type, op.activation, query),)
+    return (perf.measure_cycle_cost(arch, op.op_type, op.reported_activation, query),)
 
 
 def _compute_floor(arch: PricedArchitecture, costs: tuple[perf.CycleCost, ...]) -> float:
@@ -390,7 +390,7 @@ def striped_op_cycles(arch: PricedArchitecture, op: NpuOp, option: OpOption,
     query = with_block_config(ctx.query, option.block_config)
     stripe = option.stripe
     query.__dict__.update(ifm_shape=stripe.ifm, ofm_shape=stripe.ofm, ifm2_shape=stripe.ifm2)
-    cost = perf.measure_cycle_cost(arch, op.op_type, op.activation, query)
+    cost = perf.measure_cycle_cost(arch, op.op_type, op.reported_activation, query)
     return float(cost.op_cycles) * stripe.count
 
 
@@ -568,7 +568,7 @@ _COMPUTE_COSTS_LIMIT = 4096
 
 def _known_compute_costs(arch: PricedArchitecture, op: NpuOp, query: perf.PerformanceQuery
                          ) -> dict[BlockConfig, tuple[perf.CycleCost, ...]]:
-    key = (id(arch), op.op_type, op.activation, query)
+    key = (id(arch), op.op_type, op.reported_activation, query)
     entry = _COMPUTE_COSTS.get(key)
     if entry is None or entry[0] is not arch:
         if len(_COMPUTE_COSTS) >= _COMPUTE_COSTS_LIMIT:

@@ -81,7 +81,7 @@ def scheduler_op_cycles(arch: PricedArchitecture, op: NpuOp, op_sched: OpSchedul
                                   const_area=const_area or arch.fast_storage_mem_area, scheduling_areas=True).query
     if arch.estimator is Estimator.VELA_DEFAULT:
         return perf_default.measure_cycle_cost(arch, op.op_type, op.activation, query, first=first).op_cycles
-    return perf.measure_cycle_cost(arch, op.op_type, op.activation, query).op_cycles
+    return perf.measure_cycle_cost(arch, op.op_type, op.reported_activation, query).op_cycles
 
 
 def block_depth(op_sched: OpSchedule) -> int:
@@ -210,7 +210,7 @@ def partial_price_op(arch: PricedArchitecture, op: NpuOp, op_sched: OpSchedule,
             stream = pricing_weight_stream(arch, op, encoded, perf.BufferKind.NONE, scale_element_bytes=scale_bytes)
     inputs = schedule_price_inputs(arch, op, op_sched, schedule, const_area=const_area)
     slack = slack_buffering_cycles(arch, op, op_sched, schedule)
-    estimate = perf.partial_full_op_performance(arch, op.op_type, op.activation, inputs.query, weights=stream,
+    estimate = perf.partial_full_op_performance(arch, op.op_type, op.reported_activation, inputs.query, weights=stream,
                                                 lut=inputs.lut, memcpy=inputs.memcpy)
     contention_bytes = None
     if arch.estimator is Estimator.CONTENTION:

@@ -353,7 +353,7 @@ class _Bound:
                             ifm2_format=TensorFormat.NHWC)
         inputs = op_block_inputs(op)
         inputs["kernel"] = query.kernel
-        key = (op.op_type, op.activation, query, op.ifm.shape, op.ofm.shape,
+        key = (op.op_type, op.reported_activation, query, op.ifm.shape, op.ofm.shape,
                op.ifm2.shape if op.ifm2 is not None else None, tuple(inputs.values()))
         ranked = self.ranked.get(key)
         if ranked is None:
@@ -367,7 +367,7 @@ class _Bound:
         self.work += 1
         if self.default:
             return float(perf_default.measure_cycle_cost(arch, op.op_type, op.activation, query).op_cycles)
-        return float(perf.measure_cycle_cost(arch, op.op_type, op.activation, query).op_cycles)
+        return float(perf.measure_cycle_cost(arch, op.op_type, op.reported_activation, query).op_cycles)
 
     def _floor(self, op: NpuOp, pinned: set[FeatureMap], weights: _Weights | None, may_cascade: bool,
                slack: float) -> float:
@@ -387,7 +387,7 @@ class _Bound:
             return lambda index: self._bound(op, ranked, fast, computing, movable, index)
 
         if weights is None:
-            key = (op.op_type, op.activation, id(ranked), *map(id, fast))
+            key = (op.op_type, op.reported_activation, id(ranked), *map(id, fast))
             if key not in self.bare:
                 self.bare[key] = self._least(ranked, 0.0, self._access_floor(op, fast, ranked[0][1], {}),
                                              math.inf, lambda config, best: self._bare(op, config, fast, best),
@@ -453,7 +453,7 @@ class _Bound:
         slack (each of those only adds, or takes off at most the credit): the largest of its ideal compute time,
         its access bound (``_access_bound``) and its compute bound (``_compute_bound``). The same for every op
         of that shape and placements, so it is worked out once."""
-        key = (op.op_type, op.activation, id(ranked), *map(id, fast), *map(id, computing), movable, index)
+        key = (op.op_type, op.reported_activation, id(ranked), *map(id, fast), *map(id, computing), movable, index)
         found = self.bounds.get(key)
         if found is None:
             ideal, config = ranked[index]
@@ -516,7 +516,7 @@ class _Bound:
     def _priced(self, op: NpuOp, query: Query, config: BlockConfig
                 ) -> tuple[float, dict[MemArea, float], float, float]:
         """``_plain`` and the time fast storage spends reading and writing feature maps (unrounded)."""
-        key = (op.op_type, op.activation, id(query), id(config))
+        key = (op.op_type, op.reported_activation, id(query), id(config))
         found = self.plain.get(key)
         if found is None:
             self.work += 1
@@ -526,7 +526,7 @@ class _Bound:
                     perf_default.partial_full_op_performance(self.arch, op.op_type, op.activation, q)
                 moved = est.bandwidth
             else:
-                est = perf.partial_full_op_performance(self.arch, op.op_type, op.activation, q)
+                est = perf.partial_full_op_performance(self.arch, op.op_type, op.reported_activation, q)
                 moved = est.scaled_bandwidth
             bandwidth = self.arch.memory_bandwidths_per_cycle[self.fast]
             found = self.plain[key] = (float(est.cost.op_cycles), est.access_cycles,
@@ -536,7 +536,7 @@ class _Bound:
 
     def _compute_at(self, op: NpuOp, query: Query, config: BlockConfig) -> float:
         """``op``'s compute time with ``config`` (memoised like ``_plain``)."""
-        key = (op.op_type, op.activation, id(query), id(config))
+        key = (op.op_type, op.reported_activation, id(query), id(config))
         found = self.plain.get(key)
         if found is not None:
             return found[0]
@@ -605,8 +605,9 @@ class _Bound:
                 perf_default.partial_full_op_performance(self.arch, op.op_type, op.activation, q)
             whole = 1.0
         else:
-            est = perf.partial_full_op_performance(self.arch, op.op_type, op.activation, q, weights=weights.in_place)
-            bare = perf.partial_full_op_performance(self.arch, op.op_type, op.activation, q)
+            est = perf.partial_full_op_performance(self.arch, op.op_type, op.reported_activation, q,
+                                                   weights=weights.in_place)
+            bare = perf.partial_full_op_performance(self.arch, op.op_type, op.reported_activation, q)
             whole = 0.0
         found = self.increments[key] = {m: max(a - bare.access_cycles[m] - whole, 0.0)
                                         for m, a in est.access_cycles.items()}
@@ -620,7 +621,7 @@ class _Bound:
         arch = single_byte_bursts(self.arch)
         best = math.inf
         for query in queries:
-            key = (op.op_type, op.activation, id(query), config.ifm_block.depth)
+            key = (op.op_type, op.reported_activation, id(query), config.ifm_block.depth)
             access = self.floors.get(key)
             if access is None:
                 self.work += 1
@@ -629,7 +630,7 @@ class _Bound:
                     est: perf.PartialOpPerformance | perf_default.PartialOpPerformance = \
                         perf_default.partial_full_op_performance(arch, op.op_type, op.activation, q)
                 else:
-                    est = perf.partial_full_op_performance(arch, op.op_type, op.activation, q)
+                    est = perf.partial_full_op_performance(arch, op.op_type, op.reported_activation, q)
                 access = self.floors[key] = est.access_cycles
             best = min(best, max(a + extra.get(m, 0.0) for m, a in access.items()))
         return best
@@ -721,7 +722,7 @@ class _Bound:
                                  ofm=self._scheduling(op.ofm.tensor, fm_area),
                                  ifm2=self._scheduling(op.ifm2.tensor, fm_area) if op.ifm2 is not None else None,
                                  const_area=const_area, ofm_depth=op.ofm.shape.depth).query
-            key = (op.op_type, op.activation, query, op.ifm.shape, op.ofm.shape,
+            key = (op.op_type, op.reported_activation, query, op.ifm.shape, op.ofm.shape,
                    op.ifm2.shape if op.ifm2 is not None else None, tuple(op_block_inputs(op).values()))
             value, complete = self.slacks.get(key, (0.0, False))
             if value < need and not complete:

@@ -1,8 +1,10 @@
-"""What Vela's command stream asks of a cascade, on real exports where CP-SAT's schedules met it: a rolling buffer
-holds the rows Vela's stream asks the producer for (not only those the kernel reads), a producer written through a
-view of another shape is not cascaded, and a nearest-neighbour up-sampling ends a cascade on even stripes. The oracle
-is Vela's backend: it compiles npusched's own schedule (not a fallback), with its estimate equal, after the replay
-of its command stream (``npusched.vela.rolling_check``) finds no row read that its buffer does not hold."""
+"""Zoo cells whose CP-SAT schedule Vela's backend refused or priced otherwise, compiled as npusched's own answer
+(not a fallback) with Vela's estimate equal to the evaluator's. Three are rules of Vela's command stream for a
+cascade: a rolling buffer holds the rows the stream asks the producer for (not only those the kernel reads), a
+producer written through a view of another shape is not cascaded, and a nearest-neighbour up-sampling ends a
+cascade on even stripes (the replay of the stream, ``npusched.vela.rolling_check``, finds no row read that its
+buffer does not hold). One is pricing: Vela's estimate reads a standalone activation packed into the pass
+(``NpuOp.reported_activation``)."""
 
 from __future__ import annotations
 
@@ -66,3 +68,17 @@ def test_a_cascade_of_up_samplings_compiles(tmp_path: Path, config: str) -> None
     stripe of a 2x nearest resize ending a cascade) and, under Size, "a rolling buffer is too shallow" (the repeat
     written on a view cascaded into its reader)."""
     _compiles_own_schedule("unit_upsample", config, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", ["u55-128_hee_shared", "u65-256_mid_dedicated256k"])
+def test_an_int16_sigmoid_run_as_an_average_pool_is_priced_as_vela_reports_it(tmp_path: Path, config: str) -> None:
+    """The 16x8 export's SIGMOID and TANH run as AvgPool passes whose activation Vela's command stream adds after
+    scheduling; its estimate of them (about 4,170 cycles on ethos-u55-128) was twice npusched's (2,112)."""
+    network = _network("unit_activations_16x8", config)
+    assert {op.reported_activation for op in network.npu_ops if op.activation is None
+            and op.attr("pass_activation") is not None} == {"Sigmoid", "Tanh"}
+    result = run(run_options_from_vela_args(EXPORTS_DIR / "unit_activations_16x8.tflite", CONFIGS[config],
+                                            solver="cpsat", time_limit_seconds=10, workers=1, deterministic=True))
+    compiled = compile_schedule(result, tmp_path / "out")
+    assert compiled.agreed and compiled.written == "answer", compiled.warnings()
