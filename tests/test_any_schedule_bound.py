@@ -43,6 +43,20 @@ def _cases() -> list:
             for model in MODELS for config in CONFIGS]
 
 
+# Each solver's schedule of a corpus model under a configuration, made once per test run for the three tests that
+# price it (schedules are frozen). A ScheduleError is not cached: it is raised again at each call.
+@functools.cache
+def _heuristic(model: str, config: str) -> Schedule:
+    arch, network = load_corpus(model, config)
+    return heuristic_schedule(network, arch)
+
+
+@functools.cache
+def _dp(model: str, config: str) -> Schedule:
+    arch, network = load_corpus(model, config)
+    return dp_schedule(network, arch, arch.optimise)
+
+
 @functools.cache
 def _schedules(model: str, config: str) -> tuple[object, object, dict[str, Schedule], float]:
     """(architecture, network, the schedules each solver finds (none where it finds no schedule that fits),
@@ -51,11 +65,11 @@ def _schedules(model: str, config: str) -> tuple[object, object, dict[str, Sched
     found: dict[str, Schedule] = {}
     reported = float("nan")
     try:
-        found["heuristic"] = heuristic_schedule(network, arch)
+        found["heuristic"] = _heuristic(model, config)
     except ScheduleError:
         pass
     try:
-        found["dp"] = dp_schedule(network, arch, arch.optimise)
+        found["dp"] = _dp(model, config)
     except ScheduleError:
         pass
     try:
@@ -92,7 +106,7 @@ def test_bound_holds_under_every_cost_model(model, estimator):
         arch = with_estimator(base, estimator)
         bound = any_schedule_bound(NetworkFacts(network, arch))
         assert bound > 0
-        for schedule in (heuristic_schedule(network, base), dp_schedule(network, base, base.optimise)):
+        for schedule in (_heuristic(model, config), _dp(model, config)):
             assert bound <= evaluate(network, arch, schedule).total_cycles
 
 
@@ -102,7 +116,7 @@ def test_under_both_models_the_bound_holds_for_the_objective_and_for_each_model(
     while a run reports one model's cycles: the bound holds for the blend, for the objective and for each model."""
     for config in ("u55-128_hee_shared", "u65-256_mid_dedicated256k"):
         base, network = load_corpus(model, config)
-        schedules = (heuristic_schedule(network, base), dp_schedule(network, base, base.optimise))
+        schedules = (_heuristic(model, config), _dp(model, config))
         legacy, default = (with_estimator(base, e) for e in (Estimator.VELA_LEGACY, Estimator.VELA_DEFAULT))
         legacy_total = evaluate(network, legacy, schedules[0]).total_cycles
         default_total = evaluate(network, default, schedules[0]).total_cycles
