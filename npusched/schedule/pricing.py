@@ -73,15 +73,16 @@ def scheduler_op_cycles(arch: PricedArchitecture, op: NpuOp, op_sched: OpSchedul
                         const_area: MemArea | None = None) -> float:
     """The compute estimate Vela's scheduler uses while buffering weights: constants assumed in fast storage
     (unless ``const_area`` says where) and, by default, the op's full OFM depth (even when the op writes only a
-    depth slice of its OFM). ``first=False`` prices a later weight slice (the default core then charges no first
-    IFM block fetch)."""
+    depth slice of its OFM), with the op's own activation (not ``reported_activation``: the scheduler runs before
+    Vela packs a standalone one into the pass). ``first=False`` prices a later weight slice (the default core then
+    charges no first IFM block fetch)."""
     if ofm_depth is None:
         ofm_depth = op.ofm.shape.depth
     query = schedule_price_inputs(arch, op, op_sched, schedule, ofm_depth=ofm_depth,
                                   const_area=const_area or arch.fast_storage_mem_area, scheduling_areas=True).query
     if arch.estimator is Estimator.VELA_DEFAULT:
         return perf_default.measure_cycle_cost(arch, op.op_type, op.activation, query, first=first).op_cycles
-    return perf.measure_cycle_cost(arch, op.op_type, op.reported_activation, query).op_cycles
+    return perf.measure_cycle_cost(arch, op.op_type, op.activation, query).op_cycles
 
 
 def block_depth(op_sched: OpSchedule) -> int:
