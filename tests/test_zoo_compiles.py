@@ -71,7 +71,7 @@ def test_a_cascade_of_up_samplings_compiles(tmp_path: Path, config: str) -> None
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("config", ["u55-128_hee_shared", "u65-256_mid_dedicated256k"])
+@pytest.mark.parametrize("config", ["u55-128_hee_shared", "u55-256_hee_shared_arena128k", "u65-256_mid_dedicated256k"])
 def test_an_int16_sigmoid_run_as_an_average_pool_is_priced_as_vela_reports_it(tmp_path: Path, config: str) -> None:
     """The 16x8 export's SIGMOID and TANH run as AvgPool passes whose activation Vela's command stream adds after
     scheduling; its estimate of them (about 4,170 cycles on ethos-u55-128) was twice npusched's (2,112)."""
