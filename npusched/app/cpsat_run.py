@@ -290,9 +290,15 @@ def _starts(variant: BuiltGraph, graphs: Graphs, floors: list[Floor], default_ru
     """What the search of ``variant`` may start from: on Vela's graph, both cores' own schedules; on npusched's, the
     heuristic's and the default core's read onto it (and the floors, where the two graphs are one). Where the
     heuristic's schedule does not fit the limit (Vela legacy goes over its arena, or needs more at addresses), its
-    Size schedule too, which mostly fits: a large network's search needs a schedule that fits to improve on."""
+    Size schedule too (on Vela's graph, where no core's fits), which mostly fits: a large network's search needs a
+    schedule that fits to improve on."""
     if variant is not graphs.own:
-        return [f.start for f in floors]
+        starts = [f.start for f in floors]
+        if not any(f.report.fits for f in floors) and arch.optimise is not OptimisationStrategy.SIZE:
+            # No core's schedule fits (or the default core's was not made): the heuristic's Size schedule mostly
+            # does, and a large network's windows need one that fits to improve on.
+            starts.append(heuristic_schedule_or_none(variant, arch, OptimisationStrategy.SIZE))
+        return [s for s in starts if s is not None]
     heuristic = heuristic_schedule_or_none(variant, arch)
     starts = [heuristic]
     if arch.optimise is not OptimisationStrategy.SIZE and (heuristic is None or verify(
@@ -336,9 +342,15 @@ def heuristic_schedule_or_none(variant: BuiltGraph, arch: PricedArchitecture,
 
 def _fitting(schedules: Sequence[Schedule], variant: BuiltGraph,
              objective: PricedArchitecture) -> tuple[Schedule, Evaluation] | None:
-    """The best of ``schedules`` of ``variant`` by the objective among those that verify; None where none does."""
+    """The best of ``schedules`` of ``variant`` by the objective among those that verify; None where none does. A
+    schedule met before is not evaluated again (where the graphs are one, the heuristic's start is mostly Vela
+    legacy's floor; on a network of a thousand passes an evaluation is half a second)."""
     best: tuple[Schedule, Evaluation] | None = None
+    seen: list[Schedule] = []
     for schedule in schedules:
+        if schedule in seen:
+            continue  # the same rank as before: never better (ties keep the first)
+        seen.append(schedule)
         evaluation = evaluate(variant.network, objective, schedule)
         if verify(variant.network, objective, schedule, evaluation):
             continue

@@ -4,7 +4,8 @@ A run reads and lowers npusched's graph first (``spent``), then plans the rest f
 legacy's own schedule (the heuristic, on Vela's graph, lowered too where the graphs differ), the default core's
 own schedule (the `vela` CLI, a process beside the run), the search of npusched's graph and of Vela's, the
 any-schedule bound, the final evaluation, and Vela's compile where ``--output-dir`` follows. Each is predicted
-from measured rates (``PhaseRates``: per pass, per weight byte; ``scripts/bench/time_plan.py`` measures them).
+from measured rates (``PhaseRates``: per pass, per weight byte, per OFM element; ``scripts/bench/time_plan.py``
+measures them and fits them).
 
 The answer's search (npusched's graph's) gets at least ``SEARCH_SHARE_MIN`` of what is left after loading, lowering
 and the compile, and more than ``OWN_GRAPH_SHARE`` of the search time where that takes it; where the searches
@@ -37,17 +38,24 @@ DROP_ORDER = ("default_core_floor", "vela_graph_search", "any_schedule_bound")
 @dataclass(frozen=True)
 class PhaseRates:
     """Seconds per unit of each phase on one core of this project's reference machine: the CPU time each took
-    (which a busy machine does not inflate) on the corpus, generated networks of 100-850 passes and the full-size
-    keras.applications exports (NASNetMobile, EfficientNetB0, DenseNet121, ResNet50, MobileNetV2/V3) under a
-    shared-SRAM and a dedicated-SRAM configuration, fitted as lines over passes and weight megabytes and scaled to
-    cover nine networks in ten (``scripts/bench/time_plan.py measure`` and ``fit``; docs/results/time-limit.md)."""
+    (which a busy machine does not inflate) on the corpus, the zoo of real exports, generated networks of 100-850
+    passes and the full-size keras.applications exports (NASNetMobile, EfficientNetB0, DenseNet121, ResNet50,
+    MobileNetV2/V3) under a shared-SRAM and a dedicated-SRAM configuration. Each phase is a line through the median
+    network (over passes, weight megabytes and, where it pays, OFM elements: a pass of an unrolled LSTM's one row
+    costs a fraction of a convolution's); then all are scaled by one factor so that the run's predicted phases
+    together cover nine networks in ten (``scripts/bench/time_plan.py measure`` and ``fit``;
+    docs/results/data/time_plan_phases.csv). Covering each phase apart would add up nine-in-ten margins: the
+    sum of them over-predicted a typical network 2.6-fold."""
 
-    # Reading the model, per operator; lowering it (npusched's graph or Vela's), per NPU pass.
-    read_seconds_per_operator: float = 0.0013
-    lower_seconds_per_pass: float = 0.0043
-    # Vela legacy's own schedule (the heuristic) on Vela's graph: per pass, and per megabyte of weights it encodes.
-    heuristic_seconds_per_pass: float = 0.0017
-    heuristic_seconds_per_weight_megabyte: float = 0.68
+    # Reading the model, per operator; lowering it (npusched's graph or Vela's), per NPU pass and weight megabyte.
+    read_seconds_per_operator: float = 0.00107
+    lower_seconds_per_pass: float = 0.0033
+    lower_seconds_per_weight_megabyte: float = 0.098
+    # Vela legacy's own schedule (the heuristic) on Vela's graph: per pass, per million OFM elements (its stripes
+    # and block configs) and per megabyte of weights it encodes.
+    heuristic_seconds_per_pass: float = 0.00146
+    heuristic_seconds_per_ofm_megaelement: float = 0.109
+    heuristic_seconds_per_weight_megabyte: float = 0.71
     # The default core's CLI on the model: starting Vela, then per pass and per megabyte of weights; where feature
     # maps live off fast storage (a dedicated SRAM) it plans much more (NASNetMobile: 35 s on a U65, 2.7 s on a
     # U55 with shared SRAM).
@@ -57,10 +65,11 @@ class PhaseRates:
     default_core_dedicated_seconds_per_pass: float = 0.024
     default_core_dedicated_seconds_per_weight_megabyte: float = 0.58
     # Evaluating one schedule, per pass and cost model.
-    evaluation_seconds_per_pass: float = 0.0007
-    # The any-schedule bound, for each cost model: a fixed part, then per pass.
-    bound_fixed_seconds_per_model: float = 0.9
-    bound_seconds_per_pass_and_model: float = 0.0044
+    evaluation_seconds_per_pass: float = 0.00074
+    # The any-schedule bound, for each cost model: a fixed part, then per pass and per million OFM elements.
+    bound_fixed_seconds_per_model: float = 0.084
+    bound_seconds_per_pass_and_model: float = 0.002
+    bound_seconds_per_ofm_megaelement_and_model: float = 0.333
     # The least a search is given to be worth starting.
     min_search_seconds: float = 0.5
 
@@ -71,7 +80,8 @@ RATES = PhaseRates()
 @dataclass(frozen=True)
 class NetworkSize:
     """What the predictions are made from: the NPU passes, the operators of the model, the weight bytes Vela
-    encodes, and whether Vela's graph differs from npusched's (a second lowering)."""
+    encodes, the OFM elements the passes write, and whether Vela's graph differs from npusched's (a second
+    lowering)."""
 
     passes: int
     operators: int
@@ -80,15 +90,22 @@ class NetworkSize:
     cost_models: int = 1
     # Feature maps live off fast storage (a dedicated SRAM): the default core plans more.
     dedicated_sram: bool = False
+    ofm_elements: int = 0
 
     @property
     def weight_megabytes(self) -> float:
         return self.weight_bytes / 1e6
 
+    @property
+    def ofm_megaelements(self) -> float:
+        return self.ofm_elements / 1e6
+
     @classmethod
     def of(cls, network: Network, graphs_differ: bool, cost_models: int, dedicated_sram: bool) -> NetworkSize:
         weights = sum(op.weights.size_in_bytes for op in network.npu_ops if op.weights is not None)
-        return cls(len(network.npu_ops), len(network.ops), weights, graphs_differ, cost_models, dedicated_sram)
+        ofm_elements = sum(op.ofm.shape.elements() for op in network.npu_ops)
+        return cls(len(network.npu_ops), len(network.ops), weights, graphs_differ, cost_models, dedicated_sram,
+                   ofm_elements)
 
 
 @dataclass(frozen=True)
@@ -171,7 +188,18 @@ class TimePlan:
 
 def predicted_spent_seconds(size: NetworkSize, rates: PhaseRates = RATES) -> float:
     """Loading and lowering npusched's graph, predicted (what a deterministic run plans with)."""
-    return rates.read_seconds_per_operator * size.operators + rates.lower_seconds_per_pass * size.passes
+    return rates.read_seconds_per_operator * size.operators + lowering_seconds(size, rates)
+
+
+def lowering_seconds(size: NetworkSize, rates: PhaseRates = RATES) -> float:
+    """Lowering one graph of the network."""
+    return rates.lower_seconds_per_pass * size.passes + rates.lower_seconds_per_weight_megabyte * size.weight_megabytes
+
+
+def heuristic_seconds(size: NetworkSize, rates: PhaseRates = RATES) -> float:
+    """Vela legacy's own schedule (the heuristic) of one graph of the network."""
+    return rates.heuristic_seconds_per_pass * size.passes + rates.heuristic_seconds_per_ofm_megaelement \
+        * size.ofm_megaelements + rates.heuristic_seconds_per_weight_megabyte * size.weight_megabytes
 
 
 def default_core_seconds(size: NetworkSize, rates: PhaseRates = RATES) -> float:
@@ -188,9 +216,8 @@ def plan_run(limit_seconds: float, size: NetworkSize, spent_seconds: float, comp
     """The plan of a CP-SAT run (module docstring). ``spent_seconds``: loading and lowering npusched's graph so far;
     ``cpus``: what the run's processes share (CP-SAT's workers, the default core's CLI, the compile's fork)."""
     passes, models = size.passes, size.cost_models
-    heuristic = rates.heuristic_seconds_per_pass * passes + rates.heuristic_seconds_per_weight_megabyte \
-        * size.weight_megabytes
-    lower_vela = rates.lower_seconds_per_pass * passes if size.graphs_differ else 0.0
+    heuristic = heuristic_seconds(size, rates)
+    lower_vela = lowering_seconds(size, rates) if size.graphs_differ else 0.0
     # The default core's CLI runs beside the run from the start: the run waits for what it has not done by the
     # time the other floor is made, and it takes one of the CPUs from the search meanwhile.
     cli = default_core_seconds(size, rates)
@@ -207,7 +234,8 @@ def plan_run(limit_seconds: float, size: NetworkSize, spent_seconds: float, comp
         # The default core's schedule read back and evaluated under every estimator.
         "default_core_floor": cli_cost + 4 * evaluation if default_core_available else 0.0,
         "any_schedule_bound": models * (rates.bound_fixed_seconds_per_model
-                                        + rates.bound_seconds_per_pass_and_model * passes),
+                                        + rates.bound_seconds_per_pass_and_model * passes
+                                        + rates.bound_seconds_per_ofm_megaelement_and_model * size.ofm_megaelements),
         "evaluation": (1.5 + 2) * evaluation * models + 0.2,
     }
     plan = TimePlan(limit_seconds, spent_seconds, compile_seconds, predicted, cli,
@@ -216,11 +244,17 @@ def plan_run(limit_seconds: float, size: NetworkSize, spent_seconds: float, comp
     if not default_core_available:
         dropped.append(("default_core_floor", "the vela CLI is not installed"))
     floor = max(SEARCH_SHARE_MIN * plan.available_seconds, rates.min_search_seconds)
+    def vela_graph_short(plan: TimePlan) -> bool:
+        # Its search is what npusched's leaves: not worth a model of its own under a tenth of what is shared.
+        return plan.vela_graph_search \
+            and plan.vela_search_seconds < max(rates.min_search_seconds, 0.1 * plan.available_seconds)
+
     for phase in DROP_ORDER:
-        short = plan.search_seconds < floor
+        # A phase goes where the answer's search would get less than its share, or a later phase is short (the
+        # order holds).
+        short = plan.search_seconds < floor or (phase == "default_core_floor" and vela_graph_short(plan))
         if phase == "vela_graph_search":
-            # Its search is what npusched's leaves: not worth a model of its own under a tenth of what is shared.
-            short = plan.vela_search_seconds < max(rates.min_search_seconds, 0.1 * plan.available_seconds)
+            short = vela_graph_short(plan)
         if not short or not plan._kept(phase):
             continue
         dropped.append((phase, f"the searches would get {plan.search_seconds:.1f} s of the "
