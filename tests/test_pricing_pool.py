@@ -14,8 +14,8 @@ from npusched.target.estimators import Estimator, with_estimator
 
 
 def _facts():
-    """(architecture, facts of the first subgraph) of MobileNet-V2 under both cost models, fresh."""
-    arch, network = load_corpus("mobilenet_v2_224_int8", "u55-128_hee_shared")
+    """(architecture, facts of the first subgraph) of person_detect (60 passes) under both cost models, fresh."""
+    arch, network = load_corpus("person_detect", "u55-128_hee_shared")
     arch = with_estimator(arch, Estimator.BOTH)
     return arch, NetworkFacts(network, arch).facts(0)
 
@@ -62,7 +62,7 @@ def test_price_tables_from_processes_are_the_same() -> None:
     from npusched.solvers.cpsat.model import whole_network_data
     from npusched.solvers.heuristic import heuristic_schedule
 
-    arch, network = load_corpus("mobilenet_v2_224_int8", "u65-256_mid_dedicated256k")
+    arch, network = load_corpus("person_detect", "u65-256_mid_dedicated256k")
     arch = with_estimator(arch, Estimator.BOTH)
     references = (heuristic_schedule(network, arch),)
     one = whole_network_data(NetworkFacts(network, arch), references, True, processes=1)
