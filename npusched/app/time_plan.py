@@ -45,7 +45,7 @@ class PhaseRates:
     costs a fraction of a convolution's); then all are scaled by one factor so that the run's predicted phases
     together cover nine networks in ten (``scripts/bench/time_plan.py measure`` and ``fit``;
     docs/results/data/time_plan_phases.csv). Covering each phase apart would add up nine-in-ten margins: the
-    sum of them over-predicted a typical network 2.6-fold."""
+    sum of them over-predicted a typical network 2.4-fold."""
 
     # Reading the model, per operator; lowering it (npusched's graph or Vela's), per NPU pass and weight megabyte.
     read_seconds_per_operator: float = 0.00107
