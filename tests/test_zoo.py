@@ -19,7 +19,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
-from ai_edge_litert import schema_py_generated as schema
 from conftest import CONFIGS, EXPORTS_DIR
 
 from npusched.app.pipeline import architecture, scheduled_model_bytes
@@ -28,6 +27,7 @@ from npusched.lowering.build import normalised_bytes
 from npusched.lowering.graph import RECURSION_LIMIT, Network, lower_model
 from npusched.run import recipe_for
 from npusched.vela.command import last_line, run_options_from_vela_args, run_vela
+from npusched.vela.report import read_partition
 
 GOLDEN = EXPORTS_DIR / "golden"
 MODELS = tuple(sorted(p.stem for p in EXPORTS_DIR.glob("*.tflite")))
@@ -151,19 +151,6 @@ def test_vela_legacy_partitions_the_written_model_as_npusched(model: str, tmp_pa
                     verbose=("--recursion-limit", str(RECURSION_LIMIT)))
     output = tmp_path / "out" / f"{model}_vela.tflite"
     assert done.returncode == 0 and output.exists(), last_line(done)
-    assert _vela_partition(output) == ours
+    assert Partition(*read_partition(output)) == ours
 
 
-def _vela_partition(path: Path) -> Partition:
-    """CPU operators and NPU subgraphs of Vela's output model, counted as golden/partition.csv counts them: every
-    ethos-u custom operator of the main subgraph is one NPU subgraph, every other operator runs on the CPU."""
-    model = schema.ModelT.InitFromPackedBuf(path.read_bytes(), 0)
-    npu = cpu = 0
-    for op in model.subgraphs[0].operators:
-        code = model.operatorCodes[op.opcodeIndex]
-        builtin = max(code.builtinCode, code.deprecatedBuiltinCode)
-        if builtin == schema.BuiltinOperator.CUSTOM and (code.customCode or b"").decode() == "ethos-u":
-            npu += 1
-        else:
-            cpu += 1
-    return Partition(cpu, npu)

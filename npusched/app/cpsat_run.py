@@ -292,6 +292,7 @@ def _starts(variant: BuiltGraph, graphs: Graphs, floors: list[Floor], default_ru
     heuristic's schedule does not fit the limit (Vela legacy goes over its arena, or needs more at addresses), its
     Size schedule too (on Vela's graph, where no core's fits), which mostly fits: a large network's search needs a
     schedule that fits to improve on."""
+    starts: list[Schedule | None]
     if variant is not graphs.own:
         starts = [f.start for f in floors]
         if not any(f.report.fits for f in floors) and arch.optimise is not OptimisationStrategy.SIZE:

@@ -122,6 +122,23 @@ def read_cpu_operator_count(path: Path) -> int:
     return int(match.group(1))
 
 
+def read_partition(path: Path) -> tuple[int, int]:
+    """(CPU operators, NPU subgraphs) of a ``_vela.tflite``: every ethos-u custom operator of the main subgraph is
+    one NPU subgraph, every other operator runs on the CPU (as the zoo's golden partition.csv counts them)."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromPackedBuf(Path(path).read_bytes(), 0)
+    npu = cpu = 0
+    for op in model.subgraphs[0].operators:
+        code = model.operatorCodes[op.opcodeIndex]
+        builtin = max(code.builtinCode, code.deprecatedBuiltinCode)
+        if builtin == schema.BuiltinOperator.CUSTOM and (code.customCode or b"").decode() == "ethos-u":
+            npu += 1
+        else:
+            cpu += 1
+    return cpu, npu
+
+
 def read_per_layer(path: Path) -> list[list[dict[str, str]]]:
     """Vela's per-layer CSV: one list of rows per NPU subgraph (a header row starts each subgraph).
 

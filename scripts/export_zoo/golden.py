@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from export_zoo.common import GOLDEN, GOLDEN_CONFIGS, gzip_bytes
+from npusched.vela.report import read_partition
 
 VELA_VERSION = "5.2.0"
 CORES = {"legacy": ["--debug-force-legacy-core", "--verbose-schedule", "--verbose-performance"],
@@ -33,23 +34,6 @@ def vela_command(model: Path, config: dict[str, Any], core: str, output_dir: Pat
             "--config", "Arm/vela.ini", "--system-config", config["system_config"],
             "--memory-mode", config["memory_mode"], *config.get("extra_args", ()), *CORES[core],
             "--output-dir", str(output_dir)]
-
-
-def partition(vela_tflite: Path) -> tuple[int, int]:
-    """(CPU operators, NPU subgraphs) of Vela's output model: every ethos-u custom operator of the main subgraph
-    is one NPU subgraph, every other operator runs on the CPU."""
-    from ai_edge_litert import schema_py_generated as schema
-
-    model = schema.ModelT.InitFromPackedBuf(vela_tflite.read_bytes(), 0)
-    npu = cpu = 0
-    for op in model.subgraphs[0].operators:
-        code = model.operatorCodes[op.opcodeIndex]
-        builtin = max(code.builtinCode, code.deprecatedBuiltinCode)
-        if builtin == schema.BuiltinOperator.CUSTOM and (code.customCode or b"").decode() == "ethos-u":
-            npu += 1
-        else:
-            cpu += 1
-    return cpu, npu
 
 
 def _last_lines(done: subprocess.CompletedProcess[str], count: int = 15) -> str:
@@ -88,7 +72,7 @@ def run_one(model: Path, config_name: str, config: dict[str, Any], core: str, ro
         for name in KEEP[core]:
             if sources[name] is not None:
                 (dest / f"{name}.gz").write_bytes(gzip_bytes(_strip_paths(sources[name], scratch).encode()))
-        return partition(produced)
+        return read_partition(produced)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
