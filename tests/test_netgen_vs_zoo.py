@@ -3,7 +3,9 @@ writes that the real converter's file of that family does not (tests/data/export
 onnx2tf 1.29) are exactly the ones listed here, each with why. netgen stays for scale and variety; the zoo is the
 truth about forms. Teaching netgen an exporter's real form removes its line; a new imitation the real file does
 not show fails until it is listed (or mended). Each network is netgen's at 40 passes, seed 0 (netgen draws some
-variants, such as a transformer's GELU form, per network)."""
+variants, such as a transformer's GELU form, per network). netgen's Keras style keeps the plain variant's layers by
+design (normalised, it is the plain network plus the rescaling: tests/test_normalise.py), so a layer Keras 3 writes
+in another form (global pooling as MEAN) stays listed here rather than mended there."""
 
 from __future__ import annotations
 
