@@ -9,10 +9,12 @@ measures them and fits them).
 
 The answer's search (npusched's graph's) gets at least ``SEARCH_SHARE_MIN`` of what is left after loading, lowering
 and the compile, and more than ``OWN_GRAPH_SHARE`` of the search time where that takes it; where the searches
-together would get less, the optional phases are dropped in this order: the default core's CLI floor (the slowest,
-and a process competing for the CPUs), the search of Vela's graph (where what npusched's leaves it is under a tenth:
-its floors stay, and the answer is never worse than either core's schedule, which are returned where the search
-finds nothing better), then the any-schedule bound. Vela legacy's own schedule is never dropped. Where loading,
+together would get less, the optional phases are dropped in this order, what they are worth to the answer: the
+any-schedule bound (a figure of the report; the search's own bound over its candidate space stays), the search of
+Vela's graph (where what npusched's leaves it is under a tenth: its floors stay), then the default core's CLI floor
+(what keeps the answer no slower than that core's own schedule: dropped last, though it is the slowest phase and a
+process competing for the CPUs). Vela legacy's own schedule is never dropped; the answer is never worse than the
+cores' schedules made, which are returned where the search finds nothing better. Where loading,
 lowering and the compile alone exceed the limit, the plan says so and names the least limit that works. In
 ``--deterministic`` runs every figure is a prediction (the measured time of loading and lowering is not used), so
 the plan depends on the inputs alone; their searches' work is shared 2 : 1 whatever the plan gives the clock.
@@ -32,7 +34,7 @@ SEARCH_SHARE_MIN = 0.5
 # from the better floor, mostly the better start already where a rewrite does not pay.
 OWN_GRAPH_SHARE = 2 / 3
 # The phases that may be dropped, in the order they are.
-DROP_ORDER = ("default_core_floor", "vela_graph_search", "any_schedule_bound")
+DROP_ORDER = ("any_schedule_bound", "vela_graph_search", "default_core_floor")
 
 
 @dataclass(frozen=True)
@@ -250,9 +252,10 @@ def plan_run(limit_seconds: float, size: NetworkSize, spent_seconds: float, comp
             and plan.vela_search_seconds < max(rates.min_search_seconds, 0.1 * plan.available_seconds)
 
     for phase in DROP_ORDER:
-        # A phase goes where the answer's search would get less than its share, or a later phase is short (the
-        # order holds).
-        short = plan.search_seconds < floor or (phase == "default_core_floor" and vela_graph_short(plan))
+        # A phase goes where the answer's search would get less than its share; the bound also where Vela's graph's
+        # search would be short (the order holds). Dropping that search frees nothing for the answer's: it goes
+        # only where it is short itself.
+        short = plan.search_seconds < floor or (phase == "any_schedule_bound" and vela_graph_short(plan))
         if phase == "vela_graph_search":
             short = vela_graph_short(plan)
         if not short or not plan._kept(phase):
