@@ -246,6 +246,7 @@ def plan_run(limit_seconds: float, size: NetworkSize, spent_seconds: float, comp
     if not default_core_available:
         dropped.append(("default_core_floor", "the vela CLI is not installed"))
     floor = max(SEARCH_SHARE_MIN * plan.available_seconds, rates.min_search_seconds)
+
     def vela_graph_short(plan: TimePlan) -> bool:
         # Its search is what npusched's leaves: not worth a model of its own under a tenth of what is shared.
         return plan.vela_graph_search \
