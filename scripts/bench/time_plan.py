@@ -99,10 +99,15 @@ PHASES: dict[str, tuple[tuple[str, ...], bool, float]] = {
 }
 
 
+def _features(row: dict[str, float], features: tuple[str, ...], fixed: bool) -> list[float]:
+    """One row of a phase's design matrix: a constant first where the phase has a fixed part."""
+    return [*([1.0] if fixed else []), *(row[f] for f in features)]
+
+
 def _line(rows: list[dict[str, float]], phase: str, features: tuple[str, ...], fixed: bool) -> np.ndarray:
     """Coefficients of ``phase``'s seconds over ``features`` through the median network: least squares on the
     relative error (a small network counts as much as a large one), scaled so that half the networks take longer."""
-    design = np.array([[*([1.0] if fixed else []), *(r[f] for f in features)] for r in rows])
+    design = np.array([_features(r, features, fixed) for r in rows])
     seconds = np.array([r[phase] for r in rows])
     weight = 1 / np.maximum(seconds, 0.02)
     coefficients, *_ = np.linalg.lstsq(design * weight[:, None], seconds * weight, rcond=None)
@@ -122,7 +127,7 @@ def fit(rows: list[dict[str, float]]) -> dict[str, float]:
 
     def predicted(row: dict[str, float], phase: str) -> float:
         features, fixed, _ = PHASES[phase]
-        return float(np.dot(lines[phase], [*([1.0] if fixed else []), *(row[f] for f in features)]))
+        return float(np.dot(lines[phase], _features(row, features, fixed)))
 
     run = [sum(weight * row[phase] for phase, (_, _, weight) in PHASES.items()) for row in rows]
     planned = [sum(weight * predicted(row, phase) for phase, (_, _, weight) in PHASES.items()) for row in rows]
