@@ -14,7 +14,7 @@ from npusched.schedule.schedule import Schedule
 from npusched.schedule.tensor_use import subgraphs_of, tensor_use
 from npusched.target import performance as perf
 from npusched.target import weights as wts
-from npusched.target.estimators import PricedArchitecture
+from npusched.target.estimators import Estimator, PricedArchitecture, with_estimator
 from npusched.target.performance import Direction, Purpose
 
 BandwidthKey = tuple[MemArea, Purpose, Direction]
@@ -110,7 +110,6 @@ class Evaluation:
 
 def evaluate(network_or_subgraph: Network | NpuSubgraph, arch: PricedArchitecture, schedule: Schedule) -> Evaluation:
     """Price every pass of the network (or of one subgraph) under ``schedule``."""
-    use = tensor_use(network_or_subgraph)
     costs: list[OpCost] = []
     memories: list[SubgraphMemory] = []
     total_cycles = 0.0
@@ -123,12 +122,9 @@ def evaluate(network_or_subgraph: Network | NpuSubgraph, arch: PricedArchitectur
     seen_encodings: set[tuple] = set()
     seen_weights: set[int] = set()
     notes: list[str] = []
-    whole = network_memory(network_or_subgraph, arch, schedule, use)
-    view = scheduling_view(arch, schedule)
-    for sg in subgraphs_of(network_or_subgraph):
-        memory = subgraph_memory(sg, arch, schedule, use)
+    whole, by_subgraph = _memory(network_or_subgraph, arch, schedule)
+    for sg, (memory, seen) in zip(subgraphs_of(network_or_subgraph), by_subgraph, strict=True):
         memories.append(memory)
-        seen = memory if view is schedule else subgraph_memory(sg, arch, view, use)
         prev_slack: Slack = 0.0
         for op in sg.ops:
             if not schedule.has_op(op.index):
@@ -176,3 +172,30 @@ def evaluate(network_or_subgraph: Network | NpuSubgraph, arch: PricedArchitectur
         notes=tuple(notes), network_memory=whole,
         parts=(sum(c.parts[0] for c in costs), sum(c.parts[1] for c in costs)),
     )
+
+
+# The memory over time of schedules evaluated lately, by (network, hardware, schedule) identity: it does not depend
+# on the cost model, and a run evaluates one schedule under each of them.
+_MEMORIES: dict[tuple, tuple[Network | NpuSubgraph, Schedule, tuple]] = {}
+_MEMORIES_HELD = 8
+
+
+def _memory(network_or_subgraph: Network | NpuSubgraph, arch: PricedArchitecture, schedule: Schedule
+            ) -> tuple[SubgraphMemory, tuple[tuple[SubgraphMemory, SubgraphMemory], ...]]:
+    """The whole inference's memory, and per subgraph its memory and that Vela's scheduler sees."""
+    hardware = with_estimator(arch, Estimator.VELA_LEGACY)
+    key = (id(network_or_subgraph), hardware, id(schedule))
+    known = _MEMORIES.get(key)
+    if known is not None and known[0] is network_or_subgraph and known[1] is schedule:
+        return known[2]
+    use = tensor_use(network_or_subgraph)
+    view = scheduling_view(arch, schedule)
+    by_subgraph = []
+    for sg in subgraphs_of(network_or_subgraph):
+        memory = subgraph_memory(sg, arch, schedule, use)
+        by_subgraph.append((memory, memory if view is schedule else subgraph_memory(sg, arch, view, use)))
+    found = (network_memory(network_or_subgraph, arch, schedule, use), tuple(by_subgraph))
+    if len(_MEMORIES) >= _MEMORIES_HELD:
+        _MEMORIES.clear()
+    _MEMORIES[key] = (network_or_subgraph, schedule, found)  # held: their ids are not reused while the key stands
+    return found

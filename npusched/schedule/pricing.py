@@ -3,6 +3,7 @@ config, tensor placements and weight buffering (and, under the contention estima
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from npusched.ir import FeatureMap, MemArea, NpuBlockType, NpuOp, TensorFormat
@@ -130,7 +131,34 @@ Slack = float | tuple[float, float]
 def price_op(arch: PricedArchitecture, op: NpuOp, op_sched: OpSchedule, schedule: Schedule, prev_slack_cycles: Slack
              ) -> tuple[perf.OpPerformance, Slack, float]:
     """(estimate, own slack-buffering cycles, full weight transfer cycles) of one pass."""
-    return partial_price_op(arch, op, op_sched, schedule).finish(arch, prev_slack_cycles)
+    return _known_partial_price(arch, op, op_sched, schedule).finish(arch, prev_slack_cycles)
+
+
+def _known_partial_price(arch: PricedArchitecture, op: NpuOp, op_sched: OpSchedule,
+                         schedule: Schedule) -> PartialPrice | BlendedPrice:
+    """``partial_price_op``, kept: a single model's price reads of the schedule only where the pass's operands sit
+    and, for Vela legacy, whether a weight twin encoded the same stream before, so a pass priced again with those
+    unchanged (the next evaluation of a schedule that differs elsewhere, the same schedule under the objective's
+    blend) is the same price. (The CP-SAT price tables keep their own.)"""
+    if arch.estimator is Estimator.BOTH:
+        return _blended(_known_partial_price, arch, op, op_sched, schedule)
+    scale_bytes = _scale_bytes(arch, op, op_sched, schedule)
+    key = (arch, id(op), op_sched, scale_bytes, placement_of(arch, schedule, op.ifm.tensor),
+           placement_of(arch, schedule, op.ofm.tensor),
+           placement_of(arch, schedule, op.ifm2.tensor) if op.ifm2 is not None else None)
+    known = _PRICES.get(key)
+    if known is not None and known[0] is op:
+        return known[1]
+    price = _single_partial_price(arch, op, op_sched, schedule, scale_bytes)
+    if len(_PRICES) >= _PRICES_HELD:
+        _PRICES.clear()
+    _PRICES[key] = (op, price)  # holding the op keeps its id from being reused while the key stands
+    return price
+
+
+# Single-model prices of passes evaluated lately, by (architecture, pass identity, its choices and operand places).
+_PRICES: dict[tuple, tuple[NpuOp, PartialPrice]] = {}
+_PRICES_HELD = 1 << 15
 
 
 @dataclass(frozen=True)
@@ -186,20 +214,41 @@ def partial_price_op(arch: PricedArchitecture, op: NpuOp, op_sched: OpSchedule,
                      schedule: Schedule) -> PartialPrice | BlendedPrice:
     """``price_op`` of one pass short of the previous pass's slack (see ``PartialPrice``)."""
     if arch.estimator is Estimator.BOTH:
-        legacy_arch, default_arch = blend_parts(arch)
-        legacy = partial_price_op(legacy_arch, op, op_sched, schedule)
-        default = partial_price_op(default_arch, op, op_sched, schedule)
-        assert isinstance(legacy, PartialPrice) and isinstance(default, PartialPrice)
-        return BlendedPrice(legacy, default)
+        return _blended(partial_price_op, arch, op, op_sched, schedule)
+    return _single_partial_price(arch, op, op_sched, schedule, _scale_bytes(arch, op, op_sched, schedule))
+
+
+def _blended(price: Callable[[PricedArchitecture, NpuOp, OpSchedule, Schedule], PartialPrice | BlendedPrice],
+             arch: PricedArchitecture, op: NpuOp, op_sched: OpSchedule, schedule: Schedule) -> BlendedPrice:
+    """A pass's price under ``Estimator.BOTH``: each Vela core's model's, by ``price``."""
+    legacy_arch, default_arch = blend_parts(arch)
+    legacy = price(legacy_arch, op, op_sched, schedule)
+    default = price(default_arch, op, op_sched, schedule)
+    assert isinstance(legacy, PartialPrice) and isinstance(default, PartialPrice)
+    return BlendedPrice(legacy, default)
+
+
+def _scale_bytes(arch: PricedArchitecture, op: NpuOp, op_sched: OpSchedule, schedule: Schedule) -> int:
+    """What Vela legacy's estimate counts of one channel's encoded scale (no other model reads it)."""
+    return 0 if arch.estimator is Estimator.VELA_DEFAULT else _legacy_scale_element_bytes(op, op_sched, schedule)
+
+
+def _single_partial_price(arch: PricedArchitecture, op: NpuOp, op_sched: OpSchedule, schedule: Schedule,
+                          scale_bytes: int) -> PartialPrice:
     if arch.estimator is Estimator.VELA_DEFAULT:
         return _partial_price_default(arch, op, op_sched, schedule)
+    return _partial_price_legacy(arch, op, op_sched, schedule, scale_bytes)
+
+
+def _partial_price_legacy(arch: PricedArchitecture, op: NpuOp, op_sched: OpSchedule, schedule: Schedule,
+                          scale_bytes: int) -> PartialPrice:
+    """``partial_price_op`` under Vela legacy's model (or the contention estimator built on it)."""
     buffering = op_sched.weight_buffering
     encoded = encoded_weights_for(arch, op, op_sched)
     stream = None
     full_transfer = 0.0
     const_area = None
     if encoded is not None:
-        scale_bytes = _legacy_scale_element_bytes(op, op_sched, schedule)
         if buffering.is_buffered:
             # Vela prices the whole-stream DMA only for ops outside cascades (a cascaded op keeps 0).
             if op_sched.cascade is None:
