@@ -45,7 +45,7 @@ fallback: the result is the better of the two by the evaluator.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -55,7 +55,8 @@ from npusched.lowering.graph import NpuSubgraph
 from npusched.schedule.cascades import SchedOp, elementwise_cascadable, rolling_buffer_shape
 from npusched.schedule.evaluator import TensorUse
 from npusched.schedule.memory_layout import weight_buffer_bytes
-from npusched.schedule.options import OpOption, cheapest_options, drop_dominated
+from npusched.schedule.options import OpOption, StripeChoice, cheapest_options, drop_dominated
+from npusched.schedule.pass_kind import pass_kind
 from npusched.schedule.pricing import BlendedPrice, PartialPrice, Slack, partial_price_op
 from npusched.schedule.rules import (
     cascade_reach,
@@ -374,12 +375,38 @@ def price_positions(arch: PricedArchitecture, facts: SubgraphFacts, positions: I
     kept in ``facts`` for other windows."""
     full: dict[int, dict[bool, tuple[OpOption, ...]]] = {}
     fastest: dict[tuple[int, bool, int], Any] = {}
+    alike = same_kind_positions(facts, [pos for pos in positions if pos not in facts.priced])
+    for pos, first in alike.items():
+        if first not in facts.priced:
+            facts.priced[first] = price_pass_choices(arch, facts.sg.ops[first], facts.stripe_heights[first])
+        if pos != first:
+            facts.priced[pos] = for_pass(facts.priced[first], facts.sg.ops[pos])
     for pos in positions:
-        if pos not in facts.priced:
-            facts.priced[pos] = price_pass_choices(arch, facts.sg.ops[pos], facts.stripe_heights[pos])
         full[pos], best = facts.priced[pos]
         fastest.update(((pos, buf, h), config) for (buf, h), config in best.items())
     return full, fastest
+
+
+def same_kind_positions(facts: SubgraphFacts, positions: Iterable[int]) -> dict[int, int]:
+    """Each position -> the first of ``positions`` whose pass is of its kind with the same stripe heights (itself
+    where none is): its choices are that pass's (``for_pass``)."""
+    first: dict[Hashable, int] = {}
+    return {pos: first.setdefault((pass_kind(facts.sg.ops[pos]) if SHARE_PASS_KINDS else pos,
+                                   tuple(facts.stripe_heights[pos])), pos) for pos in positions}
+
+
+def for_pass(choices: PassChoices, op: NpuOp) -> PassChoices:
+    """Another pass's choices (of ``op``'s kind) as ``op``'s: its options name ``op``."""
+    full, best = choices
+    stripes: dict[int, StripeChoice] = {}
+
+    def own(option: OpOption) -> OpOption:
+        stripe = stripes.get(id(option.stripe))
+        if stripe is None:
+            stripe = stripes[id(option.stripe)] = replace(option.stripe, op_index=op.index)
+        return replace(option, stripe=stripe)
+
+    return {buf: tuple(own(option) for option in options) for buf, options in full.items()}, best
 
 
 def price_pass_choices(arch: PricedArchitecture, op: NpuOp, heights: Sequence[int]) -> PassChoices:
@@ -462,17 +489,24 @@ def all_candidates(arch: PricedArchitecture, facts: SubgraphFacts, references: S
 # Pricing
 
 
-def _price_key(op_sched: OpSchedule) -> tuple:
-    """What a pass's price depends on: the evaluator prices whole-op shapes, so the stripe heights and rolling
-    buffer do not matter, only the block config, the weights, whether the pass is in a cascade and the slack it
-    leaves the next pass (``tail_slack_cycles``, ``slack_ofm_depth``)."""
-    return (op_sched.op_index, op_sched.block_config, op_sched.weight_buffering, op_sched.encoded_weights,
+# Passes of one kind (``pass_kind``) are priced once, their options and prices shared; off, every pass is priced
+# on its own (what the tests compare the sharing with).
+SHARE_PASS_KINDS = True
+
+
+def _price_key(kind: int, op_sched: OpSchedule) -> tuple:
+    """What a pass's price depends on: the pass's kind (``pass_kind``: passes of one kind price alike), and of its
+    choices, since the evaluator prices whole-op shapes, not the stripe heights and rolling buffer, only the block
+    config, the weights, whether the pass is in a cascade and the slack it leaves the next pass
+    (``tail_slack_cycles``, ``slack_ofm_depth``)."""
+    return (kind, op_sched.block_config, op_sched.weight_buffering, op_sched.encoded_weights,
             op_sched.cascade is None, op_sched.tail_slack_cycles, op_sched.ofm_stripe.depth,
             op_sched.slack_ofm_depth)
 
 
 class Pricer:
-    """Per-pass prices from the evaluator's ``price_op``, memoised by (choices, operand placements, slack).
+    """Per-pass prices from the evaluator's ``price_op``, memoised by (kind of pass, choices, operand placements,
+    slack).
 
     The price tables ask for the same pass and placements after up to a dozen different slacks, and the slack
     changes only the last step of the estimate; so the rest (``partial_price_op``) is memoised without it and
@@ -487,6 +521,15 @@ class Pricer:
         self.keys: dict[tuple, int] = {}
         self.alive: list[OpSchedule] = []
         self.operands: dict[int, tuple[FeatureMap, ...]] = {}
+        self.kinds: dict[int, int] = {}  # pass index -> its kind's number
+        self.kind_numbers: dict[Hashable, int] = {}
+
+    def _kind(self, op: NpuOp) -> int:
+        kind = self.kinds.get(op.index)
+        if kind is None:
+            signature = pass_kind(op) if SHARE_PASS_KINDS else op.index
+            kind = self.kinds[op.index] = self.kind_numbers.setdefault(signature, len(self.kind_numbers))
+        return kind
 
     def _key(self, op: NpuOp, op_sched: OpSchedule, places: Mapping[FeatureMap, TensorPlacement]
              ) -> tuple[tuple, tuple]:
@@ -494,7 +537,7 @@ class Pricer:
         placements reduced to memory names, so building a key does not hash block configs and enums every time."""
         ident = self.interned.get(id(op_sched))
         if ident is None:
-            ident = self.keys.setdefault(_price_key(op_sched), len(self.keys))
+            ident = self.keys.setdefault(_price_key(self._kind(op), op_sched), len(self.keys))
             self.interned[id(op_sched)] = ident
             self.alive.append(op_sched)
         operands = self.operands.get(op.index)
