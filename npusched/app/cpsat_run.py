@@ -219,11 +219,10 @@ def _search_graphs(variants: list[BuiltGraph], graphs: Graphs,
         if searches and interruption.requested():
             break  # Ctrl-C: the answer so far
         hint, hint_eval = hints[id(variant)] or (None, None)
-        # Keep back what the final evaluation, verification and report take after the search (the schedule is
-        # also evaluated under every other estimator), and Vela's compile when one follows.
-        after_search = (1.5 + len(Estimator.single()) - 1) * _evaluation_seconds(variant) + 0.2
-        left = options.time_limit_seconds - (time.monotonic() - started) - after_search - plan.compile_seconds \
-            - bound_seconds
+        # Keep back what the final evaluation, verification and report take after the search (the plan's), the
+        # bound and Vela's compile when one follows.
+        left = options.time_limit_seconds - (time.monotonic() - started) - plan.predicted["evaluation"] \
+            - plan.compile_seconds - bound_seconds
         search_start = time.monotonic()
         try:
             work = (options.time_limit_seconds - plan.compile_seconds - bound_work) * work_share
@@ -300,7 +299,10 @@ def _starts(variant: BuiltGraph, graphs: Graphs, floors: list[Floor], default_ru
             # does, and a large network's windows need one that fits to improve on.
             starts.append(heuristic_schedule_or_none(variant, arch, OptimisationStrategy.SIZE))
         return [s for s in starts if s is not None]
-    heuristic = heuristic_schedule_or_none(variant, arch)
+    # Where the graphs are one, Vela legacy's floor is the heuristic's schedule of this graph: not made twice.
+    same = graphs.vela is variant and arch.estimator is Estimator.VELA_LEGACY
+    heuristic = next((f.start for f in floors if f.report.core == LEGACY), None) if same else None
+    heuristic = heuristic or heuristic_schedule_or_none(variant, arch)
     starts = [heuristic]
     if arch.optimise is not OptimisationStrategy.SIZE and (heuristic is None or verify(
             variant.network, arch, heuristic, evaluate(variant.network, arch, heuristic))):
@@ -368,11 +370,6 @@ def _start_default_core(options: RunOptions, model_bytes: bytes, plan: TimePlan)
         return DefaultCoreRun(options, model_bytes, max(options.time_limit_seconds, 1.0))
     allowance = 2 * plan.default_core_cli_seconds + 2.0
     return DefaultCoreRun(options, model_bytes, max(min(options.time_limit_seconds / 3, allowance), 1.0))
-
-
-def _evaluation_seconds(variant: BuiltGraph) -> float:
-    """About what one evaluation of the variant takes (scripts/bench/pricing.py: about 1 ms per pass)."""
-    return 0.001 * len(variant.network.npu_ops)
 
 
 def _outcome(best: Searched, searches: list[Searched], graphs: Graphs, floors: list[Floor],

@@ -53,7 +53,10 @@ class Graphs:
 
     @property
     def vela(self) -> BuiltGraph:
-        """Vela's graph (built when first asked for): every site left out, no in-place write."""
+        """Vela's graph (built when first asked for): every site left out, no in-place write. Where npusched's has no
+        site it is Vela's (the recipe's in-place writes found none): not lowered twice."""
+        if not self.sites:
+            return self.own
         recipe = self.own.recipe.without(site.key for site in self.sites)
         return self.variant(replace(recipe, in_place_writes=False))
 

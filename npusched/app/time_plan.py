@@ -50,14 +50,14 @@ class PhaseRates:
     sum of them over-predicted a typical network 2.4-fold."""
 
     # Reading the model, per operator; lowering it (npusched's graph or Vela's), per NPU pass and weight megabyte.
-    read_seconds_per_operator: float = 0.00107
-    lower_seconds_per_pass: float = 0.0033
-    lower_seconds_per_weight_megabyte: float = 0.098
+    read_seconds_per_operator: float = 0.000867
+    lower_seconds_per_pass: float = 0.003
+    lower_seconds_per_weight_megabyte: float = 0.0537
     # Vela legacy's own schedule (the heuristic) on Vela's graph: per pass, per million OFM elements (its stripes
     # and block configs) and per megabyte of weights it encodes.
-    heuristic_seconds_per_pass: float = 0.00146
-    heuristic_seconds_per_ofm_megaelement: float = 0.109
-    heuristic_seconds_per_weight_megabyte: float = 0.71
+    heuristic_seconds_per_pass: float = 0.00121
+    heuristic_seconds_per_ofm_megaelement: float = 0.084
+    heuristic_seconds_per_weight_megabyte: float = 0.521
     # The default core's CLI on the model: starting Vela, then per pass and per megabyte of weights; where feature
     # maps live off fast storage (a dedicated SRAM) it plans much more (NASNetMobile: 35 s on a U65, 2.7 s on a
     # U55 with shared SRAM).
@@ -66,12 +66,13 @@ class PhaseRates:
     default_core_seconds_per_weight_megabyte: float = 0.25
     default_core_dedicated_seconds_per_pass: float = 0.024
     default_core_dedicated_seconds_per_weight_megabyte: float = 0.58
-    # Evaluating one schedule, per pass and cost model.
-    evaluation_seconds_per_pass: float = 0.00074
+    # An evaluation as a run makes it, per pass: a floor's under each single model and the objective's blend, on
+    # average (the memory over time and the single-model prices are worked out once per schedule).
+    evaluation_seconds_per_pass: float = 0.000456
     # The any-schedule bound, for each cost model: a fixed part, then per pass and per million OFM elements.
-    bound_fixed_seconds_per_model: float = 0.084
-    bound_seconds_per_pass_and_model: float = 0.002
-    bound_seconds_per_ofm_megaelement_and_model: float = 0.333
+    bound_fixed_seconds_per_model: float = 0.0767
+    bound_seconds_per_pass_and_model: float = 0.00204
+    bound_seconds_per_ofm_megaelement_and_model: float = 0.23
     # The least a search is given to be worth starting.
     min_search_seconds: float = 0.5
 
@@ -226,19 +227,22 @@ def plan_run(limit_seconds: float, size: NetworkSize, spent_seconds: float, comp
     cli_wait = max(0.0, cli - lower_vela - heuristic)
     cli_cost = cli_wait + (cli - cli_wait) / max(1, cpus)
     evaluation = rates.evaluation_seconds_per_pass * passes
+    # ``evaluation``: what one costs a run on average, a schedule priced under each single model and the objective's
+    # blend sharing its memory over time and its single-model prices (a run of both models on two graphs: 20).
     predicted = {
         "lower_vela_graph": lower_vela,
-        # Vela legacy's own schedule, evaluated under every estimator (three single models).
-        "legacy_floor": heuristic + 3 * evaluation,
-        # The search of npusched's graph starts from the heuristic's schedule of that graph too (where the graphs
-        # differ), each start evaluated under the objective.
-        "starts": (heuristic if size.graphs_differ else 0.0) + 4 * models * evaluation,
+        # Vela legacy's own schedule, evaluated under every estimator.
+        "legacy_floor": heuristic + 4 * evaluation,
+        # The starts evaluated under the objective: the floors' again (their prices known), and where the graphs
+        # differ the heuristic's schedule of npusched's graph and the default core's read onto it.
+        "starts": heuristic + 4 * models * evaluation if size.graphs_differ else models * evaluation,
         # The default core's schedule read back and evaluated under every estimator.
         "default_core_floor": cli_cost + 4 * evaluation if default_core_available else 0.0,
         "any_schedule_bound": models * (rates.bound_fixed_seconds_per_model
                                         + rates.bound_seconds_per_pass_and_model * passes
                                         + rates.bound_seconds_per_ofm_megaelement_and_model * size.ofm_megaelements),
-        "evaluation": (1.5 + 2) * evaluation * models + 0.2,
+        # The answer under the objective, then under every estimator.
+        "evaluation": 2 * models * evaluation + 0.2,
     }
     plan = TimePlan(limit_seconds, spent_seconds, compile_seconds, predicted, cli,
                     default_core_floor=default_core_available, vela_graph_search=size.graphs_differ)

@@ -54,14 +54,16 @@ AGREEMENT_TOLERANCE = 1e-4
 COMPILE_SECONDS_FIXED = 0.5
 COMPILE_SECONDS_PER_PASS = 0.012
 COMPILE_SECONDS_PER_WEIGHT_MEGABYTE = 0.7
-# The same for a compile started ahead, what is left of it once the schedule is known (``fit --ahead``, 62
-# compilations, load average about 2): least squares 0.04 s + 2.9 ms per pass + 0.14 s per MB; with 0.5 s fixed,
-# the variable terms scaled by 1.7 to be over every measurement.
 # How much lower the fallback's compile runs than the run (os.nice).
 FALLBACK_NICENESS = 10
-AHEAD_COMPILE_SECONDS_FIXED = 0.5
-AHEAD_COMPILE_SECONDS_PER_PASS = 0.005
-AHEAD_COMPILE_SECONDS_PER_WEIGHT_MEGABYTE = 0.23
+# The same for a compile started ahead, what is left of it once the schedule is known (``fit --ahead``, 164
+# compilations of the corpus, the zoo, the full-size keras.applications exports and generated networks of 50-700
+# passes): least squares 0.16 s + 1.0 ms per pass + 0.08 s per MB of weights + 0.007 s per million OFM elements,
+# scaled by 1.95 to be over 19 in 20 (a compile past it leaves the fallback compiled beside the run as the file).
+AHEAD_COMPILE_SECONDS_FIXED = 0.32
+AHEAD_COMPILE_SECONDS_PER_PASS = 0.002
+AHEAD_COMPILE_SECONDS_PER_WEIGHT_MEGABYTE = 0.16
+AHEAD_COMPILE_SECONDS_PER_OFM_MEGAELEMENT = 0.014
 
 
 @dataclass(frozen=True)
@@ -171,11 +173,13 @@ def estimated_compile_seconds(network: Network, *, started_ahead: bool = False) 
     run once the schedule is known (its own line, from ``fit --ahead``)."""
     ops = network.npu_ops
     weight_megabytes = sum(op.weights.size_in_bytes for op in ops if op.weights is not None) / 1e6
-    fixed, per_pass, per_megabyte = (
-        (AHEAD_COMPILE_SECONDS_FIXED, AHEAD_COMPILE_SECONDS_PER_PASS, AHEAD_COMPILE_SECONDS_PER_WEIGHT_MEGABYTE)
-        if started_ahead else
-        (COMPILE_SECONDS_FIXED, COMPILE_SECONDS_PER_PASS, COMPILE_SECONDS_PER_WEIGHT_MEGABYTE))
-    return fixed + per_pass * len(ops) + per_megabyte * weight_megabytes
+    if started_ahead:
+        ofm_megaelements = sum(op.ofm.shape.elements() for op in ops) / 1e6
+        return AHEAD_COMPILE_SECONDS_FIXED + AHEAD_COMPILE_SECONDS_PER_PASS * len(ops) \
+            + AHEAD_COMPILE_SECONDS_PER_WEIGHT_MEGABYTE * weight_megabytes \
+            + AHEAD_COMPILE_SECONDS_PER_OFM_MEGAELEMENT * ofm_megaelements
+    return COMPILE_SECONDS_FIXED + COMPILE_SECONDS_PER_PASS * len(ops) \
+        + COMPILE_SECONDS_PER_WEIGHT_MEGABYTE * weight_megabytes
 
 
 def check_output_dir(output_dir: Path) -> None:
@@ -257,8 +261,7 @@ class Compilation:
         staging.mkdir()
         plan = Plan(network, _legacy(arch), schedule)
         # At a lower priority: insurance, it takes the CPU the search leaves idle.
-        process = _AheadProcess(self.options, model_bytes, staging, niceness=FALLBACK_NICENESS)
-        process.submit(plan)
+        process = _AheadProcess(self.options, model_bytes, staging, niceness=FALLBACK_NICENESS, plan=plan)
         self._fallback = (process, plan, model_bytes)
 
     def submit(self, network: Network, arch: PricedArchitecture, schedule: Schedule, model_bytes: bytes) -> None:
@@ -386,16 +389,19 @@ class _AheadProcess:
     """A forked process compiling one model ahead: Vela's compile up to its scheduling step, then the plan it is
     sent, then the answer back."""
 
-    def __init__(self, options: RunOptions, model_bytes: bytes, staging: Path, *, niceness: int = 0) -> None:
+    def __init__(self, options: RunOptions, model_bytes: bytes, staging: Path, *, niceness: int = 0,
+                 plan: Plan | None = None) -> None:
+        """``plan``: the plan already known, which the forked process inherits (not sent: pickling a network of a
+        thousand passes, and waiting for a process at a lower priority to read it, took the run seconds)."""
         context = multiprocessing.get_context("fork")
         self.staging = staging
         self._connection: Connection | None
         self._connection, child_end = context.Pipe()
         self._process: BaseProcess | None = context.Process(
-            target=_compile_ahead, args=(options, model_bytes, staging, child_end, niceness), daemon=True)
+            target=_compile_ahead, args=(options, model_bytes, staging, child_end, niceness, plan), daemon=True)
         self._process.start()
         child_end.close()
-        self._submitted: Plan | None = None
+        self._submitted: Plan | None = plan
         self.late = False  # it had not answered when asked, and was stopped
 
     def submit(self, plan: Plan) -> None:
@@ -446,15 +452,17 @@ class _AheadProcess:
 
 
 def _compile_ahead(options: RunOptions, model_bytes: bytes, staging: Path, connection: Connection,
-                   niceness: int = 0) -> None:
+                   niceness: int = 0, known: Plan | None = None) -> None:
     """The forked process of an :class:`_AheadProcess` (the end of the connection before a plan means the run
     stopped without one, and so does this process); ``niceness`` lowers its priority (the fallback's: the search
-    comes first)."""
+    comes first); ``known``: the plan, where it was known when the process was forked."""
     if niceness:
         with contextlib.suppress(OSError):
             os.nice(niceness)
 
     def plan() -> Plan:
+        if known is not None:
+            return known
         try:
             received, streams = connection.recv()
         except (EOFError, OSError):
