@@ -165,11 +165,13 @@ def solve(build: Callable[[GraphRecipe], BuiltGraph], recipe: GraphRecipe, optio
                                       timings=timings)
     if not variants or (not plan.vela_graph_search and graphs.distinct):
         searches += _floor_answers(floors, graphs, objective, "" if variants else NO_TIME_TO_SEARCH)
-    if not searches and not variants:  # no core's schedule fits, and no time to search for what might
-        variants = [graphs.own]
+    if not searches and graphs.own not in variants:
+        # No core's schedule fits, and Vela's graph was not searched or has none that fits: npusched's graph, whose
+        # rewrites may need less, is searched with what is left.
         own_start = _fitting(_starts(graphs.own, graphs, floors, default_run, arch), graphs.own, objective)
-        searches, errors = _search_graphs(variants, graphs, {id(graphs.own): own_start}, objective, options, plan,
-                                          started=started, log=log, timings=timings)
+        searches, own_errors = _search_graphs([graphs.own], graphs, {id(graphs.own): own_start}, objective, options,
+                                              plan, started=started, log=log, timings=timings)
+        errors += own_errors
     if not searches:
         raise _no_fit_error(errors, graphs, arch)
     best = min(searches, key=lambda s: s.rank)  # a tie keeps npusched's graph (searched first)

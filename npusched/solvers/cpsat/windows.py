@@ -33,6 +33,7 @@ from npusched.solvers.cpsat.model import (
 )
 from npusched.solvers.cpsat.solver import CLOSED_GAP, SearchBudget, new_solver, objective_of, relative_gap
 from npusched.target.arch import OptimisationStrategy
+from npusched.target.estimators import Estimator
 
 # Passes a window decides at first (it grows when a sweep over the network finds nothing better).
 WINDOW_PASSES = 16
@@ -160,6 +161,10 @@ class _WindowSearch:
         self.moves_left = moves
         self.stats: dict[str, Any] = {"windows": 0, "improved_windows": 0, "sweeps": 0, "largest_window": 0,
                                       "rounds": 0}
+        # Under Estimator.BOTH with a cap: the incumbent's two weighted model totals (scaled), which a window may
+        # raise up to the cap but never above it, nor above where they are (a window's objective is its cycles).
+        self.parts = _scaled(evaluation.parts)
+        self.capped = net.arch.estimator is Estimator.BOTH and net.arch.blend_cap > 0
 
     def sweep(self, kind: str, width: int, offset: int) -> bool:
         """One stage's moves over the incumbent; True when any lowered its cost."""
@@ -191,14 +196,25 @@ class _WindowSearch:
         except OutOfTime:
             return False
         add_hint(built, self.incumbent)
+        before = [_incumbent_parts(net, self.incumbent, region) for region in regions]
+        legacy = sum(region.scaled_legacy_part() for region in built.regions)
+        held = ((legacy, sum(b[1] for b in before), self.parts[0]),
+                (built.cycles - legacy, sum(b[0] - b[1] for b in before), self.parts[1]))
+        if self.capped:
+            cap = round(net.arch.blend_cap * SCALE)
+            for window, window_before, total in held:
+                built.model.add(window <= window_before + max(0, cap - total))
         solver = new_solver(min(budget.seconds_left(), seconds), budget, seconds / 2)
         status = interruption.solve(solver, built.model)
         self.stats["windows"] += 1
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return False
-        if solver.objective_value >= sum(_incumbent_cost(net, self.incumbent, region) for region in regions):
+        if solver.objective_value >= sum(b[0] for b in before):
             return False
         self.incumbent, _ = extract_schedule(built, solver.boolean_value, self.incumbent)
+        legacy_total, default_total = (total - window_before + solver.value(window)
+                                       for window, window_before, total in held)
+        self.parts = (legacy_total, default_total)
         self.stats["improved_windows"] += 1
         return True
 
@@ -208,7 +224,7 @@ class _WindowSearch:
         net, limit = self.net, self.limit
         evaluation = self.evaluation = evaluate(net.network, net.arch, self.incumbent)
         problems = verify(net.network, net.arch, self.incumbent, evaluation, limit)
-        if problems or evaluation.total_cycles > self.verified_eval.total_cycles:
+        if problems or objective_of(evaluation, net.arch) > objective_of(self.verified_eval, net.arch):
             if problems and evaluation.network_peak_fast_storage <= limit:
                 # Its buffers do not fit at addresses: the sweep is undone (what that costs is recorded).
                 self.stats["allocation_repairs"] = {
@@ -217,6 +233,7 @@ class _WindowSearch:
                     "fits": True}
             return False
         self.verified, self.verified_eval = self.incumbent, evaluation
+        self.parts = _scaled(evaluation.parts)
         return True
 
     def log_sweep(self, kind: str, width: int, offset: int, bound_cycles: float) -> None:
@@ -257,17 +274,23 @@ def aligned_region(net: NetworkFacts, incumbent: Schedule, sgi: int, lo: int, hi
                   runs[min(last + 1, len(runs) - 1)][1])
 
 
-def _incumbent_cost(net: NetworkFacts, incumbent: Schedule, region: Region) -> int:
-    """The scaled price of the incumbent over ``ext_lo..ext_hi``, as the window model's tables price it."""
+def _incumbent_parts(net: NetworkFacts, incumbent: Schedule, region: Region) -> tuple[int, int]:
+    """The scaled price of the incumbent over ``ext_lo..ext_hi``, as the window model's tables price it, and (under
+    ``Estimator.BOTH``) its weighted legacy-model part."""
     places = {fm: incumbent.placement(fm) or p for fm, p in net.base.items()}
     runs = incumbent_runs(net, incumbent, region.sg_index)
     slack: Slack = slack_before(net, runs, region.sg_index, region.ext_lo)
-    total = 0
+    total = legacy = 0
     for run in runs:
         if region.ext_lo <= run.start <= region.ext_hi:
-            totals, slack, _, _ = net.pricer.price(net.subgraphs[region.sg_index].ops, run, places, slack)
+            totals, slack, _, parts = net.pricer.price(net.subgraphs[region.sg_index].ops, run, places, slack)
             total += sum(round(t * SCALE) for t in totals)
-    return total
+            legacy += sum(round(p * SCALE) for p in parts)
+    return total, legacy
+
+
+def _scaled(parts: tuple[float, float]) -> tuple[int, int]:
+    return round(parts[0] * SCALE), round(parts[1] * SCALE)
 
 
 def _peak_rank(evaluation: Evaluation) -> tuple[int, int]:
