@@ -64,6 +64,9 @@ AHEAD_COMPILE_SECONDS_FIXED = 0.32
 AHEAD_COMPILE_SECONDS_PER_PASS = 0.002
 AHEAD_COMPILE_SECONDS_PER_WEIGHT_MEGABYTE = 0.16
 AHEAD_COMPILE_SECONDS_PER_OFM_MEGAELEMENT = 0.014
+# Where no fallback is compiled beside the run (Vela legacy's own schedule does not fit), the same line over every
+# compile (x4.22, not x1.95): nothing else could be written at the limit.
+AHEAD_COMPILE_EVERY_FACTOR = 4.22 / 1.95
 
 
 @dataclass(frozen=True)
@@ -164,20 +167,22 @@ def output_paths(model_path: Path, system_config: str, output_dir: Path) -> tupl
             output_dir / f"{stem}_per-layer.csv")
 
 
-def estimated_compile_seconds(network: Network, *, started_ahead: bool = False) -> float:
+def estimated_compile_seconds(network: Network, *, started_ahead: bool = False, no_fallback: bool = False) -> float:
     """How long ``compile_schedule`` may take on ``network``, Vela's imports included (a run compiles once): what
     a run with --output-dir keeps back from its time limit so that the compile ends within it too. Vela's time
     grows with the passes and with the weights it encodes (a MobileNet-V2 of 66 passes and 3.5 MB takes longer
     than a 100-pass network of small weights); the constants make a line over every measurement of
     scripts/bench/time_limit.py fit. ``started_ahead``: what is left of a :class:`Compilation` started before the
-    run once the schedule is known (its own line, from ``fit --ahead``)."""
+    run once the schedule is known (its own line, from ``fit --ahead``); ``no_fallback``: where no fallback is
+    compiled beside it, over every compile measured."""
     ops = network.npu_ops
     weight_megabytes = sum(op.weights.size_in_bytes for op in ops if op.weights is not None) / 1e6
     if started_ahead:
         ofm_megaelements = sum(op.ofm.shape.elements() for op in ops) / 1e6
-        return AHEAD_COMPILE_SECONDS_FIXED + AHEAD_COMPILE_SECONDS_PER_PASS * len(ops) \
-            + AHEAD_COMPILE_SECONDS_PER_WEIGHT_MEGABYTE * weight_megabytes \
-            + AHEAD_COMPILE_SECONDS_PER_OFM_MEGAELEMENT * ofm_megaelements
+        return (AHEAD_COMPILE_SECONDS_FIXED + AHEAD_COMPILE_SECONDS_PER_PASS * len(ops)
+                + AHEAD_COMPILE_SECONDS_PER_WEIGHT_MEGABYTE * weight_megabytes
+                + AHEAD_COMPILE_SECONDS_PER_OFM_MEGAELEMENT * ofm_megaelements) \
+            * (AHEAD_COMPILE_EVERY_FACTOR if no_fallback else 1.0)
     return COMPILE_SECONDS_FIXED + COMPILE_SECONDS_PER_PASS * len(ops) \
         + COMPILE_SECONDS_PER_WEIGHT_MEGABYTE * weight_megabytes
 
