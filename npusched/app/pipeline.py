@@ -37,7 +37,7 @@ from npusched.schedule.schedule import Schedule
 from npusched.solvers.dp import dp_schedule
 from npusched.solvers.heuristic import heuristic_schedule
 from npusched.target.estimators import Estimator, PricedArchitecture, load_architecture, with_estimator
-from npusched.vela.backend import Compilation
+from npusched.vela.backend import WRITING_SECONDS, Compilation
 from npusched.vela.default_core import solve_with_default_core
 
 Log = Callable[[str], None]
@@ -215,8 +215,8 @@ def run(options: RunOptions, log: Log | None = None, started: float | None = Non
     except ValueError:
         raise ScheduleError(f"unknown solver '{options.solver}' (known: {', '.join(s.value for s in Solver)})"
                             ) from None
-    if compilation is not None:
-        compilation.deadline = started + options.time_limit_seconds
+    if compilation is not None:  # its files written by the limit
+        compilation.deadline = started + options.time_limit_seconds - WRITING_SECONDS
     solved = SOLVERS[solver](RunContext(options, loaded, log, started, compilation, timings))
     return _evaluated(solved, solver, loaded, options, compilation, timings)
 

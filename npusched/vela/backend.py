@@ -41,8 +41,8 @@ from npusched.vela.forced_scheduler import ForcedScheduler, Plan, VelaRefusal, o
 from npusched.vela.live_range_index import indexed_live_ranges
 from npusched.vela.report import tflite_contents
 
-__all__ = ["BackendResult", "Compilation", "OpAgreement", "VelaRefusal", "check_output_dir", "compile_schedule",
-           "estimated_compile_seconds", "output_paths", "scheduled_model_bytes", "tflite_contents"]
+__all__ = ["WRITING_SECONDS", "BackendResult", "Compilation", "OpAgreement", "VelaRefusal", "check_output_dir",
+           "compile_schedule", "estimated_compile_seconds", "output_paths", "scheduled_model_bytes", "tflite_contents"]
 
 # Estimates agree when they differ by at most this fraction (relative to the larger of the two).
 AGREEMENT_TOLERANCE = 1e-4
@@ -64,6 +64,9 @@ AHEAD_COMPILE_SECONDS_FIXED = 0.32
 AHEAD_COMPILE_SECONDS_PER_PASS = 0.002
 AHEAD_COMPILE_SECONDS_PER_WEIGHT_MEGABYTE = 0.16
 AHEAD_COMPILE_SECONDS_PER_OFM_MEGAELEMENT = 0.014
+# After the answer's compile (or the fallback's, when that is not done by then): its files and the schedule's JSON
+# written, and the process's exit. The compile's deadline is this much before the limit, and its estimate this more.
+WRITING_SECONDS = 0.5
 # Where no fallback is compiled beside the run (Vela legacy's own schedule does not fit), the same line over every
 # compile (x4.22, not x1.95): nothing else could be written at the limit.
 AHEAD_COMPILE_EVERY_FACTOR = 4.22 / 1.95
@@ -182,7 +185,7 @@ def estimated_compile_seconds(network: Network, *, started_ahead: bool = False, 
         return (AHEAD_COMPILE_SECONDS_FIXED + AHEAD_COMPILE_SECONDS_PER_PASS * len(ops)
                 + AHEAD_COMPILE_SECONDS_PER_WEIGHT_MEGABYTE * weight_megabytes
                 + AHEAD_COMPILE_SECONDS_PER_OFM_MEGAELEMENT * ofm_megaelements) \
-            * (AHEAD_COMPILE_EVERY_FACTOR if no_fallback else 1.0)
+            * (AHEAD_COMPILE_EVERY_FACTOR if no_fallback else 1.0) + WRITING_SECONDS
     return COMPILE_SECONDS_FIXED + COMPILE_SECONDS_PER_PASS * len(ops) \
         + COMPILE_SECONDS_PER_WEIGHT_MEGABYTE * weight_megabytes
 
