@@ -376,11 +376,9 @@ def price_positions(arch: PricedArchitecture, facts: SubgraphFacts, positions: I
     full: dict[int, dict[bool, tuple[OpOption, ...]]] = {}
     fastest: dict[tuple[int, bool, int], Any] = {}
     alike = same_kind_positions(facts, [pos for pos in positions if pos not in facts.priced])
-    for pos, first in alike.items():
-        if first not in facts.priced:
-            facts.priced[first] = price_pass_choices(arch, facts.sg.ops[first], facts.stripe_heights[first])
-        if pos != first:
-            facts.priced[pos] = for_pass(facts.priced[first], facts.sg.ops[pos])
+    for first in sorted(set(alike.values())):
+        facts.priced[first] = price_pass_choices(arch, facts.sg.ops[first], facts.stripe_heights[first])
+    share_priced(facts, alike)
     for pos in positions:
         full[pos], best = facts.priced[pos]
         fastest.update(((pos, buf, h), config) for (buf, h), config in best.items())
@@ -393,6 +391,13 @@ def same_kind_positions(facts: SubgraphFacts, positions: Iterable[int]) -> dict[
     first: dict[Hashable, int] = {}
     return {pos: first.setdefault((pass_kind(facts.sg.ops[pos]) if SHARE_PASS_KINDS else pos,
                                    tuple(facts.stripe_heights[pos])), pos) for pos in positions}
+
+
+def share_priced(facts: SubgraphFacts, alike: Mapping[int, int]) -> None:
+    """Each position's choices from the first of its kind (``same_kind_positions``), priced already."""
+    for pos, first in alike.items():
+        if pos != first:
+            facts.priced[pos] = for_pass(facts.priced[first], facts.sg.ops[pos])
 
 
 def for_pass(choices: PassChoices, op: NpuOp) -> PassChoices:

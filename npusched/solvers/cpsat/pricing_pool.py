@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any, TypeVar
 
-from npusched.solvers.cpsat.candidates import SubgraphFacts, for_pass, price_pass_choices, same_kind_positions
+from npusched.solvers.cpsat.candidates import SubgraphFacts, price_pass_choices, same_kind_positions, share_priced
 from npusched.target import weights as wts
 from npusched.target.estimators import PricedArchitecture
 
@@ -112,7 +112,5 @@ def price_in_processes(arch: PricedArchitecture, facts: SubgraphFacts, positions
     for pos, (choices, sizes) in zip(todo, answers, strict=True):
         facts.priced[pos] = choices
         wts.remember_stream_sizes(sizes)
-    for pos, first in alike.items():
-        if pos != first:
-            facts.priced[pos] = for_pass(facts.priced[first], facts.sg.ops[pos])
+    share_priced(facts, alike)
     return True
