@@ -197,10 +197,11 @@ class _WindowSearch:
             return False
         add_hint(built, self.incumbent)
         before = [_incumbent_parts(net, self.incumbent, region) for region in regions]
-        legacy = sum(region.scaled_legacy_part() for region in built.regions)
-        held = ((legacy, sum(b[1] for b in before), self.parts[0]),
-                (built.cycles - legacy, sum(b[0] - b[1] for b in before), self.parts[1]))
-        if self.capped:
+        held: list[tuple[Any, int, int]] = []
+        if self.capped:  # (window's part, the incumbent's over the window, the incumbent's total) per model
+            legacy = sum(region.scaled_legacy_part() for region in built.regions)
+            held = [(legacy, sum(b[1] for b in before), self.parts[0]),
+                    (built.cycles - legacy, sum(b[0] - b[1] for b in before), self.parts[1])]
             cap = round(net.arch.blend_cap * SCALE)
             for window, window_before, total in held:
                 built.model.add(window <= window_before + max(0, cap - total))
@@ -212,9 +213,10 @@ class _WindowSearch:
         if solver.objective_value >= sum(b[0] for b in before):
             return False
         self.incumbent, _ = extract_schedule(built, solver.boolean_value, self.incumbent)
-        legacy_total, default_total = (total - window_before + solver.value(window)
-                                       for window, window_before, total in held)
-        self.parts = (legacy_total, default_total)
+        if held:
+            legacy_total, default_total = (total - window_before + solver.value(window)
+                                           for window, window_before, total in held)
+            self.parts = (legacy_total, default_total)
         self.stats["improved_windows"] += 1
         return True
 
