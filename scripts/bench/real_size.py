@@ -28,6 +28,7 @@ from npusched.bench.process import solve_schedule
 from npusched.bench.stats import geomean
 from npusched.bench.table import markdown, read_csv, write_csv
 from npusched.bench.vela_cli import core_run
+from npusched.sweep.grid import find_models
 
 COLUMNS = ("model", "config", "limit", "passes", "wall", "over", "peak_rss_mb", "spent", "compile", "read", "lower",
            "floors",
@@ -145,8 +146,7 @@ def main() -> int:
     if not args.summary_only:
         configs = load_configs()
         done = {(r["model"], r["config"], float(r["limit"])) for r in rows}
-        paths = [p for m in args.models for p in (sorted(m.glob("*.tflite")) if m.is_dir() else [m])]
-        for model in paths:
+        for model in find_models(tuple(args.models)) if args.models else ():
             limits = [float(x) for x in args.limits.split(",")]
             for name in select(configs, None if args.configs == "all" else args.configs.split(",")):
                 for limit in limits:
@@ -164,7 +164,7 @@ def main() -> int:
         cores = read_csv(args.cores_csv) if args.cores_csv.exists() else []
         known = {(r["model"], r["config"]) for r in cores}
         configs = load_configs()
-        for model in [p for m in args.models for p in (sorted(m.glob("*.tflite")) if m.is_dir() else [m])]:
+        for model in find_models(tuple(args.models)) if args.models else ():
             for name in select(configs, None if args.configs == "all" else args.configs.split(",")):
                 if (model.stem, name) not in known:
                     cores.append(core_totals(model, name, configs[name]))

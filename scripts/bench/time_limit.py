@@ -40,6 +40,7 @@ from typing import Any
 from npusched.bench import cli, golden, netgen_models, paths, process, table
 from npusched.bench.stats import geomean, ratio
 from npusched.errors import exit_status
+from npusched.sweep.grid import find_models
 
 DEFAULT_CONFIGS = "u55-128_hee_shared,u65-256_mid_dedicated256k"
 FEATURES = ("passes", "weight_megabytes", "ofm_mega_elements")
@@ -154,7 +155,7 @@ def fit(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         models = [] if args.no_corpus else paths.corpus_models()
-        models += [m for path in args.models for m in (sorted(path.glob("*.tflite")) if path.is_dir() else [path])]
+        models += list(find_models(tuple(args.models))) if args.models else []
         models += [netgen_models.write_network(Path(tmp), a, size, args.seed) for a in archs for size in args.sizes]
         for model in models:
             for name in names:

@@ -40,6 +40,7 @@ from npusched.schedule.evaluator import evaluate
 from npusched.solvers.cpsat import NetworkFacts
 from npusched.solvers.cpsat.any_schedule_bound import any_schedule_bound
 from npusched.solvers.heuristic import heuristic_schedule
+from npusched.sweep.grid import find_models
 from npusched.target.estimators import Estimator, blended, with_estimator
 from npusched.vela.command import VelaError
 from npusched.vela.default_core import run_default_core
@@ -91,8 +92,7 @@ def measure(model: Path, config_name: str, config: dict[str, Any],
 
 
 def models(paths: list[Path], netgen: list[str], folder: Path) -> Iterator[Path]:
-    for path in paths:
-        yield from sorted(path.glob("*.tflite")) if path.is_dir() else [path]
+    yield from find_models(tuple(paths)) if paths else ()
     for spec in netgen:
         arch, passes = spec.split(":")
         yield write_network(folder, arch, int(passes), 0)
