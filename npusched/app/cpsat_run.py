@@ -308,7 +308,8 @@ def _starts(variant: BuiltGraph, graphs: Graphs, floors: list[Floor], default_ru
     # Where the graphs are one, Vela legacy's floor is the heuristic's schedule of this graph: not made twice.
     same = graphs.vela is variant and arch.estimator is Estimator.VELA_LEGACY
     heuristic = next((f.start for f in floors if f.report.core == LEGACY), None) if same else None
-    heuristic = heuristic or heuristic_schedule_or_none(variant, arch)
+    if heuristic is None:
+        heuristic = heuristic_schedule_or_none(variant, arch)
     starts = [heuristic]
     if arch.optimise is not OptimisationStrategy.SIZE and (heuristic is None or verify(
             variant.network, arch, heuristic, evaluate(variant.network, arch, heuristic))):

@@ -1,6 +1,6 @@
 """Passes that price alike: an unrolled RNN repeats one time step's passes tens of times, each with its own names
-and tensors but the same shapes, formats, quantisation, weights and settings. The CP-SAT candidate space prices a
-pass's options and choices once per kind (``pass_kind``) rather than once per pass."""
+and tensors (and quantisation, which no pricing reads) but the same shapes, formats, weights and settings. The CP-SAT
+candidate space prices a pass's options and choices once per kind (``pass_kind``) rather than once per pass."""
 
 from __future__ import annotations
 

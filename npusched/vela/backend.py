@@ -54,8 +54,6 @@ AGREEMENT_TOLERANCE = 1e-4
 COMPILE_SECONDS_FIXED = 0.5
 COMPILE_SECONDS_PER_PASS = 0.012
 COMPILE_SECONDS_PER_WEIGHT_MEGABYTE = 0.7
-# How much lower the fallback's compile runs than the run (os.nice).
-FALLBACK_NICENESS = 10
 # The same for a compile started ahead, what is left of it once the schedule is known (``fit --ahead``, 164
 # compilations of the corpus, the zoo, the full-size keras.applications exports and generated networks of 50-700
 # passes): least squares 0.16 s + 1.0 ms per pass + 0.08 s per MB of weights + 0.007 s per million OFM elements,
@@ -70,6 +68,8 @@ WRITING_SECONDS = 0.5
 # Where no fallback is compiled beside the run (Vela legacy's own schedule does not fit), the same line over every
 # compile (x4.22, not x1.95): nothing else could be written at the limit.
 AHEAD_COMPILE_EVERY_FACTOR = 4.22 / 1.95
+# How much lower the fallback's compile runs than the run (os.nice).
+FALLBACK_NICENESS = 10
 
 
 @dataclass(frozen=True)
@@ -176,8 +176,8 @@ def estimated_compile_seconds(network: Network, *, started_ahead: bool = False, 
     grows with the passes and with the weights it encodes (a MobileNet-V2 of 66 passes and 3.5 MB takes longer
     than a 100-pass network of small weights); the constants make a line over every measurement of
     scripts/bench/time_limit.py fit. ``started_ahead``: what is left of a :class:`Compilation` started before the
-    run once the schedule is known (its own line, from ``fit --ahead``); ``no_fallback``: where no fallback is
-    compiled beside it, over every compile measured."""
+    run once the schedule is known (its own line, from ``fit --ahead``, over 19 compiles in 20, and the files
+    written after it); ``no_fallback``: where no fallback is compiled beside it, over every compile measured."""
     ops = network.npu_ops
     weight_megabytes = sum(op.weights.size_in_bytes for op in ops if op.weights is not None) / 1e6
     if started_ahead:
