@@ -7,7 +7,7 @@ import time
 from conftest import load_corpus
 
 from npusched.schedule.options import clear_caches
-from npusched.solvers.cpsat import pricing_pool
+from npusched.solvers.cpsat import candidates, pricing_pool
 from npusched.solvers.cpsat.model import NetworkFacts
 from npusched.target import weights as wts
 from npusched.target.estimators import Estimator, with_estimator
@@ -28,6 +28,7 @@ def test_processes_price_as_one_process_does() -> None:
     assert len(positions) >= 4 * pricing_pool.CHUNK_PASSES
     assert pricing_pool.price_in_processes(arch, alone, positions, 1, None)
     clear_caches()
+    candidates.clear_caches()
     wts.clear_caches()
     arch, facts = _facts()
     assert pricing_pool.price_in_processes(arch, facts, positions, 2, None)
@@ -44,6 +45,7 @@ def test_processes_price_as_one_process_does() -> None:
 
 
 def test_out_of_time_says_so() -> None:
+    candidates.clear_caches()  # nothing priced before (another test's kinds would be taken)
     arch, facts = _facts()
     for processes in (2, 1):
         assert not pricing_pool.price_in_processes(arch, facts, range(len(facts.sg.ops)), processes,
@@ -66,6 +68,7 @@ def test_price_tables_from_processes_are_the_same() -> None:
     arch = with_estimator(arch, Estimator.BOTH)
     references = (heuristic_schedule(network, arch),)
     one = whole_network_data(NetworkFacts(network, arch), references, True, processes=1)
+    candidates.clear_caches()  # priced again, in the processes
     two = whole_network_data(NetworkFacts(network, arch), references, True, processes=2)
     assert len(one[0].candidates) >= pricing_pool.MIN_CHUNKS * 2 * pricing_pool.CHUNK_CANDIDATES
     assert any(table.movable for table in one[0].tables)

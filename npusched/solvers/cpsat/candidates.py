@@ -375,9 +375,9 @@ def price_positions(arch: PricedArchitecture, facts: SubgraphFacts, positions: I
     kept in ``facts`` for other windows."""
     full: dict[int, dict[bool, tuple[OpOption, ...]]] = {}
     fastest: dict[tuple[int, bool, int], Any] = {}
-    alike = same_kind_positions(facts, [pos for pos in positions if pos not in facts.priced])
-    for first in sorted(set(alike.values())):
-        facts.priced[first] = price_pass_choices(arch, facts.sg.ops[first], facts.stripe_heights[first])
+    alike, todo = kinds_to_price(arch, facts, positions)
+    for first in todo:
+        priced_kind(arch, facts, first, price_pass_choices(arch, facts.sg.ops[first], facts.stripe_heights[first]))
     share_priced(facts, alike)
     for pos in positions:
         full[pos], best = facts.priced[pos]
@@ -391,6 +391,47 @@ def same_kind_positions(facts: SubgraphFacts, positions: Iterable[int]) -> dict[
     first: dict[Hashable, int] = {}
     return {pos: first.setdefault((pass_kind(facts.sg.ops[pos]) if SHARE_PASS_KINDS else pos,
                                    tuple(facts.stripe_heights[pos])), pos) for pos in positions}
+
+
+def kinds_to_price(arch: PricedArchitecture, facts: SubgraphFacts, positions: Iterable[int]
+                   ) -> tuple[dict[int, int], list[int]]:
+    """(``same_kind_positions`` of the passes at ``positions`` not priced yet, the first pass of each kind still
+    to price). A kind priced lately for the same hardware, in another graph of the run (which shares most passes
+    with this one) or an earlier run, is taken from there."""
+    alike = same_kind_positions(facts, [pos for pos in positions if pos not in facts.priced])
+    todo = []
+    for first in sorted(set(alike.values())):
+        known = _PRICED_KINDS.get(_kind_key(arch, facts, first)) if SHARE_PASS_KINDS else None
+        if known is None:
+            todo.append(first)
+        else:
+            facts.priced[first] = for_pass(known, facts.sg.ops[first])
+    return alike, todo
+
+
+def priced_kind(arch: PricedArchitecture, facts: SubgraphFacts, pos: int, choices: PassChoices) -> None:
+    """The pass at ``pos`` priced: kept in ``facts`` and for its kind (``kinds_to_price``)."""
+    facts.priced[pos] = choices
+    if SHARE_PASS_KINDS:
+        if len(_PRICED_KINDS) >= _PRICED_KINDS_HELD:
+            _PRICED_KINDS.clear()
+        _PRICED_KINDS[_kind_key(arch, facts, pos)] = choices
+
+
+def _kind_key(arch: PricedArchitecture, facts: SubgraphFacts, pos: int) -> tuple:
+    # The architecture by identity (it is compared so): the key holds it, so its id is not reused meanwhile.
+    return arch, pass_kind(facts.sg.ops[pos]), tuple(facts.stripe_heights[pos])
+
+
+# Passes' choices priced lately, by (architecture, kind of pass, stripe heights).
+_PRICED_KINDS: dict[tuple, PassChoices] = {}
+_PRICED_KINDS_HELD = 1 << 12
+
+
+def clear_caches() -> None:
+    """Forget the passes' choices and prices kept for later networks (``kinds_to_price``, ``_shared_prices``)."""
+    _PRICED_KINDS.clear()
+    _SHARED_PRICES.clear()
 
 
 def share_priced(facts: SubgraphFacts, alike: Mapping[int, int]) -> None:
@@ -509,9 +550,36 @@ def _price_key(kind: int, op_sched: OpSchedule) -> tuple:
             op_sched.slack_ofm_depth)
 
 
+@dataclass
+class _SharedPrices:
+    """What a ``Pricer`` knows that holds for any network on its architecture (kinds of pass, not passes)."""
+
+    memo: dict[tuple, tuple[float, Slack, bool, float]] = field(default_factory=dict)
+    partials: dict[tuple, PartialPrice | BlendedPrice] = field(default_factory=dict)
+    keys: dict[tuple, int] = field(default_factory=dict)
+    kind_numbers: dict[Hashable, int] = field(default_factory=dict)
+
+
+def _shared_prices(arch: PricedArchitecture) -> _SharedPrices:
+    """The prices known on ``arch``: a run prices two graphs that share most passes, and a few estimators'
+    architectures in turn; the last few architectures' are kept."""
+    known = _SHARED_PRICES.pop(arch, None)
+    if known is None or len(known.memo) > _SHARED_PRICES_HELD:
+        known = _SharedPrices()
+    _SHARED_PRICES[arch] = known  # the newest last
+    while len(_SHARED_PRICES) > _SHARED_ARCHITECTURES:
+        del _SHARED_PRICES[next(iter(_SHARED_PRICES))]
+    return known
+
+
+_SHARED_PRICES: dict[PricedArchitecture, _SharedPrices] = {}
+_SHARED_ARCHITECTURES = 4
+_SHARED_PRICES_HELD = 1 << 18
+
+
 class Pricer:
     """Per-pass prices from the evaluator's ``price_op``, memoised by (kind of pass, choices, operand placements,
-    slack).
+    slack), for every network on the same architecture (``_shared_prices``).
 
     The price tables ask for the same pass and placements after up to a dozen different slacks, and the slack
     changes only the last step of the estimate; so the rest (``partial_price_op``) is memoised without it and
@@ -520,14 +588,14 @@ class Pricer:
     def __init__(self, arch: PricedArchitecture, base: Mapping[FeatureMap, TensorPlacement]) -> None:
         self.arch = arch
         self.base = dict(base)
-        self.memo: dict[tuple, tuple[float, Slack, bool, float]] = {}
-        self.partials: dict[tuple, PartialPrice | BlendedPrice] = {}
+        shared = _shared_prices(arch) if SHARE_PASS_KINDS else _SharedPrices()
+        self.memo, self.partials, self.keys, self.kind_numbers = (shared.memo, shared.partials, shared.keys,
+                                                                  shared.kind_numbers)
         self.interned: dict[int, int] = {}
-        self.keys: dict[tuple, int] = {}
         self.alive: list[OpSchedule] = []
         self.operands: dict[int, tuple[FeatureMap, ...]] = {}
         self.kinds: dict[int, int] = {}  # pass index -> its kind's number
-        self.kind_numbers: dict[Hashable, int] = {}
+        self.priced = 0  # prices worked out here (not known already)
 
     def _kind(self, op: NpuOp) -> int:
         kind = self.kinds.get(op.index)
@@ -580,6 +648,7 @@ class Pricer:
                 value = (float(result.total_cycles), slack,
                          bool(result.npu_cycles < result.op_cycles - 1e-6), result.parts[0])
                 self.memo[key] = value
+                self.priced += 1
             out.append(value)
         return out
 

@@ -273,7 +273,7 @@ def build_model(net: NetworkFacts, regions: Sequence[Region], references: tuple[
     proto = model.proto
     stats = {"candidates": sum(len(r.data.candidates) for r in built), "variables": len(proto.variables),
              "constraints": len(proto.constraints), "build_seconds": round(time.monotonic() - start_time, 3),
-             "priced_passes": len(net.pricer.memo)}
+             "priced_passes": net.pricer.priced}
     if log is not None and incumbent is None:
         log(f"cp-sat model: {stats['candidates']} candidates, {stats['variables']} variables, "
             f"{stats['constraints']} constraints, built in {stats['build_seconds']:.2f} s")

@@ -17,7 +17,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any, TypeVar
 
-from npusched.solvers.cpsat.candidates import SubgraphFacts, price_pass_choices, same_kind_positions, share_priced
+from npusched.solvers.cpsat.candidates import (
+    SubgraphFacts,
+    kinds_to_price,
+    price_pass_choices,
+    priced_kind,
+    share_priced,
+)
 from npusched.target import weights as wts
 from npusched.target.estimators import PricedArchitecture
 
@@ -99,8 +105,7 @@ def price_in_processes(arch: PricedArchitecture, facts: SubgraphFacts, positions
     """Price the passes at ``positions`` not priced yet into ``facts.priced`` (``fork_map``). The processes hand
     back the weight encodings' sizes they found, so that the caller need not encode the chosen ones again. False
     where ``deadline`` passed first (what was priced by then is kept where one process priced it)."""
-    alike = same_kind_positions(facts, [pos for pos in positions if pos not in facts.priced])
-    todo = sorted(set(alike.values()))  # one pass of each kind
+    alike, todo = kinds_to_price(arch, facts, positions)
 
     def price(pos: int) -> tuple[Any, list]:
         choices = facts.priced[pos] = price_pass_choices(arch, facts.sg.ops[pos], facts.stripe_heights[pos])
@@ -110,7 +115,7 @@ def price_in_processes(arch: PricedArchitecture, facts: SubgraphFacts, positions
     if answers is None:
         return False
     for pos, (choices, sizes) in zip(todo, answers, strict=True):
-        facts.priced[pos] = choices
+        priced_kind(arch, facts, pos, choices)
         wts.remember_stream_sizes(sizes)
     share_priced(facts, alike)
     return True
