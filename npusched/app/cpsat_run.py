@@ -192,8 +192,7 @@ def _time_plan(options: RunOptions, arch: PricedArchitecture, graphs: Graphs, st
     """The run's plan (``time_plan``) once npusched's graph is lowered: in a deterministic run from predictions
     alone, else from what loading and lowering took."""
     both = options.objective == ObjectiveKind.BOTH and Estimator(options.estimator) is not Estimator.CONTENTION
-    dedicated = arch.feature_map_storage_mem_area != arch.fast_storage_mem_area
-    size = NetworkSize.of(graphs.own.network, graphs.distinct, 2 if both else 1, dedicated)
+    size = NetworkSize.of(graphs.own.network, graphs.distinct, 2 if both else 1)
     spent = predicted_spent_seconds(size) if options.deterministic else time.monotonic() - started
     try:
         vela_executable()
@@ -370,13 +369,15 @@ def _fitting(schedules: Sequence[Schedule], variant: BuiltGraph,
 
 
 def _start_default_core(options: RunOptions, model_bytes: bytes, plan: TimePlan) -> DefaultCoreRun:
-    """The default core started on Vela's graph: a deterministic run waits for it up to the limit (its answer
-    must not depend on the machine's load); another stops it (the process is killed) where it runs past twice the
-    plan's prediction, or a third of the limit."""
-    if options.deterministic:
-        return DefaultCoreRun(options, model_bytes, max(options.time_limit_seconds, 1.0))
+    """The default core started on Vela's graph, stopped (the process is killed) where it runs past twice the
+    plan's prediction, or a third of the limit. A deterministic run, whose answer must not depend on the machine's
+    load, waits for the longer of the two (within the limit): only a network the CLI takes several times its
+    prediction on (NASNetMobile on a U65) can lose the floor there."""
     allowance = 2 * plan.default_core_cli_seconds + 2.0
-    return DefaultCoreRun(options, model_bytes, max(min(options.time_limit_seconds / 3, allowance), 1.0))
+    third = options.time_limit_seconds / 3
+    if options.deterministic:
+        return DefaultCoreRun(options, model_bytes, max(min(max(third, allowance), options.time_limit_seconds), 1.0))
+    return DefaultCoreRun(options, model_bytes, max(min(third, allowance), 1.0))
 
 
 def _outcome(best: Searched, searches: list[Searched], graphs: Graphs, floors: list[Floor],

@@ -58,14 +58,14 @@ class PhaseRates:
     heuristic_seconds_per_pass: float = 0.00121
     heuristic_seconds_per_ofm_megaelement: float = 0.084
     heuristic_seconds_per_weight_megabyte: float = 0.521
-    # The default core's CLI on the model: starting Vela, then per pass and per megabyte of weights; where feature
-    # maps live off fast storage (a dedicated SRAM) it plans much more (NASNetMobile: 35 s on a U65, 2.7 s on a
-    # U55 with shared SRAM).
-    default_core_fixed_seconds: float = 0.64
-    default_core_seconds_per_pass: float = 0.0007
-    default_core_seconds_per_weight_megabyte: float = 0.25
-    default_core_dedicated_seconds_per_pass: float = 0.024
-    default_core_dedicated_seconds_per_weight_megabyte: float = 0.58
+    # The default core's CLI on the model: starting Vela, then per pass, per weight megabyte and per million OFM
+    # elements; the same line for shared and dedicated SRAM, covering nine runs in ten. A few networks take it far
+    # longer (NASNetMobile on a U65: 35 s, 21x the line; a stacked fused LSTM: 15 s): the CLI is stopped at twice
+    # its prediction (``cpsat_run._start_default_core``).
+    default_core_fixed_seconds: float = 0.717
+    default_core_seconds_per_pass: float = 0.000356
+    default_core_seconds_per_weight_megabyte: float = 0.250
+    default_core_seconds_per_ofm_megaelement: float = 0.0109
     # An evaluation as a run makes it, per pass: a floor's under each single model and the objective's blend, on
     # average (the memory over time and the single-model prices are worked out once per schedule).
     evaluation_seconds_per_pass: float = 0.000456
@@ -91,8 +91,6 @@ class NetworkSize:
     weight_bytes: int
     graphs_differ: bool
     cost_models: int = 1
-    # Feature maps live off fast storage (a dedicated SRAM): the default core plans more.
-    dedicated_sram: bool = False
     ofm_elements: int = 0
 
     @property
@@ -104,11 +102,10 @@ class NetworkSize:
         return self.ofm_elements / 1e6
 
     @classmethod
-    def of(cls, network: Network, graphs_differ: bool, cost_models: int, dedicated_sram: bool) -> NetworkSize:
+    def of(cls, network: Network, graphs_differ: bool, cost_models: int) -> NetworkSize:
         weights = sum(op.weights.size_in_bytes for op in network.npu_ops if op.weights is not None)
         ofm_elements = sum(op.ofm.shape.elements() for op in network.npu_ops)
-        return cls(len(network.npu_ops), len(network.ops), weights, graphs_differ, cost_models, dedicated_sram,
-                   ofm_elements)
+        return cls(len(network.npu_ops), len(network.ops), weights, graphs_differ, cost_models, ofm_elements)
 
 
 @dataclass(frozen=True)
@@ -207,11 +204,9 @@ def heuristic_seconds(size: NetworkSize, rates: PhaseRates = RATES) -> float:
 
 def default_core_seconds(size: NetworkSize, rates: PhaseRates = RATES) -> float:
     """The default core's CLI on the model."""
-    if size.dedicated_sram:
-        return rates.default_core_fixed_seconds + rates.default_core_dedicated_seconds_per_pass * size.passes \
-            + rates.default_core_dedicated_seconds_per_weight_megabyte * size.weight_megabytes
     return rates.default_core_fixed_seconds + rates.default_core_seconds_per_pass * size.passes \
-        + rates.default_core_seconds_per_weight_megabyte * size.weight_megabytes
+        + rates.default_core_seconds_per_weight_megabyte * size.weight_megabytes \
+        + rates.default_core_seconds_per_ofm_megaelement * size.ofm_megaelements
 
 
 def plan_run(limit_seconds: float, size: NetworkSize, spent_seconds: float, compile_seconds: float, *,
