@@ -25,7 +25,6 @@ stripe; Vela's own choice is searched per stripe, since its ranking does depend 
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -581,28 +580,35 @@ def _fastest_kept(stripe: StripeChoice, group: list[BlockConfig], floors: list[f
                   option: Callable[[StripeChoice, BlockConfig], OpOption], count: int) -> tuple[OpOption, ...]:
     """The ``count`` fastest options of ``group`` that ``drop_dominated`` keeps, and Vela's (``cheapest_options``).
 
-    An option can only be beaten or equalled in every figure by one whose total is no larger, so once every config
-    whose floor is below a threshold is priced, whether an option with a total below it is kept is settled."""
+    An option can only be beaten or equalled in every figure by one whose total is no larger, and every config
+    whose floor is below a threshold is priced before the threshold passes it: so whether an option with a total
+    below the threshold is kept is settled then, and is decided as ``pareto_front`` decides it, in order of its
+    figures, against the options kept before it."""
     vela = [i for i, c in enumerate(group) if _dims(c) == stripe.vela_block]
     priced = {i: option(stripe, group[i]) for i in vela}
-    totals = sorted(o.total_cycles for o in priced.values())
     order = sorted(range(len(group)), key=lambda i: floors[i])
-    checked = -1  # how many options below the threshold the last check saw (it only grows)
+    front: list[tuple[float, ...]] = []  # the figures of the options kept so far
+    settled: list[int] = []  # below the threshold and kept (Vela's always)
+    placed: set[int] = set()
     for k in range(len(order) + 1):
         threshold = floors[order[k]] if k < len(order) else math.inf
-        below = bisect.bisect_left(totals, threshold)
-        if (below >= count and below > checked) or k == len(order):
-            checked = below
-            indices = sorted(priced)
-            kept = drop_dominated([priced[i] for i in indices])
-            settled = [o for o in kept if o.total_cycles < threshold]
-            if len(settled) >= count or k == len(order):
-                chosen = {id(o) for o in sorted(settled, key=lambda o: (o.total_cycles, not o.is_vela_choice))[:count]}
-                # in search order, so that drop_dominated keeps the same first of equal options again
-                return tuple(priced[i] for i in indices if id(priced[i]) in chosen or i in vela)
+        newly = sorted(i for i, o in priced.items() if i not in placed and o.total_cycles < threshold)
+        rows = {i: _price_row(priced[i].price) for i in newly}
+        for i in sorted(newly, key=rows.__getitem__):  # stable: of equal figures the first in search order
+            row = rows[i]
+            kept = not any(all(f <= r for f, r in zip(other, row, strict=True)) for other in front)
+            if kept:
+                front.append(row)
+            if kept or priced[i].is_vela_choice:
+                settled.append(i)
+            placed.add(i)
+        if newly and len(settled) >= count or k == len(order):
+            fastest = sorted(sorted(settled), key=lambda i: (priced[i].total_cycles, not priced[i].is_vela_choice))
+            chosen = set(fastest[:count])
+            # in search order, so that drop_dominated keeps the same first of equal options again
+            return tuple(priced[i] for i in sorted(priced) if i in chosen or i in vela)
         if order[k] not in priced:
             priced[order[k]] = option(stripe, group[order[k]])
-            bisect.insort(totals, priced[order[k]].total_cycles)
     raise AssertionError("unreachable: the last threshold settles every option")
 
 
