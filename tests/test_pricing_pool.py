@@ -77,3 +77,24 @@ def test_price_tables_from_processes_are_the_same() -> None:
         assert a.tables == b.tables
         for candidate, table in zip(b.candidates, b.tables, strict=True):  # this process's maps, not copies
             assert all(any(fm is m for m in candidate.boundary) for fm in table.movable)
+
+
+def test_a_run_past_its_deadline_exits_though_its_processes_were_killed_mid_answer(tmp_path) -> None:
+    """Large answers are still being sent when the deadline passes and the processes are killed: the caller gets
+    None and its process exits (with a process pool's shared result queue, a reader left waiting for the rest of
+    a killed process's answer kept the interpreter from exiting: a 30 s run never ended)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "killed.py"
+    script.write_text(
+        "import time\n"
+        "from npusched.solvers.cpsat.pricing_pool import fork_map\n"
+        "def work(item):\n"
+        "    time.sleep(0.02)\n"
+        "    return b'x' * 3_000_000\n"
+        "for _ in range(5):\n"
+        "    assert fork_map(work, list(range(64)), 2, time.monotonic() + 0.3, 1) is None\n"
+        "print('done')\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr

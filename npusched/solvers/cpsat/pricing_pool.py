@@ -14,8 +14,8 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from typing import Any, TypeVar
+from multiprocessing.connection import Connection, wait
+from typing import Any, TypeVar, cast
 
 from npusched.solvers.cpsat.candidates import (
     SubgraphFacts,
@@ -49,11 +49,6 @@ def usable_processes(workers: int) -> int:
     return max(1, min(workers, cpus))
 
 
-def _run_chunk(items: Sequence[Any]) -> list[Any]:
-    assert _WORK is not None  # set by fork_map before the fork
-    return [_WORK(item) for item in items]
-
-
 def fork_map(work: Callable[[Item], Any], items: Sequence[Item], processes: int, deadline: float | None,
              chunk: int) -> list[Any] | None:
     """``[work(item) for item in items]``, in ``processes`` forked processes, ``chunk`` items per task (by the
@@ -67,36 +62,65 @@ def fork_map(work: Callable[[Item], Any], items: Sequence[Item], processes: int,
                 return None
             out.append(work(item))
         return out
+    tasks = [(start, items[start:start + chunk]) for start in range(0, len(items), chunk)]
+    context = multiprocessing.get_context("fork")
     with _FORKING:
         _WORK = work
-        pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork"))
+        workers: list[tuple[Any, Connection]] = []
         try:
-            return _gather(pool, items, deadline, chunk)
+            for n in range(processes):
+                reader, writer = context.Pipe(duplex=False)
+                process = context.Process(target=_serve, args=(tasks[n::processes], writer), daemon=True)
+                process.start()
+                writer.close()  # the process's own end is its only writer: were it to die, reading ends
+                workers.append((process, reader))
+            return _gather([reader for _, reader in workers], len(items), deadline)
         finally:
-            # Past the deadline, the tasks under way are of no use: their processes go now (the interpreter
-            # would wait for them at exit, seconds past the run's limit).
-            workers = list((getattr(pool, "_processes", None) or {}).values())
-            pool.shutdown(wait=False, cancel_futures=True)
-            for worker in workers:
-                if worker.is_alive():
-                    worker.kill()
+            # Past the deadline the tasks under way are of no use: their processes go now. Each answers down a
+            # pipe of its own, so one killed halfway through an answer leaves no reader waiting for the rest
+            # (a process pool's shared queue did: the run then never exited).
+            for process, reader in workers:
+                if process.is_alive():
+                    process.kill()
+                process.join()
+                reader.close()
             _WORK = None
 
 
-def _gather(pool: ProcessPoolExecutor, items: Sequence[Any], deadline: float | None, chunk: int
-            ) -> list[Any] | None:
-    """``fork_map``'s answers from ``pool``, in order; None past ``deadline``."""
-    starts = {pool.submit(_run_chunk, items[k:k + chunk]): k for k in range(0, len(items), chunk)}
-    in_order: list[Any] = [None] * len(items)
-    pending: set[Future] = set(starts)
-    while pending:
+def _serve(tasks: Sequence[tuple[int, Sequence[Any]]], writer: Connection) -> None:
+    """A forked process's work: each task's answers (or what stopped it) sent as soon as they are made."""
+    assert _WORK is not None  # set by fork_map before the fork
+    try:
+        for start, part in tasks:
+            writer.send((start, [_WORK(item) for item in part]))
+    except Exception as exc:  # noqa: BLE001 - raised again in the caller
+        writer.send((None, exc))
+    finally:
+        writer.close()
+
+
+def _gather(readers: list[Connection], count: int, deadline: float | None) -> list[Any] | None:
+    """The ``count`` answers the processes send down ``readers``, in order; None past ``deadline``."""
+    in_order: list[Any] = [None] * count
+    remaining = count
+    pending = list(readers)
+    while remaining:
         timeout = None if deadline is None else deadline - time.monotonic()
         if timeout is not None and timeout <= 0:
             return None
-        done, pending = wait(pending, timeout=timeout, return_when=FIRST_COMPLETED)
-        for future in done:
-            answers = future.result()
-            in_order[starts[future]:starts[future] + len(answers)] = answers
+        if not pending:
+            raise RuntimeError(f"the pricing processes ended with {remaining} answers not sent")
+        ready = set(wait(pending, timeout))
+        for reader in [r for r in pending if r in ready]:
+            try:
+                start, answers = cast(tuple[Any, Any], reader.recv())
+            except EOFError:  # that process is done
+                pending.remove(reader)
+                continue
+            if start is None:
+                raise answers
+            in_order[start:start + len(answers)] = answers
+            remaining -= len(answers)
     return in_order
 
 
