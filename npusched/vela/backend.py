@@ -22,7 +22,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
@@ -312,13 +312,18 @@ class Compilation:
         return self._written(plan, compiled, staging)
 
     def _compile(self, plan: Plan, model_bytes: bytes) -> tuple[_Compiled | None, Path]:
-        """The answer compiled: by its process ahead (None where that is not done by the deadline), else here."""
+        """The answer compiled: by its process ahead, else here; None where it is not done by the deadline and the
+        fallback's compile is done first (past the deadline the run waits for whichever answers first)."""
         process = self._processes.get(model_bytes)
         if process is not None:
             process.submit(plan)
-            timeout = None if self.deadline is None else self.deadline - time.monotonic()
-            compiled = process.answer(timeout if self._fallback is not None else None)
-            if compiled is not None or process.late:
+            if self._fallback is not None and self.deadline is not None \
+                    and not process.answered(self.deadline - time.monotonic()) \
+                    and _first_to_answer(process, self._fallback[0]) is not process:
+                process.stop()  # late, and the fallback answered first: it is written
+                return None, process.staging
+            compiled = process.answer()
+            if compiled is not None:
                 return compiled, process.staging
         return self._compile_here(plan, model_bytes)
 
@@ -410,7 +415,6 @@ class _AheadProcess:
         self._process.start()
         child_end.close()
         self._submitted: Plan | None = plan
-        self.late = False  # it had not answered when asked, and was stopped
 
     def submit(self, plan: Plan) -> None:
         """Send ``plan`` (once: a later, different plan stops the process, and the run compiles in its own)."""
@@ -423,20 +427,18 @@ class _AheadProcess:
             with contextlib.suppress(OSError):  # it may have stopped already, its answer waiting
                 self._connection.send((plan, codec.remembered_streams()))
 
-    def answer(self, timeout_seconds: float | None = None) -> _Compiled | None:
-        """The compile of the submitted plan; None when the process is gone, failed otherwise than by Vela
-        refusing (the caller then compiles in its own process) or has not answered within ``timeout_seconds``
-        (then it is stopped)."""
+    def answered(self, timeout_seconds: float) -> bool:
+        """Whether the answer (or the process's end) is there within ``timeout_seconds``."""
+        return self._connection is None or self._process is None or self._connection.poll(max(0.0, timeout_seconds))
+
+    def answer(self) -> _Compiled | None:
+        """The compile of the submitted plan, waited for; None when the process is gone or failed otherwise than by
+        Vela refusing (the caller then compiles in its own process)."""
         connection, self._connection = self._connection, None
         if connection is None:
             return None
         try:
-            if self._process is not None and timeout_seconds is not None \
-                    and not connection.poll(max(0.0, timeout_seconds)):
-                kind, answer = "late", None
-                self.late = True
-            else:
-                kind, answer = connection.recv() if self._process is not None else ("stopped", None)
+            kind, answer = connection.recv() if self._process is not None else ("stopped", None)
         except (EOFError, OSError):
             kind, answer = "failed", None
         finally:
@@ -457,6 +459,13 @@ class _AheadProcess:
                 self._process.kill()
             self._process.join()
             self._process = None
+
+
+def _first_to_answer(*processes: _AheadProcess) -> _AheadProcess:
+    """Whichever of ``processes`` answers (or ends) first, waited for."""
+    while not any(p.answered(0) for p in processes):
+        wait([p._connection for p in processes if p._connection is not None])
+    return next(p for p in processes if p.answered(0))
 
 
 def _compile_ahead(options: RunOptions, model_bytes: bytes, staging: Path, connection: Connection,
