@@ -30,10 +30,10 @@ from npusched.bench.table import markdown, read_csv, write_csv
 from npusched.bench.vela_cli import core_run
 from npusched.sweep.grid import find_models
 
-COLUMNS = ("model", "config", "limit", "passes", "wall", "over", "peak_rss_mb", "spent", "compile", "read", "lower",
-           "floors",
-           "search_own", "search_vela", "search_share", "status", "gap", "dropped", "written", "agreed",
-           "cycles_legacy_model", "cycles_default_model", "vs_legacy", "vs_default", "error")
+COLUMNS = ("model", "config", "limit", "passes", "cpu_ops", "wall", "over", "peak_rss_mb", "spent", "compile",
+           "read", "lower", "floors", "search_own", "search_vela", "search_share", "status", "gap", "dropped",
+           "written", "agreed", "cycles_legacy_model", "cycles_default_model", "vs_legacy", "vs_default",
+           "like_for_like", "error")
 CORE_COLUMNS = ("model", "config", "legacy_cycles", "legacy_cpu", "default_cycles", "default_cpu", "error")
 
 
@@ -57,7 +57,7 @@ def measure(model: Path, config_name: str, config: dict[str, Any], limit: float)
     own = {floor["core"]: floor["own_cycles"] or floor["cycles_by_estimator"][floor["core"]]
            for floor in doc.get("floors") or []}
     row.update({
-        "passes": doc["totals"]["npu_ops"], "spent": plan.get("spent_seconds"),
+        "passes": doc["totals"]["npu_ops"], "cpu_ops": doc["totals"]["cpu_ops"], "spent": plan.get("spent_seconds"),
         "compile": plan.get("compile_seconds"), "read": timings.get("read"), "lower": timings.get("lower"),
         "floors": timings.get("floors"), "search_own": timings.get("search_own"),
         "search_vela": timings.get("search_vela"),
@@ -118,10 +118,20 @@ def summarise(rows: list[dict[str, Any]]) -> str:
                 "fallback": sum(r.get("written") == "fallback" for r in cell),
                 "agreed": sum(r.get("agreed") is True for r in cell),
                 "vs legacy": _geomean(r.get("vs_legacy") for r in cell),
-                "vs default": _geomean(r.get("vs_default") for r in cell)})
+                "vs default": _geomean(r.get("vs_default") for r in cell),
+                "like: worse of two": _geomean(_like_ratios(r) and max(_like_ratios(r)) for r in cell
+                                               if not r["config"].endswith("_size")),
+                "like: over 0.1%": sum(any(x > 1.001 for x in _like_ratios(r)) for r in cell
+                                       if not r["config"].endswith("_size"))})
     failed = [f"{r['model']} {r['config']} {r['limit']:g}: {r['error']}" for r in rows if r.get("error")]
     return markdown(table, list(table[0]) if table else ["passes"]) + \
         ("\n\nfailed:\n" + "\n".join(failed) if failed else "")
+
+
+def _like_ratios(row: dict[str, Any]) -> list[float]:
+    """The run's ratios to the cores that leave as many operators to the CPU (like for like)."""
+    ratios = (_number(row.get(f"vs_{name}")) for name in str(row.get("like_for_like") or "").split(",") if name)
+    return [x for x in ratios if x is not None]
 
 
 def _geomean(values: Any) -> float | None:
@@ -174,6 +184,9 @@ def main() -> int:
             core = by_cell.get((row["model"], row["config"]), {})
             row["vs_legacy"] = _ratio(_number(row.get("cycles_legacy_model")), _number(core.get("legacy_cycles")))
             row["vs_default"] = _ratio(_number(row.get("cycles_default_model")), _number(core.get("default_cycles")))
+            # The cores whose file leaves the same number of operators to the CPU as the run's.
+            row["like_for_like"] = ",".join(name for name in ("legacy", "default") if row.get("cpu_ops") not in
+                                            (None, "") and _number(core.get(f"{name}_cpu")) == _number(row["cpu_ops"]))
     print(summarise(rows))
     return 0
 
