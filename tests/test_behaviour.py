@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from conftest import MODELS
@@ -31,3 +34,20 @@ def test_the_schedule_is_the_kept_releases(cell: tuple[str, str, str]) -> None:
     now = run_cell(cell, kept["time_limit"])
     assert not now["clock_ended"], "the clock ended a deterministic search of a model proven optimal in seconds"
     assert same_behaviour(kept, now), first_difference(kept, now)
+
+
+@pytest.mark.slow
+def test_a_deterministic_run_decides_alike_with_every_cpu_busy() -> None:
+    """--deterministic sizes its steps by the inputs, never by the clock: with a CPU-bound process per CPU beside
+    it, a run decides what it decides on an idle machine (the kept release's schedule)."""
+    cell = ("kws_dscnn_int8", CONFIG, "cpsat")
+    kept = json.loads(gzip.decompress((kept_dir(RELEASE) / f"{cell_key(cell)}.json.gz").read_bytes()))
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    try:
+        loaded = run_cell(cell, kept["time_limit"])
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait()
+    assert not loaded["clock_ended"]
+    assert same_behaviour(kept, loaded), first_difference(kept, loaded)

@@ -109,11 +109,15 @@ def summarise(rows: list[dict[str, Any]]) -> str:
             if not cell:
                 continue
             overs = sorted(r["over"] for r in cell)
-            shares = [r["search_share"] for r in cell if isinstance(r.get("search_share"), float)]
+            # A search that closes its gap ends early by design: the share is asked of the others.
+            open_gap = [r for r in cell if r.get("status") != "optimal" and (_number(r.get("gap")) or 1.0) > 0.01]
+            shares = [r["search_share"] for r in open_gap if isinstance(r.get("search_share"), float)]
+            early = [r for r in open_gap if float(r["wall"]) < 0.9 * float(limit)]
             table.append({
                 "passes": f"{low}-{high if high < 10**9 else ''}", "limit": limit, "runs": len(cell),
                 "median over": overs[len(overs) // 2], "worst over": overs[-1],
-                "least share": min(shares) if shares else None,
+                "least share, gap > 1%": min(shares) if shares else None,
+                "ended early, gap > 1%": len(early),
                 "answer": sum(r.get("written") == "answer" for r in cell),
                 "fallback": sum(r.get("written") == "fallback" for r in cell),
                 "agreed": sum(r.get("agreed") is True for r in cell),
