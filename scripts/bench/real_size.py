@@ -123,7 +123,7 @@ def summarise(rows: list[dict[str, Any]]) -> str:
                 "agreed": sum(r.get("agreed") is True for r in cell),
                 "vs legacy": _geomean(r.get("vs_legacy") for r in cell),
                 "vs default": _geomean(r.get("vs_default") for r in cell),
-                "like: worse of two": _geomean(_like_ratios(r) and max(_like_ratios(r)) for r in cell
+                "like: worse of two": _geomean(max(_like_ratios(r), default=None) for r in cell
                                                if not r["config"].endswith("_size")),
                 "like: over 0.1%": sum(any(x > 1.001 for x in _like_ratios(r)) for r in cell
                                        if not r["config"].endswith("_size"))})
@@ -189,8 +189,9 @@ def main() -> int:
             row["vs_legacy"] = _ratio(_number(row.get("cycles_legacy_model")), _number(core.get("legacy_cycles")))
             row["vs_default"] = _ratio(_number(row.get("cycles_default_model")), _number(core.get("default_cycles")))
             # The cores whose file leaves the same number of operators to the CPU as the run's.
-            row["like_for_like"] = ",".join(name for name in ("legacy", "default") if row.get("cpu_ops") not in
-                                            (None, "") and _number(core.get(f"{name}_cpu")) == _number(row["cpu_ops"]))
+            cpu_ops = _number(row.get("cpu_ops"))
+            row["like_for_like"] = ",".join(name for name in ("legacy", "default")
+                                            if cpu_ops is not None and _number(core.get(f"{name}_cpu")) == cpu_ops)
     print(summarise(rows))
     return 0
 
