@@ -49,8 +49,9 @@ from npusched.vela.backend import estimated_compile_seconds
 from npusched.vela.command import VelaError, vela_executable
 
 Log = Callable[[str], None]
-# What is told of a schedule to compile beside the run as its fallback: its network, hardware, schedule and model.
-Fallback = Callable[[Network, PricedArchitecture, Schedule, bytes], None]
+# What is told of a schedule to compile (beside the run as its fallback, or as the answer): its network, hardware,
+# schedule and model.
+Compile = Callable[[Network, PricedArchitecture, Schedule, bytes], None]
 
 
 @dataclass(frozen=True)
@@ -128,11 +129,13 @@ def objective_in_words(objective: PricedArchitecture) -> str:
 
 def solve(build: Callable[[GraphRecipe], BuiltGraph], recipe: GraphRecipe, options: RunOptions,
           arch: PricedArchitecture, *, started: float, log: Log | None, timings: dict[str, float],
-          begin: Callable[[bytes], None] | None = None, fallback: Fallback | None = None) -> CpSatRun:
+          begin: Callable[[bytes], None] | None = None, fallback: Compile | None = None,
+          answer: Compile | None = None) -> CpSatRun:
     """The run (module docstring): npusched's graph is ``recipe``'s, each graph made by ``build``. ``begin`` is
-    told each graph the run may schedule as soon as it is known (a compile started ahead), and ``fallback`` Vela
+    told each graph the run may schedule as soon as it is known (a compile started ahead), ``fallback`` Vela
     legacy's own schedule as soon as it is made (compiled beside the run, so that a compiled model exists at the
-    limit); the time limit counts from ``started``."""
+    limit) and ``answer`` the answer as soon as it is chosen (it compiles while the any-schedule bound is worked
+    out); the time limit counts from ``started``."""
     start = time.monotonic()
     graphs = Graphs(build, recipe)
     compile_seconds = estimated_compile_seconds(graphs.own.network, started_ahead=options.compile_started_ahead) \
@@ -179,6 +182,8 @@ def solve(build: Callable[[GraphRecipe], BuiltGraph], recipe: GraphRecipe, optio
     if not searches:
         raise _no_fit_error(errors, graphs, arch)
     best = min(searches, key=lambda s: s.rank)  # a tie keeps npusched's graph (searched first)
+    if answer is not None:
+        answer(best.graph.network, arch, best.result.schedule, best.graph.model_bytes)
     # Worked out to a deadline: what is left of the limit but the final evaluation and the compile.
     deadline = started + options.time_limit_seconds - plan.compile_seconds - plan.predicted["evaluation"]
     bound = any_schedule_bound(NetworkFacts(best.graph.network, objective), deadline) if plan.any_schedule_bound \

@@ -141,7 +141,8 @@ def _run_cpsat(context: RunContext) -> Solved:
     outcome = cpsat_run.solve(lambda recipe: loaded.build(recipe, verify_rewrites=options.verify_rewrites),
                               loaded.recipe, options, loaded.arch, started=context.started, log=context.log,
                               timings=context.timings, begin=compilation.begin if compilation is not None else None,
-                              fallback=compilation.start_fallback if compilation is not None else None)
+                              fallback=compilation.start_fallback if compilation is not None else None,
+                              answer=compilation.submit if compilation is not None else None)
     return Solved(outcome.graph, outcome.schedule, outcome.report.status, outcome.report, outcome.floors,
                   outcome.missing_floors, outcome.decisions, outcome.warnings)
 

@@ -274,8 +274,8 @@ class Compilation:
 
     def submit(self, network: Network, arch: PricedArchitecture, schedule: Schedule, model_bytes: bytes) -> None:
         """Hand the schedule of ``model_bytes`` to the process compiling that graph as soon as it exists, so that
-        Vela compiles it while the run evaluates and reports (the other graphs' processes stop); :meth:`finish`
-        then waits for the answer."""
+        Vela compiles it while the run works out its bound, evaluates and reports (the other graphs' processes
+        stop); :meth:`finish` then waits for the answer."""
         for other, process in self._processes.items():
             if other == model_bytes:
                 process.submit(Plan(network, _legacy(arch), schedule))
@@ -417,9 +417,10 @@ class _AheadProcess:
         self._submitted: Plan | None = plan
 
     def submit(self, plan: Plan) -> None:
-        """Send ``plan`` (once: a later, different plan stops the process, and the run compiles in its own)."""
+        """Send ``plan`` (once: a later, different schedule stops the process, and the run compiles in its own)."""
         if self._submitted is not None:
-            if self._submitted.schedule is not plan.schedule:
+            sent, schedule = self._submitted.schedule, plan.schedule
+            if sent is not schedule and (sent.ops, sent.tensors) != (schedule.ops, schedule.tensors):
                 self.stop()
             return
         if self._connection is not None:
