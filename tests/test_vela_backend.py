@@ -426,3 +426,30 @@ def test_past_the_deadline_the_compile_done_first_is_written(tmp_path: Path, mon
     record = json.loads(saved.read_text())["vela_backend"]
     assert record["written"] == written and record["agreed"] and (out / "resnet8_ic_int8_vela.tflite").is_file()
     assert ("not done within the time limit" in (record["fallback_reason"] or "")) == (written == "fallback")
+
+
+@pytest.mark.slow
+def test_the_answer_compiles_while_the_any_schedule_bound_is_worked_out(tmp_path: Path, monkeypatch) -> None:
+    """The answer is handed to its compile as soon as it is chosen: the any-schedule bound, worked out after the
+    searches, runs beside the compile (it ran before it, and the compile had only the second the plan keeps)."""
+    from npusched.app import cpsat_run
+
+    events: list[str] = []
+    real_submit, real_bound = backend.Compilation.submit, cpsat_run.any_schedule_bound
+
+    def submit(self, *args):  # type: ignore[no-untyped-def]
+        events.append("submit")
+        return real_submit(self, *args)
+
+    def bound(*args):  # type: ignore[no-untyped-def]
+        events.append("bound")
+        return real_bound(*args)
+
+    monkeypatch.setattr(backend.Compilation, "submit", submit)
+    monkeypatch.setattr(cpsat_run, "any_schedule_bound", bound)
+    saved = tmp_path / "run.json"
+    assert main([str(model_path("resnet8_ic_int8")), *vela_hardware_args(CONFIGS["u55-128_hee_shared"]),
+                 "--time-limit", "30", "--workers", "1", "--deterministic", "--quiet",
+                 "--output-dir", str(tmp_path / "out"), "--json", str(saved)]) == 0
+    assert events[:2] == ["submit", "bound"]
+    assert json.loads(saved.read_text())["vela_backend"]["written"] == "answer"
