@@ -212,8 +212,10 @@ def _search_graphs(variants: list[BuiltGraph], graphs: Graphs,
                    hints: dict[int, tuple[Schedule, Evaluation] | None], objective: PricedArchitecture,
                    options: RunOptions, plan: TimePlan, *, started: float, log: Log | None,
                    timings: dict[str, float]) -> tuple[list[Searched], list[tuple[BuiltGraph, ScheduleError]]]:
-    """Each graph's search, npusched's first, with its share of what is left of the limit; with
-    ``--deterministic`` each sized by the limit alone (its share of the work), never by the clock."""
+    """Each graph's search with its share of what is left of the limit, Vela's graph's first: what its search
+    leaves unspent (it proved its answer optimal early) goes to npusched's, whose answer the run returns more often;
+    with ``--deterministic`` each sized by the limit alone (its share of the work), never by the clock. The searches
+    are returned npusched's first (a tie keeps it)."""
     searches: list[Searched] = []
     errors: list[tuple[BuiltGraph, ScheduleError]] = []
     # The any-schedule bound is worked out once, for the graph returned: its time kept back (the larger graph's).
@@ -222,10 +224,10 @@ def _search_graphs(variants: list[BuiltGraph], graphs: Graphs,
         if plan.any_schedule_bound else 0.0
     bound_seconds = max(bound_work, plan.predicted.get("any_schedule_bound", 0.0)) if plan.any_schedule_bound \
         else 0.0
-    # The wall clock as the plan shares it; a deterministic search's work always 2 : 1 (sized by the inputs alone).
-    shares = ((plan.own_share, 1.0) if len(variants) == 2 else (1.0,))[:len(variants)]
-    work_shares = ((OWN_GRAPH_SHARE, 1 - OWN_GRAPH_SHARE) if len(variants) == 2 else (1.0,))[:len(variants)]
-    for variant, share, work_share in zip(variants, shares, work_shares, strict=True):
+    # The wall clock as the plan shares it; a deterministic search's work always 1 : 2 (sized by the inputs alone).
+    order, shares, work_shares = (variants, (1.0,), (1.0,)) if len(variants) == 1 else \
+        (variants[::-1], (1 - plan.own_share, 1.0), (1 - OWN_GRAPH_SHARE, OWN_GRAPH_SHARE))
+    for variant, share, work_share in zip(order, shares, work_shares, strict=True):
         if searches and interruption.requested():
             break  # Ctrl-C: the answer so far
         hint, hint_eval = hints[id(variant)] or (None, None)
@@ -245,7 +247,8 @@ def _search_graphs(variants: list[BuiltGraph], graphs: Graphs,
         finally:
             timings[f"search_{'own' if variant is graphs.own else 'vela'}"] = time.monotonic() - search_start
         searches.append(Searched(variant, result, evaluate(variant.network, objective, result.schedule), objective))
-    return searches, errors
+    return sorted(searches, key=lambda searched: searched.graph is not graphs.own), \
+        sorted(errors, key=lambda error: error[0] is not graphs.own)
 
 
 def _floor_answers(floors: list[Floor], graphs: Graphs, objective: PricedArchitecture,

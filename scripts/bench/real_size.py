@@ -110,7 +110,7 @@ def summarise(rows: list[dict[str, Any]]) -> str:
                 continue
             overs = sorted(r["over"] for r in cell)
             # A search that closes its gap ends early by design: the share is asked of the others.
-            open_gap = [r for r in cell if r.get("status") != "optimal" and (_number(r.get("gap")) or 1.0) > 0.01]
+            open_gap = [r for r in cell if r.get("status") != "optimal" and _open(_number(r.get("gap")))]
             shares = [r["search_share"] for r in open_gap if isinstance(r.get("search_share"), float)]
             early = [r for r in open_gap if float(r["wall"]) < 0.9 * float(limit)]
             table.append({
@@ -130,6 +130,11 @@ def summarise(rows: list[dict[str, Any]]) -> str:
     failed = [f"{r['model']} {r['config']} {r['limit']:g}: {r['error']}" for r in rows if r.get("error")]
     return markdown(table, list(table[0]) if table else ["passes"]) + \
         ("\n\nfailed:\n" + "\n".join(failed) if failed else "")
+
+
+def _open(gap: float | None) -> bool:
+    """Whether a run's gap is over 1% (no gap reported: open; a gap of 0 is closed)."""
+    return gap is None or gap > 0.01
 
 
 def _like_ratios(row: dict[str, Any]) -> list[float]:
