@@ -225,8 +225,8 @@ def _search_graphs(variants: list[BuiltGraph], graphs: Graphs,
     bound_seconds = max(bound_work, plan.predicted.get("any_schedule_bound", 0.0)) if plan.any_schedule_bound \
         else 0.0
     # The wall clock as the plan shares it; a deterministic search's work always 1 : 2 (sized by the inputs alone).
-    order, shares, work_shares = (variants, (1.0,), (1.0,)) if len(variants) == 1 else \
-        (variants[::-1], (1 - plan.own_share, 1.0), (1 - OWN_GRAPH_SHARE, OWN_GRAPH_SHARE))
+    order, shares, work_shares = (variants[::-1], (1 - plan.own_share, 1.0), (1 - OWN_GRAPH_SHARE, OWN_GRAPH_SHARE)) \
+        if len(variants) == 2 else (variants, (1.0,) * len(variants), (1.0,) * len(variants))
     for variant, share, work_share in zip(order, shares, work_shares, strict=True):
         if searches and interruption.requested():
             break  # Ctrl-C: the answer so far
