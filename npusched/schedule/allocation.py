@@ -18,6 +18,7 @@ the clock.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -129,6 +130,18 @@ def allocate_ranges(ranges: Sequence[LiveRange], alignment_bytes: int = ALLOCATI
     ranges = tuple(ranges)
     if not ranges:
         return Allocation((), 0, 0)
+    offsets, method = _offsets(tuple((r.start, r.end, r.size) for r in ranges), alignment_bytes, seed, target_bytes)
+    buffers = tuple(PlacedBuffer(r, o) for r, o in zip(ranges, offsets, strict=True))
+    return Allocation(buffers, max(b.end_bytes for b in buffers), live_peak(ranges), method)
+
+
+@functools.lru_cache(maxsize=16)
+def _offsets(spans: tuple[tuple[int, int, int], ...], alignment_bytes: int, seed: int,
+             target_bytes: int) -> tuple[tuple[int, ...], str]:
+    """``allocate_ranges``' offsets and method for ranges of these (start, end, size): its search sees nothing
+    else, so a run asking again of one schedule (its report, and Vela's compile of it, each a second on a
+    500-pass network) gets the answer once."""
+    ranges = tuple(LiveRange((), start, end, size) for start, end, size in spans)
     peak = live_peak(ranges)
     # The search stops at ``enough``: the peak (nothing is smaller), a reachable larger target, or at once.
     enough = peak if target_bytes <= 0 else target_bytes if target_bytes >= peak else 1 << 62
@@ -163,9 +176,7 @@ def allocate_ranges(ranges: Sequence[LiveRange], alignment_bytes: int = ALLOCATI
         improved = _cpsat_offsets(ranges, offsets, best_size, peak, alignment_bytes, seed)
         if improved is not None:
             offsets, method = improved, "cp-sat"
-            best_size = max(o + r.size for o, r in zip(offsets, ranges, strict=True))
-    buffers = tuple(PlacedBuffer(r, o) for r, o in zip(ranges, offsets, strict=True))
-    return Allocation(buffers, max(b.end_bytes for b in buffers), peak, method)
+    return tuple(offsets), method
 
 
 class _Packer:
