@@ -67,10 +67,25 @@ def test_live_bytes_fit_where_a_naive_allocation_does_not() -> None:
 
 
 def test_allocation_is_deterministic() -> None:
+    from npusched.schedule import allocation as allocation_module
+
     arch, network, schedule, evaluation = _heuristic(DEDICATED, "mobilenet_v2_224_int8")
     first = allocate(network, arch, schedule, evaluation)
+    allocation_module._offsets.cache_clear()  # worked out again, not the answer kept
     second = allocate(network, arch, schedule, evaluation)
     assert [b.offset_bytes for b in first.buffers] == [b.offset_bytes for b in second.buffers]
+
+
+def test_an_allocation_kept_for_its_geometry_places_the_ranges_asked_about() -> None:
+    """The search's answer is kept per (start, end, size) of the ranges: ranges of the same geometry but other
+    tensors get the same offsets, on their own ranges."""
+    geometry = ((0, 1, 16), (0, 3, 16), (2, 3, 32))
+    first = allocate_ranges([LiveRange((f"a{i}",), *span) for i, span in enumerate(geometry)])
+    other = [LiveRange((f"b{i}",), *span) for i, span in enumerate(geometry)]
+    second = allocate_ranges(other)
+    assert [b.range for b in second.buffers] == other
+    assert [b.offset_bytes for b in second.buffers] == [b.offset_bytes for b in first.buffers]
+    assert second.size_bytes == first.size_bytes == 48
 
 
 @pytest.mark.slow
@@ -99,6 +114,7 @@ def test_random_ranges_never_overlap(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(allocation_module, "CLIMB_WORK", allocation_module.CLIMB_WORK // 10)
     monkeypatch.setattr(allocation_module, "CLIMB_WORK_PER_START", allocation_module.CLIMB_WORK_PER_START // 10)
     monkeypatch.setattr(allocation_module, "CPSAT_SECONDS", allocation_module.CPSAT_SECONDS / 10)
+    allocation_module._offsets.cache_clear()  # no answer kept from the full-length searches
     rng = random.Random(7)
     for _ in range(60):
         ranges = []

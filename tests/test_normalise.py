@@ -741,3 +741,31 @@ def test_a_staged_input_costs_its_first_convolution_less_than_it_costs_the_copy(
 
     costs = _heuristic_on_u65(generate("mobilenet_v2", 40, 1), estimator, head)
     assert costs[True][0] < 0.5 * costs[False][0] and costs[True][1] < costs[False][1], costs
+
+
+def test_a_cpsat_run_lowers_the_model_as_it_is_for_its_report_once_and_before_its_search(tmp_path, monkeypatch):
+    """The report's lowering of the model as it is is made when the run's graph is built, before the search (whose
+    time the plan then shares out): after the search it ran past the plan (0.7 s of an unrolled GRU's run)."""
+    from npusched.app import cpsat_run, pipeline
+    from npusched.run import RunOptions
+
+    raw = tmp_path / "mnv3.tflite"
+    raw.write_bytes(_keras("mobilenet_v3", 60, 1))
+    events: list[str] = []
+    real_build, real_search = pipeline.Loaded.build, cpsat_run.solve_cpsat
+
+    def build(self, recipe=None, **kwargs):
+        if recipe is not None and not recipe.normalise:
+            events.append("as it is")
+        return real_build(self, recipe, **kwargs)
+
+    def search(*args, **kwargs):
+        events.append("search")
+        return real_search(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline.Loaded, "build", build)
+    monkeypatch.setattr(cpsat_run, "solve_cpsat", search)
+    result = pipeline.run(RunOptions(model_path=raw, accelerator_config="ethos-u55-128", solver="cpsat",
+                                     time_limit_seconds=5, deterministic=True, workers=1))
+    assert result.normalisation is not None and result.normalisation.cpu_ops_after == 0
+    assert events.count("as it is") == 1 and events.index("as it is") < events.index("search")
