@@ -453,3 +453,35 @@ def test_the_answer_compiles_while_the_any_schedule_bound_is_worked_out(tmp_path
                  "--output-dir", str(tmp_path / "out"), "--json", str(saved)]) == 0
     assert events[:2] == ["submit", "bound"]
     assert json.loads(saved.read_text())["vela_backend"]["written"] == "answer"
+
+
+@pytest.mark.slow
+def test_past_the_deadline_a_failed_fallback_leaves_the_answers_compile_to_finish(tmp_path: Path, monkeypatch) -> None:
+    """Past the compile's deadline, where the fallback's compile answers first but failed, the run waits for the
+    answer's compile ahead (it stopped it and compiled again in its own process, from the start)."""
+    import time
+
+    from npusched.app import pipeline
+
+    real, run_pid = backend._vela_compile, os.getpid()
+
+    def fallback_fails(options, model_bytes, staging, plan):  # type: ignore[no-untyped-def]
+        if os.getpid() == run_pid:
+            raise AssertionError("compiled again in the run's own process")
+
+        def slowed():  # type: ignore[no-untyped-def]
+            given = plan()
+            if given.schedule.solver != "cpsat":
+                raise RuntimeError("the fallback's compile fails")
+            time.sleep(2)  # the answer's is done after the fallback's has failed
+            return given
+        return real(options, model_bytes, staging, slowed)
+
+    monkeypatch.setattr(backend, "_vela_compile", fallback_fails)
+    monkeypatch.setattr(pipeline, "WRITING_SECONDS", 1e6)  # the deadline is past when the compile is asked for
+    saved = tmp_path / "run.json"
+    assert main([str(model_path("resnet8_ic_int8")), *vela_hardware_args(CONFIGS["u55-128_hee_shared"]),
+                 "--time-limit", "30", "--workers", "1", "--deterministic", "--quiet",
+                 "--output-dir", str(tmp_path / "out"), "--json", str(saved)]) == 0
+    record = json.loads(saved.read_text())["vela_backend"]
+    assert record["written"] == "answer" and record["agreed"]

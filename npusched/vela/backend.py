@@ -313,15 +313,18 @@ class Compilation:
 
     def _compile(self, plan: Plan, model_bytes: bytes) -> tuple[_Compiled | None, Path]:
         """The answer compiled: by its process ahead, else here; None where it is not done by the deadline and the
-        fallback's compile is done first (past the deadline the run waits for whichever answers first)."""
+        fallback's compile is done first (past the deadline the run waits for whichever answers first, and for the
+        answer where the fallback's compile fails)."""
         process = self._processes.get(model_bytes)
         if process is not None:
             process.submit(plan)
             if self._fallback is not None and self.deadline is not None \
                     and not process.answered(self.deadline - time.monotonic()) \
-                    and _first_to_answer(process, self._fallback[0]) is not process:
-                process.stop()  # late, and the fallback answered first: it is written
+                    and _first_to_answer(process, self._fallback[0]) is not process \
+                    and self._fallback_compiled() is not None:
+                process.stop()  # late, and the fallback compiled first: it is written
                 return None, process.staging
+            # In time, or the fallback failed: the answer, however late (nothing else could be written sooner).
             compiled = process.answer()
             if compiled is not None:
                 return compiled, process.staging
@@ -333,18 +336,22 @@ class Compilation:
         staging.mkdir()
         return _vela_compile(self.options, model_bytes, staging, lambda: plan), staging
 
-    def _fallback_written(self, reason: str) -> BackendResult | None:
-        """The fallback's compile written (None where there is none, or Vela refused it too)."""
+    def _fallback_compiled(self) -> _Compiled | None:
+        """The fallback's compile, waited for (None where there is none, it failed or Vela refused it)."""
         if self._fallback is None:
+            return None
+        try:
+            return self._fallback[0].answer()
+        except VelaRefusal:
+            return None
+
+    def _fallback_written(self, reason: str) -> BackendResult | None:
+        """The fallback's compile written (None where there is none, it failed or Vela refused it too)."""
+        compiled = self._fallback_compiled()
+        if compiled is None or self._fallback is None:
             return None
         process, plan, _ = self._fallback
         self._fallback = None
-        try:
-            compiled = process.answer()
-        except VelaRefusal:
-            return None
-        if compiled is None:
-            return None
         return self._written(plan, compiled, process.staging, "fallback", reason)
 
     def _written(self, plan: Plan, compiled: _Compiled | None, staging: Path, written: str = "answer",
@@ -415,6 +422,7 @@ class _AheadProcess:
         self._process.start()
         child_end.close()
         self._submitted: Plan | None = plan
+        self._received: tuple[str, Any] | None = None
 
     def submit(self, plan: Plan) -> None:
         """Send ``plan`` (once: a later, different schedule stops the process, and the run compiles in its own)."""
@@ -433,18 +441,21 @@ class _AheadProcess:
         return self._connection is None or self._process is None or self._connection.poll(max(0.0, timeout_seconds))
 
     def answer(self) -> _Compiled | None:
-        """The compile of the submitted plan, waited for; None when the process is gone or failed otherwise than by
-        Vela refusing (the caller then compiles in its own process)."""
-        connection, self._connection = self._connection, None
-        if connection is None:
-            return None
-        try:
-            kind, answer = connection.recv() if self._process is not None else ("stopped", None)
-        except (EOFError, OSError):
-            kind, answer = "failed", None
-        finally:
-            connection.close()
-        self.stop()  # it has answered, or never will
+        """The compile of the submitted plan, waited for (asked again, the same); None when the process is gone or
+        failed otherwise than by Vela refusing (the caller then compiles in its own process)."""
+        if self._received is None:
+            connection, self._connection = self._connection, None
+            self._received = ("stopped", None)
+            if connection is not None:
+                try:
+                    if self._process is not None:
+                        self._received = connection.recv()
+                except (EOFError, OSError):
+                    self._received = ("failed", None)
+                finally:
+                    connection.close()
+            self.stop()  # it has answered, or never will
+        kind, answer = self._received
         if kind == "refused":
             raise VelaRefusal(str(answer))
         if kind == "output":
