@@ -181,7 +181,7 @@ def solve(build: Callable[[GraphRecipe], BuiltGraph], recipe: GraphRecipe, optio
         errors += own_errors
     if not searches:
         raise _no_fit_error(errors, graphs, arch)
-    best = min(searches, key=lambda s: s.rank)  # a tie keeps npusched's graph (searched first)
+    best = min(searches, key=lambda s: s.rank)  # a tie keeps npusched's graph (listed first)
     if answer is not None:
         answer(best.graph.network, arch, best.result.schedule, best.graph.model_bytes)
     # Worked out to a deadline: what is left of the limit but the final evaluation and the compile.
