@@ -291,8 +291,7 @@ class Compilation:
         plan = Plan(result.network, _legacy(result.arch), schedule)
         model_bytes = result.model_bytes or scheduled_model_bytes(result.options, result.arch)
         if self._fallback is not None and self._fallback[2] == model_bytes \
-                and self._fallback[1].schedule.ops == schedule.ops \
-                and self._fallback[1].schedule.tensors == schedule.tensors:
+                and _same_choices(self._fallback[1].schedule, schedule):
             # The answer is the fallback's schedule (the search found nothing better than Vela legacy's own).
             process, _, _ = self._fallback
             self._fallback = None
@@ -427,8 +426,7 @@ class _AheadProcess:
     def submit(self, plan: Plan) -> None:
         """Send ``plan`` (once: a later, different schedule stops the process, and the run compiles in its own)."""
         if self._submitted is not None:
-            sent, schedule = self._submitted.schedule, plan.schedule
-            if sent is not schedule and (sent.ops, sent.tensors) != (schedule.ops, schedule.tensors):
+            if not _same_choices(self._submitted.schedule, plan.schedule):
                 self.stop()
             return
         if self._connection is not None:
@@ -471,6 +469,12 @@ class _AheadProcess:
                 self._process.kill()
             self._process.join()
             self._process = None
+
+
+def _same_choices(a: Schedule, b: Schedule) -> bool:
+    """Whether two schedules decide alike (what Vela compiles: each op's and tensor's choices; status and solver
+    aside)."""
+    return a is b or (a.ops, a.tensors) == (b.ops, b.tensors)
 
 
 def _first_to_answer(*processes: _AheadProcess) -> _AheadProcess:
