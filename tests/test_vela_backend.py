@@ -485,3 +485,33 @@ def test_past_the_deadline_a_failed_fallback_leaves_the_answers_compile_to_finis
                  "--output-dir", str(tmp_path / "out"), "--json", str(saved)]) == 0
     record = json.loads(saved.read_text())["vela_backend"]
     assert record["written"] == "answer" and record["agreed"]
+
+
+@pytest.mark.slow
+def test_a_cores_own_schedule_answered_without_searching_vela_graph_compiles_ahead(tmp_path: Path,
+                                                                                   monkeypatch) -> None:
+    """Where Vela's graph is not searched, a core's own schedule of it is the answer if the search finds nothing
+    better: its compile is started ahead like a searched graph's. Begun only once the answer was known, it compiled
+    whole in the run's process, past its deadline (pt_kws_lstm on ethos-u65-512 wrote the fallback at 30.2 s of
+    --time-limit 30). Here the plan searches no graph, and the default core's schedule is the better."""
+    from npusched.app import cpsat_run
+
+    real_plan, real_compile, run_pid = cpsat_run.plan_run, backend._vela_compile, os.getpid()
+
+    def no_search(*args, **kwargs):  # type: ignore[no-untyped-def]
+        return replace(real_plan(*args, **kwargs), vela_graph_search=False, own_graph_search=False)
+
+    def ahead_only(options, model_bytes, staging, plan):  # type: ignore[no-untyped-def]
+        if os.getpid() == run_pid:
+            raise AssertionError("compiled in the run's own process")
+        return real_compile(options, model_bytes, staging, plan)
+
+    monkeypatch.setattr(cpsat_run, "plan_run", no_search)
+    monkeypatch.setattr(backend, "_vela_compile", ahead_only)
+    saved = tmp_path / "run.json"
+    model = Path(__file__).parent / "data" / "exports" / "kws_tcn_49x40.tflite"
+    assert main([str(model), *vela_hardware_args(CONFIGS["u55-128_hee_shared"]), "--time-limit", "30",
+                 "--quiet", "--output-dir", str(tmp_path / "out"), "--json", str(saved)]) == 0
+    document = json.loads(saved.read_text())
+    assert [floor["core"] for floor in document["floors"] if floor["returned"]] == ["vela-default"]
+    assert document["vela_backend"]["written"] == "answer" and document["vela_backend"]["agreed"]

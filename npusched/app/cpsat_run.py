@@ -20,6 +20,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from npusched.app.floors import DEFAULT, LEGACY, DefaultCoreRun, Floor, legacy_floor
 from npusched.app.graph_choice import Graphs, decisions
@@ -52,6 +53,12 @@ Log = Callable[[str], None]
 # What is told of a schedule to compile (beside the run as its fallback, or as the answer): its network, hardware,
 # schedule and model.
 Compile = Callable[[Network, PricedArchitecture, Schedule, bytes], None]
+
+
+class Begin(Protocol):
+    """Told a graph's model the run may schedule (``likely``: its search's answer, not only a core's own)."""
+
+    def __call__(self, model_bytes: bytes, *, likely: bool = True) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -129,7 +136,7 @@ def objective_in_words(objective: PricedArchitecture) -> str:
 
 def solve(build: Callable[[GraphRecipe], BuiltGraph], recipe: GraphRecipe, options: RunOptions,
           arch: PricedArchitecture, *, started: float, log: Log | None, timings: dict[str, float],
-          begin: Callable[[bytes], None] | None = None, fallback: Compile | None = None,
+          begin: Begin | None = None, fallback: Compile | None = None,
           answer: Compile | None = None) -> CpSatRun:
     """The run (module docstring): npusched's graph is ``recipe``'s, each graph made by ``build``. ``begin`` is
     told each graph the run may schedule as soon as it is known (a compile started ahead), ``fallback`` Vela
@@ -151,9 +158,14 @@ def solve(build: Callable[[GraphRecipe], BuiltGraph], recipe: GraphRecipe, optio
     variants = [] if not plan.searches else \
         [graph for graph, searched in ((graphs.own, plan.own_graph_search), (graphs.vela, plan.vela_graph_search))
          if searched]
-    for variant in variants:
-        if begin is not None:
+    # Where Vela's graph is not searched, a core's own schedule of it is the answer if the search finds nothing
+    # better: compiled ahead too (else, begun after the search, it would compile whole past its deadline).
+    floors_may_answer = not variants or (graphs.distinct and not plan.vela_graph_search)
+    if begin is not None:
+        for variant in variants:
             begin(variant.model_bytes)
+        if floors_may_answer:
+            begin(graphs.vela.model_bytes, likely=False)
     timings["lower"] = time.monotonic() - start
     start = time.monotonic()
     floors, default_run, missing = _floors(graphs, options, arch, log, plan)
@@ -170,7 +182,7 @@ def solve(build: Callable[[GraphRecipe], BuiltGraph], recipe: GraphRecipe, optio
              for variant in variants}
     searches, errors = _search_graphs(variants, graphs, hints, objective, options, plan, started=started, log=log,
                                       timings=timings)
-    if not variants or (not plan.vela_graph_search and graphs.distinct):
+    if floors_may_answer:
         searches += _floor_answers(floors, graphs, objective, "" if variants else NO_TIME_TO_SEARCH)
     if not searches and graphs.own not in variants:
         # No core's schedule fits, and Vela's graph was not searched or has none that fits: npusched's graph, whose
@@ -220,7 +232,7 @@ def _search_graphs(variants: list[BuiltGraph], graphs: Graphs,
     errors: list[tuple[BuiltGraph, ScheduleError]] = []
     # The any-schedule bound is worked out once, for the graph returned: its time kept back (the larger graph's).
     # A deterministic search's work is sized with the bound's nominal share, its clock with the plan's prediction.
-    bound_work = max(any_schedule_bound_seconds(v.network, objective) for v in variants) \
+    bound_work = max((any_schedule_bound_seconds(v.network, objective) for v in variants), default=0.0) \
         if plan.any_schedule_bound else 0.0
     bound_seconds = max(bound_work, plan.predicted.get("any_schedule_bound", 0.0)) if plan.any_schedule_bound \
         else 0.0

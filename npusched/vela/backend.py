@@ -250,13 +250,15 @@ class Compilation:
         if self._created and self.output_dir.is_dir() and not any(self.output_dir.iterdir()):
             self.output_dir.rmdir()  # a refused compilation leaves no trace
 
-    def begin(self, model_bytes: bytes) -> None:
+    def begin(self, model_bytes: bytes, *, likely: bool = True) -> None:
         """Start compiling ``model_bytes`` (a graph the run may schedule) ahead, when this compilation is started
-        ahead: a forked process each (see the class docstring)."""
+        ahead: a forked process each (see the class docstring); where its answer is not ``likely`` (a core's own
+        schedule, should the search find nothing better), at the fallback's lower priority."""
         if self._ahead and model_bytes not in self._processes:
             staging = self._staging / f"ahead{len(self._processes)}"
             staging.mkdir()
-            self._processes[model_bytes] = _AheadProcess(self.options, model_bytes, staging)
+            self._processes[model_bytes] = _AheadProcess(self.options, model_bytes, staging,
+                                                         niceness=0 if likely else FALLBACK_NICENESS)
 
     def start_fallback(self, network: Network, arch: PricedArchitecture, schedule: Schedule,
                        model_bytes: bytes) -> None:
