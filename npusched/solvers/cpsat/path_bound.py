@@ -435,22 +435,46 @@ def resident_maps(net: NetworkFacts, datas: Sequence[RegionData], paths: Sequenc
         for i, k in enumerate(path):
             slack = data.slack_out[path[i - 1]] if i else data.slack_classes[data.positions.start][0]
             group[k] = region.group_of[k][slack]
+        # Each map's saving summed over the path in its order (a map is movable in few of its candidates).
+        saved: dict[FeatureMap, float] = {}
+        for k in path:
+            for fm in data.tables[k].movable:
+                saved[fm] = saved.get(fm, 0) + _saved_cycles(data, k, group[k], fm)
         gains = []
         for fm in data.movable - held:
-            a, b = data.live[fm]
-            gain = sum(_saved_cycles(data, k, group[k], fm) for k in path if fm in data.tables[k].movable)
+            gain = saved.get(fm, 0)
             if gain > 0:
-                gains.append((-gain / net.size(fm), fm.name or "", a, fm))
+                gains.append((-gain / net.size(fm), fm.name or "", data.live[fm][0], fm))
+        steps = _PathSteps(data, path)
         for _, _, _, fm in sorted(gains, key=lambda g: g[:3]):
-            a, b = data.live[fm]
             size = net.size(fm)
-            over = [k for k in path if data.candidates[k].start <= b and data.candidates[k].end >= a]
+            over = steps.over(*data.live[fm])
             if all(at[k] + size <= limit and after[k] + size <= limit for k in over):
                 resident.add(fm)
                 for k in over:
                     at[k] += size
                     after[k] += size
     return frozenset(resident)
+
+
+class _PathSteps:
+    """A path's candidates by the positions they cover: those over a range found by bisection (a path's candidates
+    follow each other), not by a scan of the whole path for every map (seconds on a path of 1,800 passes)."""
+
+    def __init__(self, data: RegionData, path: Sequence[int]) -> None:
+        self.path = list(path)
+        self.starts = [data.candidates[k].start for k in path]
+        self.ends = [data.candidates[k].end for k in path]
+        self.ordered = all(end < start for end, start in zip(self.ends, self.starts[1:], strict=False))
+        self.data = data
+
+    def over(self, a: int, b: int) -> list[int]:
+        """The path's candidates whose positions meet [a, b], in path order."""
+        if not self.ordered:
+            return [k for k in self.path if self.data.candidates[k].start <= b and self.data.candidates[k].end >= a]
+        first = bisect.bisect_left(self.ends, a)
+        last = bisect.bisect_right(self.starts, b)
+        return self.path[first:last]
 
 
 def _saved_cycles(data: RegionData, k: int, group: int, fm: FeatureMap) -> float:
