@@ -7,13 +7,14 @@ and the NPU operation Vela emits must address the same bytes of the concatenatio
 
 from __future__ import annotations
 
+import csv
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from conftest import CONFIGS
+from conftest import CONFIGS, EXPORTS_DIR
 
 from npusched.app import pipeline
 from npusched.app.cli import main
@@ -30,7 +31,7 @@ from npusched.solvers.cpsat import SearchBudget, solve_cpsat
 from npusched.solvers.heuristic import heuristic_schedule
 from npusched.target.weights import encode_op_weights
 from npusched.vela.backend import compile_schedule
-from npusched.vela.command import run_options_from_vela_args, vela_hardware_args
+from npusched.vela.command import last_line, run_options_from_vela_args, run_vela, vela_hardware_args
 
 
 def _generated(factory: pytest.TempPathFactory, arch: str) -> Path:
@@ -74,6 +75,18 @@ def upsampled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = g.conv(g.concat([skip, g.resize(low, 2, "NEAREST")], quant=skip.quant), 16)
     path = tmp_path_factory.mktemp("in_place") / "upsampled.tflite"
     path.write_bytes(serialise(g.network([out], "an up-sampled concatenation input")))
+    return path
+
+
+@pytest.fixture(scope="module")
+def fully_connected(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two FULLY_CONNECTED heads on one vector, concatenated: the second writes at channel 48."""
+    g = GraphBuilder(np.random.default_rng(0))
+    x = g.input((1, 64))
+    first = g.fully_connected(x, 48, "RELU")
+    out = g.fully_connected(g.concat([first, g.fully_connected(x, 32, quant=first.quant)], quant=first.quant), 16)
+    path = tmp_path_factory.mktemp("in_place") / "fully_connected.tflite"
+    path.write_bytes(serialise(g.network([out], "fully connected heads, concatenated")))
     return path
 
 
@@ -168,7 +181,7 @@ def _npu_ofm_addresses(monkeypatch: pytest.MonkeyPatch, result: RunResult, outpu
     return compile_schedule(result, output_dir), seen
 
 
-@pytest.mark.parametrize("name", ["densenet", "unet", "branches", "upsampled"])
+@pytest.mark.parametrize("name", ["densenet", "unet", "branches", "upsampled", "fully_connected"])
 def test_vela_writes_the_in_place_slice_where_the_copy_wrote(name: str, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch,
                                                                request: pytest.FixtureRequest) -> None:
@@ -183,6 +196,8 @@ def test_vela_writes_the_in_place_slice_where_the_copy_wrote(name: str, tmp_path
     assert writers
     if name == "branches":
         assert sorted(op.op_type for op in writers) == ["Add", "Conv2DBias", "MaxPool"]
+    if name == "fully_connected":
+        assert [op.op_type for op in writers] == ["FullyConnected"] * 2
     if name == "upsampled":  # the resize reads its input as in Vela's graph, where it writes a map of its own
         (op,) = writers
         assert op.op_type == "ResizeNearestNeighbor"
@@ -196,6 +211,28 @@ def test_vela_writes_the_in_place_slice_where_the_copy_wrote(name: str, tmp_path
         assert ours_writes[0][0] == copy_at and {e[2] for e in ours_writes} == {copy_strides}
         assert {(e[1].height, e[1].width) for e in ours_writes} == {(copy_shape.height, copy_shape.width)}
         assert sum(e[1].depth for e in ours_writes) == copy_shape.depth
+
+
+def test_a_tcn_under_size_needs_no_more_sram_than_either_core(tmp_path: Path) -> None:
+    """kws_tcn_49x40 under --optimise Size on ethos-u55-128: the first output of each causal convolution of
+    dilation 1 (``npusched.frontend.normalise.causal_convolutions``) is one tap on one step, a 1x1 convolution on
+    a 1x1 map, which Vela makes a FullyConnected. Copied into the concatenation, its 32-byte output was live beside
+    the three 1,568-byte maps of the default core's own peak (4,736 bytes against its 4,704). Written in place, the
+    compiled file's SRAM, as Vela reports it, is no more than either core's on the same file."""
+    options = _options(EXPORTS_DIR / "kws_tcn_49x40.tflite", "u55-128_hee_shared_size", solver="cpsat",
+                       time_limit_seconds=30, workers=1, deterministic=True)
+    result = run(options)
+    compiled = compile_schedule(result, tmp_path / "ours")
+    assert compiled.agreed, compiled.warnings()
+    for core in ("legacy", "default"):
+        done = run_vela(options, tmp_path / core, core=core)
+        assert done.returncode == 0, last_line(done)
+        (summary,) = (tmp_path / core).glob("*_summary_*.csv")
+        with summary.open() as handle:
+            core_bytes = round(float(next(csv.DictReader(handle))["sram_memory_used"]) * 1024)
+        assert compiled.vela_allocation_bytes is not None and compiled.vela_allocation_bytes <= core_bytes, core
+    heads = [op for op in result.network.npu_ops if op.name.endswith("/head0_fc")]
+    assert len(heads) == 3 and all(op.op_type == "FullyConnected" and op.attr(IN_PLACE_OF) for op in heads)
 
 
 def test_sliced_weights_of_an_in_place_write_reach_their_channels(nasnet: Path, tmp_path: Path,

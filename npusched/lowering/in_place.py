@@ -1,11 +1,12 @@
 """Concatenation inputs written in place: the pass that makes an input writes its slice of the OFM.
 
 Vela's legacy graph copies every input of a concatenation into the OFM with a 1x1 AvgPool (a
-``ConcatSliceWrite``). Where a convolution, a pooling (an up-sampling resize among them) or an element-wise
-operation (on operands of the slice's shape) makes the input and nothing else reads it, the default core has it
-write the slice itself, and the copy (a pass of its own, reading and writing the whole input) goes. Vela's
-backend takes such a pass as the copy's write offset and shape on the writer, which its command stream honours
-(``npusched.vela.backend`` makes the same change to Vela's graph, guided by ``IN_PLACE_OF``).
+``ConcatSliceWrite``). Where a convolution (a FullyConnected among them: Vela makes one of a 1x1 convolution on
+a 1x1 map, as a causal convolution's first output is), a pooling (an up-sampling resize among them) or an
+element-wise operation (on operands of the slice's shape) makes the input and nothing else reads it, the default
+core has it write the slice itself, and the copy (a pass of its own, reading and writing the whole input) goes.
+Vela's backend takes such a pass as the copy's write offset and shape on the writer, which its command stream
+honours (``npusched.vela.backend`` makes the same change to Vela's graph, guided by ``IN_PLACE_OF``).
 
 Only where it is exact: the input has this one producer and this one reader, is no subgraph output, and has the
 OFM's type and quantisation (the copy would rescale otherwise). And only where memory allows. It never needs more
@@ -26,8 +27,8 @@ from npusched.lowering.netgraph import WorkingGraph, WorkingOp, WorkingTensor
 from npusched.lowering.packing import Pass
 
 IN_PLACE_OF = "in_place_of"  # attribute of a pass writing in place: the name of the copy it replaces
-_WRITERS = frozenset({"Conv2DBias", "DepthwiseConv2DBias", "MaxPool", "AvgPool", "ResizeNearestNeighbor",
-                      "ResizeBilinear"})
+_WRITERS = frozenset({"Conv2DBias", "DepthwiseConv2DBias", "FullyConnected", "MaxPool", "AvgPool",
+                      "ResizeNearestNeighbor", "ResizeBilinear"})
 _ELEMENTWISE_WRITERS = frozenset({"Add", "Sub", "Mul", "Maximum", "Minimum"})  # only on operands of the OFM's shape
 
 
