@@ -77,6 +77,13 @@ _RELU_ACTIVATIONS = frozenset({"relu", "relu6", "relu0to1", "relun1to1"})
 MATMUL_PRODUCTS = "matmul_products"
 
 
+def is_block_swap(op: NpuOp) -> bool:
+    """Whether ``op`` is a TRANSPOSE run as Vela legacy runs it: a 1x1 AvgPool writing its OFM with H and W strides
+    swapped (``npusched.lowering.rewrites_shape``). The default core runs the same TRANSPOSE as its own Transpose
+    (``PerformanceQuery.block_swap``)."""
+    return op.op_type == "AvgPool" and op.attr("original_type") == "Transpose"
+
+
 @dataclass(frozen=True)
 class PerformanceQuery:
     """Everything the estimator needs to know about one pass (Vela's ``PerformanceQuery``).
@@ -106,6 +113,9 @@ class PerformanceQuery:
     kernel: Kernel = Kernel()
     # "ifm" / "ofm": that operand is the int32 product map of a BATCH_MATMUL column (``MATMUL_PRODUCTS``)
     matmul_products: str | None = None
+    # The pass is a TRANSPOSE Vela legacy runs as a 1x1 AvgPool writing swapped strides (``is_block_swap``): the
+    # default core prices it as its own Transpose of the same tensors (``npusched.target.performance_default``).
+    block_swap: bool = False
 
     @property
     def has_bias(self) -> bool:
@@ -173,6 +183,7 @@ def query_for_op(
         const_memory_area=const_area if has_bias else None,
         kernel=op.kernel,
         matmul_products=op.attr(MATMUL_PRODUCTS),  # type: ignore[arg-type]
+        block_swap=is_block_swap(op),
     )
 
 

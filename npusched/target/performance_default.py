@@ -15,6 +15,9 @@ the estimate (compute time against per-memory access time) but differ where it m
   fast storage; a LUT costs no copy at all (none of its estimates in the golden output charges one).
 * **Scalars**: an elementwise pass whose first IFM is a wide scalar reads only that scalar.
 * **Integers**: block counts are fractional; cycles are truncated where the C++ stores them in integers.
+* **Transposes** are priced by their memory traffic, a TRANSPOSE Vela legacy runs as a 1x1 AvgPool block swap
+  included: the default core runs that TRANSPOSE as its own Transpose (pt_kws_cnn's 24x32 swap: 768 cycles, where
+  an AvgPool of depth 1 would be 6,258).
 * **Matrix products.** A BATCH_MATMUL's column passes (int32 MUL, REDUCE_SUM) are the default core's compound
   MatMul, which counts its int32 product map as scratch: one byte per element written and read, where a pass of
   its own would move four (``PerformanceQuery.matmul_products``).
@@ -278,7 +281,7 @@ def elementwise_cycles(arch: ArchitectureFeatures, op_type: str, activation: str
 def measure_cycle_cost(arch: ArchitectureFeatures, op_type: str, activation: str | None, query: PerformanceQuery,
                        *, first: bool = True, last: bool = True) -> CycleCost:
     """MACs and NPU cycles of a pass (the default core's ``MeasureCycleCost``)."""
-    if op_type == "Transpose":
+    if _is_transpose(op_type, query):
         return CycleCost(0, _transpose_cycles(arch, query))
     block_type = query.npu_block_type
     if block_type in _MAC_BLOCK_TYPES:
@@ -291,6 +294,13 @@ def measure_cycle_cost(arch: ArchitectureFeatures, op_type: str, activation: str
     if block_type == NpuBlockType.Dma:
         return CycleCost(0, 0)
     raise ValueError(f"no cycle model for NPU block type {block_type}")
+
+
+def _is_transpose(op_type: str, query: PerformanceQuery) -> bool:
+    """Whether the default core runs the pass as its Transpose: its own (``npusched.lowering.transpose``), or a
+    TRANSPOSE Vela legacy runs as a 1x1 AvgPool block swap, which the default core runs as a Transpose of the same
+    tensors (the swap's OFM view has the IFM's shape and element count)."""
+    return op_type == "Transpose" or query.block_swap
 
 
 def _transpose_cycles(arch: ArchitectureFeatures, query: PerformanceQuery) -> int:
@@ -407,7 +417,7 @@ def partial_full_op_performance(
     """``estimate_full_op_performance`` up to the slack cycles (same arguments less the slacks)."""
     if cost is None:
         cost = measure_cycle_cost(arch, op_type, activation, query)
-    access = _transpose_access(arch, query) if op_type == "Transpose" else measure_element_access(arch, query)
+    access = _transpose_access(arch, query) if _is_transpose(op_type, query) else measure_element_access(arch, query)
     cfg = query.config
     bw: dict[tuple[MemArea, Purpose, Direction], float] = {}
     transfer: dict[MemArea, int] = {}
