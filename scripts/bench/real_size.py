@@ -2,6 +2,7 @@
 
     python scripts/bench/real_size.py MODELS... [--configs all] [--limits 30,10] [--csv real_size.csv]
                                       [--large-limits 10] [--large-passes 300] [--summary-only]
+                                      [--cores-csv CORES.csv [--per-model]]
 
 For every model (files or folders of .tflite: the zoo of real exports in tests/data/exports, and the full-size
 keras.applications exports ``python scripts/export_zoo.py large --out DIR`` regenerates) x golden configuration x
@@ -132,6 +133,31 @@ def summarise(rows: list[dict[str, Any]]) -> str:
         ("\n\nfailed:\n" + "\n".join(failed) if failed else "")
 
 
+def per_model(rows: list[dict[str, Any]], cores: list[dict[str, Any]]) -> str:
+    """Per model (docs/results/exporters.md's zoo table): CPU operators of the answer and of each core's file
+    ("fails": that core stops on it), the cells whose written file is npusched's answer among those with a schedule,
+    the errors, and each core's ratio (geomean, worst) over the Performance cells like for like with it."""
+    table = []
+    for model in sorted({r["model"] for r in rows}):
+        cells = [r for r in rows if r["model"] == model]
+        own = [r for r in cores if r["model"] == model]
+        cpu = max((int(n) for r in cells if (n := _number(r.get("cpu_ops"))) is not None), default=None)
+        found = {name: next((int(n) for r in own if (n := _number(r.get(f"{name}_cpu"))) is not None), "fails")
+                 for name in ("legacy", "default")}
+        scheduled = [r for r in cells if r.get("written")]
+        entry: dict[str, Any] = {
+            "model": model, "CPU ops: npusched / legacy / default": f"{cpu} / {found['legacy']} / {found['default']}",
+            "answer written": f"{sum(r['written'] == 'answer' for r in scheduled)} of {len(scheduled)}",
+            "errors": sum(bool(r.get("error")) for r in cells) or ""}
+        for name in ("legacy", "default"):
+            like = [x for r in cells if not r["config"].endswith("_size") and name in str(r.get("like_for_like"))
+                    and (x := _number(r.get(f"vs_{name}"))) is not None]
+            entry[f"vs {'Vela legacy' if name == 'legacy' else 'default core'}, like for like (geomean, worst)"] = \
+                f"{geomean(like):.3f}, {max(like):.3f}" if like else "—"
+        table.append(entry)
+    return markdown(table, list(table[0]) if table else ["model"])
+
+
 def _open(gap: float | None) -> bool:
     """Whether a run's gap is over 1% (no gap reported: open; a gap of 0 is closed)."""
     return gap is None or gap > 0.01
@@ -160,6 +186,8 @@ def main() -> int:
                         help="each Vela core's own totals of every model x configuration (the `vela` CLI, not timed), "
                              "kept here and read back: the ratios are then against them (default: the floors')")
     parser.add_argument("--summary-only", action="store_true")
+    parser.add_argument("--per-model", action="store_true",
+                        help="also the per-model table against both cores (needs --cores-csv)")
     args = parser.parse_args()
     rows = read_csv(args.csv) if args.csv.exists() else []
     if not args.summary_only:
@@ -198,6 +226,8 @@ def main() -> int:
             row["like_for_like"] = ",".join(name for name in ("legacy", "default")
                                             if cpu_ops is not None and _number(core.get(f"{name}_cpu")) == cpu_ops)
     print(summarise(rows))
+    if args.per_model and args.cores_csv is not None:
+        print("\n" + per_model(rows, cores))
     return 0
 
 
