@@ -515,3 +515,30 @@ def test_a_cores_own_schedule_answered_without_searching_vela_graph_compiles_ahe
     document = json.loads(saved.read_text())
     assert [floor["core"] for floor in document["floors"] if floor["returned"]] == ["vela-default"]
     assert document["vela_backend"]["written"] == "answer" and document["vela_backend"]["agreed"]
+
+
+@pytest.mark.slow
+def test_an_answer_that_is_the_fallbacks_schedule_is_compiled_once(tmp_path: Path, monkeypatch) -> None:
+    """Where the answer is Vela legacy's own schedule, which the fallback compiles beside the run, no process
+    ahead is handed it too (it compiled the same schedule again, beside the any-schedule bound): they stop, and
+    the fallback's compile is written as the answer. Here the plan searches no graph, and Vela legacy's schedule
+    is the better."""
+    from npusched.app import cpsat_run
+
+    real_plan = cpsat_run.plan_run
+    handed: list[str] = []
+
+    def no_search(*args, **kwargs):  # type: ignore[no-untyped-def]
+        return replace(real_plan(*args, **kwargs), vela_graph_search=False, own_graph_search=False)
+
+    def submit(self, plan):  # type: ignore[no-untyped-def]
+        handed.append(plan.schedule.solver)
+
+    monkeypatch.setattr(cpsat_run, "plan_run", no_search)
+    monkeypatch.setattr(backend._AheadProcess, "submit", submit)
+    saved = tmp_path / "run.json"
+    assert main([str(model_path("kws_dscnn_int8")), *vela_hardware_args(CONFIGS["u55-128_hee_shared"]),
+                 "--time-limit", "30", "--quiet", "--output-dir", str(tmp_path / "out"), "--json", str(saved)]) == 0
+    document = json.loads(saved.read_text())
+    assert [floor["core"] for floor in document["floors"] if floor["returned"]] == ["vela-legacy"]
+    assert handed == [] and document["vela_backend"]["written"] == "answer" and document["vela_backend"]["agreed"]

@@ -277,9 +277,11 @@ class Compilation:
     def submit(self, network: Network, arch: PricedArchitecture, schedule: Schedule, model_bytes: bytes) -> None:
         """Hand the schedule of ``model_bytes`` to the process compiling that graph as soon as it exists, so that
         Vela compiles it while the run works out its bound, evaluates and reports (the other graphs' processes
-        stop); :meth:`finish` then waits for the answer."""
+        stop); :meth:`finish` then waits for the answer. Where it is the fallback's schedule, the fallback's
+        compile is the answer's, and every process ahead stops."""
+        fallback_is_answer = self._is_fallback(schedule, model_bytes)
         for other, process in self._processes.items():
-            if other == model_bytes:
+            if other == model_bytes and not fallback_is_answer:
                 process.submit(Plan(network, _legacy(arch), schedule))
             else:
                 process.stop()
@@ -292,8 +294,7 @@ class Compilation:
         # Vela's figures are Vela's estimator's; the evaluator is asked the same question.
         plan = Plan(result.network, _legacy(result.arch), schedule)
         model_bytes = result.model_bytes or scheduled_model_bytes(result.options, result.arch)
-        if self._fallback is not None and self._fallback[2] == model_bytes \
-                and _same_choices(self._fallback[1].schedule, schedule):
+        if self._fallback is not None and self._is_fallback(schedule, model_bytes):
             # The answer is the fallback's schedule (the search found nothing better than Vela legacy's own).
             process, _, _ = self._fallback
             self._fallback = None
@@ -311,6 +312,11 @@ class Compilation:
                 return fallback
             compiled, staging = self._compile_here(plan, model_bytes)
         return self._written(plan, compiled, staging)
+
+    def _is_fallback(self, schedule: Schedule, model_bytes: bytes) -> bool:
+        """Whether ``schedule`` of ``model_bytes`` is what the fallback compiles."""
+        return self._fallback is not None and self._fallback[2] == model_bytes \
+            and _same_choices(self._fallback[1].schedule, schedule)
 
     def _compile(self, plan: Plan, model_bytes: bytes) -> tuple[_Compiled | None, Path]:
         """The answer compiled: by its process ahead, else here; None where it is not done by the deadline and the
