@@ -66,7 +66,7 @@ def test_window_search_improves_on_the_heuristic(corpus_dir, monkeypatch):
     hint_cycles = evaluate(network, arch, hint).total_cycles
     monkeypatch.setattr(cpsat_search, "FULL_MODEL_MAX_PASSES", 0)
     result = cpsat.solve_cpsat(network, arch,
-                               cpsat.SearchBudget(time_limit_seconds=60, workers=2, seed=1, deterministic=True),
+                               cpsat.SearchBudget(time_limit_seconds=15, workers=2, seed=1, deterministic=True),
                                hint=hint)
     assert result.model_stats["mode"] == "windows"
     assert result.model_stats["improved_windows"] > 0

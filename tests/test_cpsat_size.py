@@ -100,7 +100,7 @@ def test_window_search_lowers_the_peak_first(corpus_dir, monkeypatch):
     monkeypatch.setattr(cpsat_search, "FULL_MODEL_MAX_PASSES", 0)
     monkeypatch.setattr(cpsat_search, "PRICING_SECONDS_PER_PASS_AND_MODEL", 1e9)
     result = cpsat.solve_cpsat(network, arch,
-                               cpsat.SearchBudget(time_limit_seconds=60, workers=2, seed=1, deterministic=True),
+                               cpsat.SearchBudget(time_limit_seconds=15, workers=2, seed=1, deterministic=True),
                                hint=hint)
     ev = evaluate(network, arch, result.schedule)
     assert verify(network, arch, result.schedule, ev) == []
