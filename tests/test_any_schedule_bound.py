@@ -30,6 +30,7 @@ from npusched.solvers.heuristic import heuristic_schedule
 from npusched.target import performance as perf
 from npusched.target import performance_default as perf_default
 from npusched.target.estimators import Estimator, blended, objective_cycles, with_estimator
+from npusched.target.performance_query import query_for_op
 
 FAST_MODELS = ("keyword_scrambled_8bit", "micro_speech_int8")
 # CP-SAT's part: short, one worker, sized by work so that it is the same search on any machine.
@@ -145,7 +146,7 @@ def test_ideal_memories_and_least_moving_blocks_bound_every_block_config(estimat
     model = perf_default if estimator is Estimator.VELA_DEFAULT else perf
     for op in network.npu_ops:
         for area in (arch.fast_storage_mem_area, arch.feature_map_storage_mem_area):
-            query = perf.query_for_op(op, None, ifm_area=area, ofm_area=area, const_area=area)
+            query = query_for_op(op, None, ifm_area=area, ofm_area=area, const_area=area)
             configs = block_configs(arch, op)
             least = model.measure_element_access(arch, perf.PerformanceQuery(
                 **{**query.__dict__, "config": least_moving(query, configs[0])}))

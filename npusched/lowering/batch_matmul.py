@@ -26,7 +26,7 @@ from npusched.ir import DataType, FeatureMap, NpuOp, Quantization, Shape4D
 from npusched.lowering.common import access, elementwise_op, pool_op
 from npusched.lowering.context import LoweringContext
 from npusched.lowering.softmax import quantise_scale
-from npusched.target.performance import MATMUL_PRODUCTS
+from npusched.target.performance_query import MATMUL_PRODUCTS
 
 TFLITE_OP = "BATCH_MATMUL"
 _UNIT = Quantization(scale=(1.0,), zero_point=(0,))

@@ -17,6 +17,7 @@ from npusched.target import weights as wts
 from npusched.target.block_config import BlockConfig
 from npusched.target.contention import contention_slack
 from npusched.target.estimators import Estimator, PricedArchitecture, blend_parts
+from npusched.target.performance_query import query_for_op
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ def price_inputs(arch: PricedArchitecture, op: NpuOp, config: BlockConfig | None
     """A pass's price inputs with its operands placed as given: the one place they are built, for the options
     layer, the heuristic's own estimates and ``price_op`` alike. ``ofm_depth`` prices only part of the OFM depth
     (a weight slice)."""
-    query = perf.query_for_op(op, config, ofm_depth=ofm_depth, ifm_format=ifm.format, ofm_format=ofm.format,
+    query = query_for_op(op, config, ofm_depth=ofm_depth, ifm_format=ifm.format, ofm_format=ofm.format,
                               ifm2_format=ifm2.format if ifm2 is not None else TensorFormat.NHWC,
                               ifm_area=ifm.mem_area, ofm_area=ofm.mem_area,
                               ifm2_area=ifm2.mem_area if ifm2 is not None else None, const_area=const_area)
