@@ -29,13 +29,12 @@ from typing import Any
 
 from npusched.bench.golden import load_configs, select, vela_hardware_args
 from npusched.bench.process import solve_schedule
+from npusched.bench.stats import TOLERANCE, number, ratio
 from npusched.bench.table import markdown, read_csv, write_csv
 from npusched.sweep.grid import find_models
 
 COLUMNS = ("model", "config", "release", "limit", "wall", "status", "gap", "objective", "any_bound", "bound",
            "legacy_cycles", "default_cycles", "written", "error")
-# Answers within this factor by the objective are a tie (the same schedule priced by two releases' code).
-TIE = 1.001
 _BOTH = re.compile(r"both: vela-legacy x ([0-9.e+-]+) \+ vela-default x ([0-9.e+-]+)(?:, each over ([0-9,.]+) x "
                    r"([0-9.]+))?")
 
@@ -83,39 +82,28 @@ def summarise(rows: list[dict[str, Any]], releases: list[str]) -> str:
     table = []
     for (model, config), cell in sorted(by_cell.items()):
         ours = cell.get(first) or {}
-        legacy, default = _number(ours.get("legacy_cycles")), _number(ours.get("default_cycles"))
+        legacy, default = number(ours.get("legacy_cycles")), number(ours.get("default_cycles"))
         entry: dict[str, Any] = {"model": model, "config": config, "status": ours.get("status") or ours.get("error"),
-                                 "gap": _rounded(_number(ours.get("gap")))}
+                                 "gap": _rounded(number(ours.get("gap")))}
         objective = str(ours.get("objective") or "")
         own = weighted(objective, legacy, default) if legacy and default else None
         for release in others:
             other = cell.get(release) or {}
-            their_legacy, their_default = _number(other.get("legacy_cycles")), _number(other.get("default_cycles"))
+            their_legacy, their_default = number(other.get("legacy_cycles")), number(other.get("default_cycles"))
             known = bool(their_legacy and their_default and legacy and default)
             theirs = weighted(objective, their_legacy, their_default) if known else None
             entry[f"/ {release}: legacy, default, weighted"] = ", ".join(
-                "—" if x is None else f"{x:.3f}" for x in (_ratio(legacy, their_legacy), _ratio(default, their_default),
-                                                         _ratio(own, theirs)))
+                "—" if x is None else f"{x:.3f}" for x in (ratio(legacy, their_legacy), ratio(default, their_default),
+                                                         ratio(own, theirs)))
             entry[f"no worse than {release} (0.1%), objective"] = \
-                weighted(objective, legacy, default, penalised=True) <= TIE * weighted(  # type: ignore[operator]
+                weighted(objective, legacy, default, penalised=True) <= TOLERANCE * weighted(  # type: ignore[operator]
                     objective, their_legacy, their_default, penalised=True) if known else None
         table.append(entry)
     return markdown(table, list(table[0]) if table else ["model"])
 
 
-def _ratio(ours: float | None, theirs: float | None) -> float | None:
-    return ours / theirs if ours and theirs else None
-
-
 def _rounded(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else round(value, 4)
-
-
-def _number(value: Any) -> float | None:
-    try:
-        return float(value) if value not in (None, "") else None
-    except (TypeError, ValueError):
-        return None
 
 
 def main() -> int:
