@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import CONFIGS, model_path, run_options
+from conftest import CONFIGS, EXPORTS_DIR, model_path, run_options
 
 from npusched.app.api import solve_options
 from npusched.app.cli import main
@@ -487,6 +487,18 @@ def test_past_the_deadline_a_failed_fallback_leaves_the_answers_compile_to_finis
     assert record["written"] == "answer" and record["agreed"]
 
 
+def _no_graph_searched(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The run's time plan searches no graph: the answer is the better of the cores' own schedules."""
+    from npusched.app import cpsat_run
+
+    real_plan = cpsat_run.plan_run
+
+    def no_search(*args, **kwargs):  # type: ignore[no-untyped-def]
+        return replace(real_plan(*args, **kwargs), vela_graph_search=False, own_graph_search=False)
+
+    monkeypatch.setattr(cpsat_run, "plan_run", no_search)
+
+
 @pytest.mark.slow
 def test_a_cores_own_schedule_answered_without_searching_vela_graph_compiles_ahead(tmp_path: Path,
                                                                                    monkeypatch) -> None:
@@ -494,24 +506,18 @@ def test_a_cores_own_schedule_answered_without_searching_vela_graph_compiles_ahe
     better: its compile is started ahead like a searched graph's. Begun only once the answer was known, it compiled
     whole in the run's process, past its deadline (pt_kws_lstm on ethos-u65-512 wrote the fallback at 30.2 s of
     --time-limit 30). Here the plan searches no graph, and the default core's schedule is the better."""
-    from npusched.app import cpsat_run
-
-    real_plan, real_compile, run_pid = cpsat_run.plan_run, backend._vela_compile, os.getpid()
-
-    def no_search(*args, **kwargs):  # type: ignore[no-untyped-def]
-        return replace(real_plan(*args, **kwargs), vela_graph_search=False, own_graph_search=False)
+    real_compile, run_pid = backend._vela_compile, os.getpid()
 
     def ahead_only(options, model_bytes, staging, plan):  # type: ignore[no-untyped-def]
         if os.getpid() == run_pid:
             raise AssertionError("compiled in the run's own process")
         return real_compile(options, model_bytes, staging, plan)
 
-    monkeypatch.setattr(cpsat_run, "plan_run", no_search)
+    _no_graph_searched(monkeypatch)
     monkeypatch.setattr(backend, "_vela_compile", ahead_only)
     saved = tmp_path / "run.json"
-    model = Path(__file__).parent / "data" / "exports" / "kws_tcn_49x40.tflite"
-    assert main([str(model), *vela_hardware_args(CONFIGS["u55-128_hee_shared"]), "--time-limit", "30",
-                 "--quiet", "--output-dir", str(tmp_path / "out"), "--json", str(saved)]) == 0
+    assert main([str(EXPORTS_DIR / "kws_tcn_49x40.tflite"), *vela_hardware_args(CONFIGS["u55-128_hee_shared"]),
+                 "--time-limit", "30", "--quiet", "--output-dir", str(tmp_path / "out"), "--json", str(saved)]) == 0
     document = json.loads(saved.read_text())
     assert [floor["core"] for floor in document["floors"] if floor["returned"]] == ["vela-default"]
     assert document["vela_backend"]["written"] == "answer" and document["vela_backend"]["agreed"]
@@ -523,18 +529,12 @@ def test_an_answer_that_is_the_fallbacks_schedule_is_compiled_once(tmp_path: Pat
     ahead is handed it too (it compiled the same schedule again, beside the any-schedule bound): they stop, and
     the fallback's compile is written as the answer. Here the plan searches no graph, and Vela legacy's schedule
     is the better."""
-    from npusched.app import cpsat_run
-
-    real_plan = cpsat_run.plan_run
     handed: list[str] = []
-
-    def no_search(*args, **kwargs):  # type: ignore[no-untyped-def]
-        return replace(real_plan(*args, **kwargs), vela_graph_search=False, own_graph_search=False)
 
     def submit(self, plan):  # type: ignore[no-untyped-def]
         handed.append(plan.schedule.solver)
 
-    monkeypatch.setattr(cpsat_run, "plan_run", no_search)
+    _no_graph_searched(monkeypatch)
     monkeypatch.setattr(backend._AheadProcess, "submit", submit)
     saved = tmp_path / "run.json"
     assert main([str(model_path("kws_dscnn_int8")), *vela_hardware_args(CONFIGS["u55-128_hee_shared"]),
