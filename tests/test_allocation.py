@@ -299,3 +299,32 @@ def test_verify_rejects_a_schedule_whose_buffers_fit_per_step_but_not_at_address
     problems = verify(network, arch, schedule, evaluation, limit=peak)
     assert len(problems) == 1 and "allocation" in problems[0] and f"over the limit of {peak} bytes" in problems[0]
     assert not verify(network, arch, schedule, evaluation, limit=allocation.size_bytes)
+
+
+@pytest.mark.slow
+def test_a_size_compile_writes_npuscheds_addresses_where_they_need_less(tmp_path: Path) -> None:
+    """Under --optimise Size the bytes are what a run minimises, so Vela writes npusched's offsets of the fast
+    storage wherever they need less than its HillClimb's, within the limit too: kws_lstm_unrolled on ethos-u55-128,
+    whose Size schedule is Vela legacy's own, takes 848 bytes with HillClimb's and 816 with npusched's, the default
+    core's own figure for the file."""
+    import gzip
+
+    from conftest import EXPORTS_DIR
+
+    from npusched.app.pipeline import run
+    from npusched.vela.backend import compile_schedule
+    from npusched.vela.command import run_options_from_vela_args
+
+    config = "u55-128_hee_shared_size"
+    options = run_options_from_vela_args(EXPORTS_DIR / "kws_lstm_unrolled.tflite", CONFIGS[config],
+                                         solver="heuristic")
+    compiled = compile_schedule(run(options), tmp_path)
+    assert compiled.agreed, compiled.warnings()
+    with compiled.summary_csv_path.open() as handle:
+        compiled_bytes = float(next(csv.DictReader(handle))["sram_memory_used"]) * 1024
+    assert compiled_bytes == compiled.vela_allocation_bytes == compiled.npusched_allocation_bytes
+    assert compiled.allocator == "npusched" and compiled.hillclimb_bytes is not None
+    assert compiled.hillclimb_bytes > compiled_bytes
+    default_core = EXPORTS_DIR / "golden" / "vela-5.2.0-regor" / config / "kws_lstm_unrolled" / "summary.csv.gz"
+    with gzip.open(default_core, "rt") as handle:
+        assert compiled_bytes <= float(next(csv.DictReader(handle))["sram_memory_used"]) * 1024

@@ -101,8 +101,8 @@ class BackendResult:
     vela_allocation_bytes: int | None = None
     npusched_allocation_bytes: int | None = None
     limit_bytes: int | None = None
-    # Whose offsets Vela wrote for the fast storage ("npusched" where Vela's HillClimb needed more than the limit
-    # and npusched's allocator less) and what Vela's HillClimb needed.
+    # Whose offsets Vela wrote for the fast storage ("npusched" where Vela's HillClimb needed more than the limit,
+    # or the run optimises for Size, and npusched's allocator less) and what Vela's HillClimb needed.
     allocator: str = "vela"
     hillclimb_bytes: int | None = None
     # Said before the comparison: where the compiled graph is not the one the run priced (npusched.app.replay).

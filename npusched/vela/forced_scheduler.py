@@ -30,6 +30,7 @@ from npusched.schedule.evaluator import cascade_rolling_buffers, placement_of
 from npusched.schedule.memory_layout import LiveRange
 from npusched.schedule.schedule import OpSchedule, Schedule
 from npusched.target import codec
+from npusched.target.arch import OptimisationStrategy
 from npusched.target.estimators import PricedArchitecture
 from npusched.vela.lessons import vela_taught
 from npusched.vela.rolling_check import rolling_buffer_problems
@@ -130,14 +131,15 @@ class ForcedScheduler:
 
     def _allocate(self, own: Any, fast_area: Any, lrs: list[Any], max_iterations: Any, memory_limit: int
                   ) -> list[int]:
-        """Vela's HillClimb allocator; for the fast storage, where its allocation exceeds the limit, npusched's
-        allocator on the same live ranges when that needs less (so Vela writes npusched's offsets)."""
+        """Vela's HillClimb allocator; for the fast storage, where its allocation exceeds the limit or the run
+        optimises for Size (the bytes are what it minimises), npusched's allocator on the same live ranges when that
+        needs less (so Vela writes npusched's offsets)."""
         addresses: list[int] = own(lrs, max_iterations, memory_limit)
         if not lrs or any(lr.mem_area != fast_area for lr in lrs):
             return addresses
         size = max(address + lr.size for address, lr in zip(addresses, lrs, strict=True))
         self.hillclimb_bytes = size
-        if size <= int(self.arch.arena_cache_size):
+        if size <= int(self.arch.arena_cache_size) and self.arch.optimise is not OptimisationStrategy.SIZE:
             return addresses
         ours = allocate_ranges([LiveRange((lr.name,), lr.start_time, lr.end_time, lr.size) for lr in lrs],
                                alignment_bytes=max(lr.get_alignment() for lr in lrs))
