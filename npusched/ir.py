@@ -8,6 +8,7 @@ NPU block types, memory areas), so that reports read the same.
 from __future__ import annotations
 
 import enum
+import zlib
 from dataclasses import dataclass, field, replace
 from typing import overload
 
@@ -213,10 +214,12 @@ class FeatureMap:
     format: TensorFormat = field(default=TensorFormat.NHWC, compare=False)
 
     def __hash__(self) -> int:
-        # Feature maps key most of the solvers' dicts; hashing the nested fields every time dominated pricing.
+        # Feature maps key most of the solvers' dicts; hashing the nested fields every time dominated pricing. Of
+        # the name a checksum, not str's hash, which differs per process (PYTHONHASHSEED): a set of maps then
+        # iterates in one order in every run, and so does what is built from it (the CP-SAT model, its tie-breaks).
         cached = self.__dict__.get("_hash")
         if cached is None:
-            cached = hash((self.name, self.shape, self.dtype, self.quantization, self.uid))
+            cached = hash((zlib.crc32(self.name.encode()), self.shape, self.uid))
             object.__setattr__(self, "_hash", cached)
         return cached
 

@@ -9,8 +9,8 @@ checkout's (``PYTHONPATH=.`` for a worktree without its own install).
 
 A deterministic search the wall clock ends before its work budget is not reproducible (the run says so); such a
 cell is kept at three (or nine) times the limit, where the work budget ends it, and checked at the limit it was kept
-at. A cell the clock ends during the check (a busy machine) is reported as CLOCK, not as a difference: run it
-again on an idle machine.
+at. A cell the clock ends during the check (a busy machine), or ended when it was kept (a slower machine), is
+reported as CLOCK, not as a difference: run it again on an idle machine, or keep it again at a longer limit.
 """
 
 from __future__ import annotations
@@ -82,6 +82,9 @@ def one(action: str, cell: Cell, kept_folder: Path, time_limit: float) -> tuple[
     result = run_cell(cell, kept.get("time_limit", time_limit))
     if same_behaviour(kept, result):
         return f"same   {cell_key(cell)}", True
+    if kept["clock_ended"]:
+        return (f"CLOCK  {cell_key(cell)}: the wall clock ended the kept run's search (not reproducible): keep it "
+                "again at a longer limit"), False
     if result["clock_ended"]:
         # Not this checkout's doing: the machine was too busy for the work budget within the limit.
         return f"CLOCK  {cell_key(cell)}: the wall clock ended the search here (a busy machine): run it again", False
