@@ -109,3 +109,65 @@ def test_a_timed_run_reads_its_own_document_and_error_back(tmp_path: Path) -> No
     failed = solve_schedule(model, ["--accelerator-config", "ethos-u99"], tmp_path)
     assert failed.done.returncode == 2 and failed.doc is None
     assert failed.error.startswith("error: ") and "ethos-u99" in failed.error
+
+
+def test_a_grid_row_prices_each_run_against_each_cores_own_total() -> None:
+    """A row of a versus grid (both cores' columns given, as from an earlier grid): Vela legacy's own schedule (the
+    heuristic) priced by Vela legacy's model is that core's golden total, so its ratio against it is 1; every ratio
+    is the run's total under that core's model over the core's own; the summaries count the row once."""
+    from npusched.bench.versus import RunSpec, Settings, cell, columns, specs_in
+    from npusched.bench.versus_summary import core_summary, failures, grids_table, pair_summary
+    from npusched.vela.report import read_summary
+
+    name, model = "u55-128_hee_shared", "kws_dscnn_int8"
+    cores = {}
+    for core, folder in (("legacy", "vela-5.2.0-legacy"), ("default", "vela-5.2.0-regor")):
+        summary = read_summary(GOLDEN_ROOT / folder / name / model / "summary.csv")
+        cores |= {f"{core}_cycles": float(summary["cycles_total"]), f"{core}_cpu": 0}
+    specs = [RunSpec.parse("cpsat"), RunSpec.parse("heuristic")]
+    identity = {"source": "corpus", "model": model, "style": "tflite", "config": name}
+    row = cell(identity, corpus_dir() / f"{model}.tflite", load_configs()[name], specs,
+               Settings(time_limit_seconds=5, workers=1, deterministic=True), cores=cores)
+    assert set(row) <= set(columns(specs)) and specs_in(list(row)) == specs
+    assert row["heuristic_vs_legacy"] == 1.0
+    for spec in specs:
+        for core in ("legacy", "default"):
+            assert row[f"{spec.key}_vs_{core}"] == round(row[f"{spec.key}_by_{core}"] / cores[f"{core}_cycles"], 4)
+        assert row[f"{spec.key}_vs_worse"] == max(row[f"{spec.key}_vs_legacy"], row[f"{spec.key}_vs_default"])
+        assert row[f"{spec.key}_excluded"] == "" and row[f"{spec.key}_peak_vs_min"] == ""
+    summary = core_summary([row], specs)
+    assert f"vs_legacy: {row['cpsat_vs_legacy']:.3f} (worst {row['cpsat_vs_legacy']:.3f};" in summary[1]
+    assert "excluded: 0" in summary and failures([row], specs) == ["0 failed runs"]
+    pairs = pair_summary([row], specs, cores=True)
+    assert "\n| cpsat / heuristic | " in "\n".join(pairs)
+    assert "1 cells" in grids_table({"this": [row]})
+    broken = cell(identity, corpus_dir() / "missing.tflite", load_configs()[name], specs[1:], Settings(), cores=cores)
+    assert broken["heuristic_status"] == "error" and failures([broken], specs[1:])[0] == "1 failed runs:"
+
+
+def test_a_scripts_command_line_is_its_docstring_and_the_shared_options(tmp_path: Path) -> None:
+    """A script's --help is its docstring (first paragraph above the options, the rest after); the options every
+    grid takes are spelt and defaulted alike; a generated network is written under a name that says what it is
+    and reads back as a model."""
+    from npusched.bench.cli import add_budget, add_config, add_configs, parser
+    from npusched.bench.netgen_models import ARCHITECTURES, check, write_network
+    from npusched.frontend.tflite_reader import read_tflite
+
+    script = parser("What it measures,\n  in two lines.\n\n    python x.py --configs all\n")
+    add_configs(script)
+    add_config(script)
+    add_budget(script, time_limit=10.0)
+    assert script.description == "What it measures, in two lines."
+    assert script.epilog is not None and script.epilog.strip() == "python x.py --configs all"
+    given = script.parse_args(["--configs", "u55-128_hee_shared", "--deterministic"])
+    assert (given.configs, given.config, given.time_limit, given.workers, given.deterministic) == \
+        ("u55-128_hee_shared", "u55-128_hee_shared", 10.0, None, True)
+    assert check(["all"]) == (list(ARCHITECTURES), ["plain"])
+    with pytest.raises(ConfigError, match="'vgg'"):
+        check(["vgg"])
+    with pytest.raises(ConfigError, match="'onnx'"):
+        check(None, ["plain", "onnx"])
+    arch = next(iter(ARCHITECTURES))
+    path = write_network(tmp_path, arch, 8, 3, style="keras")
+    assert path.name == f"{arch}-8-s3-keras.tflite"
+    assert read_tflite(path).subgraphs
