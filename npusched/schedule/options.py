@@ -318,7 +318,7 @@ def _estimate(arch: PricedArchitecture, ctx: _OpContext, query: perf.Performance
         return perf.OpPerformance(
             npu_cycles=wa * a.npu_cycles + wb * b.npu_cycles, total_cycles=wa * a.total_cycles + wb * b.total_cycles,
             access_cycles={m: wa * a.access_cycles.get(m, 0.0) + wb * b.access_cycles.get(m, 0.0)
-                           for m in {*a.access_cycles, *b.access_cycles}},
+                           for m in dict.fromkeys([*a.access_cycles, *b.access_cycles])},
             macs=a.macs, op_cycles=wa * a.op_cycles + wb * b.op_cycles)
     cost = costs[0] if costs is not None else None
     if arch.estimator is Estimator.VELA_DEFAULT:

@@ -201,7 +201,7 @@ class BlendedPrice:
         b, b_slack, b_transfer = self.default.finish(default_arch, slacks[1])
         wa, wb = arch.blend_weights
         access = {mem: wa * a.access_cycles.get(mem, 0.0) + wb * b.access_cycles.get(mem, 0.0)
-                  for mem in {*a.access_cycles, *b.access_cycles}}
+                  for mem in dict.fromkeys([*a.access_cycles, *b.access_cycles])}
         blend = perf.OpPerformance(npu_cycles=wa * a.npu_cycles + wb * b.npu_cycles, access_cycles=access,
                                    total_cycles=wa * a.total_cycles + wb * b.total_cycles, macs=a.macs,
                                    bandwidth=a.bandwidth, scaled_bandwidth=a.scaled_bandwidth,
