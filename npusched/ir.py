@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import zlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import overload
 
 import numpy as np
@@ -18,7 +18,20 @@ import numpy as np
 NPU_MAX_DILATION = 2
 
 
-class MemArea(enum.Enum):
+class HashedEnum(enum.Enum):
+    """An enum hashing as ``enum.Enum`` does (its name's hash), worked out once per member: enums key the cost
+    model's dicts (memories, purposes, directions), where ``Enum.__hash__`` hashed the name on every lookup."""
+
+    _hash_: int
+
+    def __init__(self, *args: object) -> None:
+        self._hash_ = hash(self._name_)
+
+    def __hash__(self) -> int:
+        return self._hash_
+
+
+class MemArea(HashedEnum):
     """A physical memory of the system, as Vela's configuration files name them."""
 
     Sram = "Sram"
@@ -32,14 +45,14 @@ class MemArea(enum.Enum):
                 "OffChipFlash": "Off-chip Flash", "Shram": "SHRAM"}[self.value]
 
 
-class TensorFormat(enum.Enum):
+class TensorFormat(HashedEnum):
     """Layout of a feature map in memory: plain NHWC or the NPU's 16-channel brick format."""
 
     NHWC = "NHWC"
     NHCWB16 = "NHCWB16"
 
 
-class NpuBlockType(enum.Enum):
+class NpuBlockType(HashedEnum):
     """The NPU hardware unit that executes a pass (Vela's ``NpuBlockType``)."""
 
     Default = "Default"
@@ -52,7 +65,7 @@ class NpuBlockType(enum.Enum):
     Dma = "Dma"
 
 
-class ResamplingMode(enum.Enum):
+class ResamplingMode(HashedEnum):
     """How the IFM is upscaled on read (resize ops and transpose convolution)."""
 
     NONE = "none"
@@ -60,7 +73,7 @@ class ResamplingMode(enum.Enum):
     TRANSPOSE = "transpose"
 
 
-class DataType(enum.Enum):
+class DataType(HashedEnum):
     """Element types of feature maps and constants."""
 
     uint8 = "uint8"
@@ -105,17 +118,19 @@ class Shape4D:
     def elements_wh(self) -> int:
         return self.height * self.width
 
+    # Constructed, not ``dataclasses.replace``d (which inspects the fields on every call): the cost model and the
+    # candidate search call these hundreds of thousands of times.
     def with_height(self, height: int) -> Shape4D:
-        return replace(self, height=height)
+        return Shape4D(self.batch, height, self.width, self.depth)
 
     def with_width(self, width: int) -> Shape4D:
-        return replace(self, width=width)
+        return Shape4D(self.batch, self.height, width, self.depth)
 
     def with_hw(self, height: int, width: int) -> Shape4D:
-        return replace(self, height=height, width=width)
+        return Shape4D(self.batch, height, width, self.depth)
 
     def with_depth(self, depth: int) -> Shape4D:
-        return replace(self, depth=depth)
+        return Shape4D(self.batch, self.height, self.width, depth)
 
     # Spelt out per axis (not zipped lists): the cost model calls these a million times per CP-SAT model.
     def min(self, other: Shape4D) -> Shape4D:

@@ -19,14 +19,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from npusched.ir import MemArea, NpuBlockType, Shape4D, TensorFormat, ceil_div, round_up
+from npusched.ir import HashedEnum, MemArea, NpuBlockType, Shape4D, TensorFormat, ceil_div, round_up
 from npusched.target.performance_query import PerformanceQuery
 
 if TYPE_CHECKING:
     from npusched.target.arch import ArchitectureFeatures
 
 
-class Purpose(enum.Enum):
+class Purpose(HashedEnum):
     """What a transferred byte is for; the report splits bandwidth by it."""
 
     FeatureMap = "FeatureMap"
@@ -35,7 +35,7 @@ class Purpose(enum.Enum):
     LUT = "LUT"
 
 
-class Direction(enum.Enum):
+class Direction(HashedEnum):
     Read = "Read"
     Write = "Write"
 
