@@ -596,7 +596,7 @@ def _fastest_kept(stripe: StripeChoice, group: list[BlockConfig], floors: list[f
         rows = {i: _price_row(priced[i].price) for i in newly}
         for i in sorted(newly, key=rows.__getitem__):  # stable: of equal figures the first in search order
             row = rows[i]
-            kept = not any(all(f <= r for f, r in zip(other, row, strict=True)) for other in front)
+            kept = _undominated(front, row)
             if kept:
                 front.append(row)
             if kept or priced[i].is_vela_choice:
@@ -610,6 +610,18 @@ def _fastest_kept(stripe: StripeChoice, group: list[BlockConfig], floors: list[f
         if order[k] not in priced:
             priced[order[k]] = option(stripe, group[order[k]])
     raise AssertionError("unreachable: the last threshold settles every option")
+
+
+def _undominated(front: list[tuple[float, ...]], row: tuple[float, ...]) -> bool:
+    """Whether no row of ``front`` is at most ``row`` in every figure (loops, not nested generators: this runs for
+    every option ``_fastest_kept`` places, against every option kept before it)."""
+    for other in front:
+        for f, r in zip(other, row, strict=True):
+            if not f <= r:
+                break
+        else:
+            return False
+    return True
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -247,9 +247,11 @@ def _shortest_path(region: _Region, limit: int, candidate_group_cost: dict[tuple
         room = limit - c.mem_before
         chosen: tuple[float, int, int] | None = None
         for slack in data.slack_classes[c.start]:
-            found = lookup(c.start, slack)
+            found = ready.get((c.start, slack))  # the lists already sorted, else sorted now
             if found is None:
-                continue
+                found = lookup(c.start, slack)
+                if found is None:
+                    continue
             loads, costs, preds = found
             i = bisect.bisect_right(loads, room) - 1
             if i < 0 or costs[i] == INFINITE:
