@@ -296,8 +296,8 @@ def test_cheapest_options_select_as_from_every_option(config: str, model: str) -
                     full, fastest = cheapest_options(arch, op, stripe_heights=heights, weights_buffered=buffered,
                                                      count=BLOCK_CONFIGS_PER_OP)
                     # what single_candidates takes of the full-height answer, and the fastest per height
-                    assert _selected(full, BLOCK_CONFIGS_PER_OP)[0] == _selected(every, BLOCK_CONFIGS_PER_OP)[0]
-                    assert {h: (o.block_config, h, o.price) for h, o in fastest.items()} == \
-                        _selected(every, BLOCK_CONFIGS_PER_OP)[1]
+                    chosen, fastest_every = _selected(every, BLOCK_CONFIGS_PER_OP)
+                    assert _selected(full, BLOCK_CONFIGS_PER_OP)[0] == chosen
+                    assert {h: (o.block_config, h, o.price) for h, o in fastest.items()} == fastest_every
                     compared += 1
     assert compared > 3 * 20

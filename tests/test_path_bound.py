@@ -4,6 +4,8 @@ every schedule the evaluator prices."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from conftest import load_corpus
 
@@ -27,7 +29,10 @@ SHARED = "u55-128_hee_shared"
 DEDICATED = "u65-256_mid_dedicated256k"
 
 
+@functools.cache
 def _space(model: str, config: str, **overrides):
+    """(arch, network, facts, heuristic hint, references, region data) of a corpus model: worked out once per test
+    run (kws_dscnn_int8 under Shared_Sram is the space of two tests; nothing here is changed by a test)."""
     arch, network = load_corpus(model, config, **overrides)
     hint = heuristic_schedule(network, arch, arch.optimise.value)
     net = NetworkFacts(network, arch)
