@@ -589,10 +589,15 @@ def _fastest_kept(stripe: StripeChoice, group: list[BlockConfig], floors: list[f
     order = sorted(range(len(group)), key=lambda i: floors[i])
     front: list[tuple[float, ...]] = []  # the figures of the options kept so far
     settled: list[int] = []  # below the threshold and kept (Vela's always)
-    placed: set[int] = set()
+    pending = list(priced)  # priced, and not below a threshold yet
     for k in range(len(order) + 1):
         threshold = floors[order[k]] if k < len(order) else math.inf
-        newly = sorted(i for i, o in priced.items() if i not in placed and o.total_cycles < threshold)
+        newly: list[int] = []
+        waiting: list[int] = []
+        for i in pending:
+            (newly if priced[i].total_cycles < threshold else waiting).append(i)
+        pending = waiting
+        newly.sort()
         rows = {i: _price_row(priced[i].price) for i in newly}
         for i in sorted(newly, key=rows.__getitem__):  # stable: of equal figures the first in search order
             row = rows[i]
@@ -601,7 +606,6 @@ def _fastest_kept(stripe: StripeChoice, group: list[BlockConfig], floors: list[f
                 front.append(row)
             if kept or priced[i].is_vela_choice:
                 settled.append(i)
-            placed.add(i)
         if newly and len(settled) >= count or k == len(order):
             fastest = sorted(sorted(settled), key=lambda i: (priced[i].total_cycles, not priced[i].is_vela_choice))
             chosen = set(fastest[:count])
@@ -609,6 +613,7 @@ def _fastest_kept(stripe: StripeChoice, group: list[BlockConfig], floors: list[f
             return tuple(priced[i] for i in sorted(priced) if i in chosen or i in vela)
         if order[k] not in priced:
             priced[order[k]] = option(stripe, group[order[k]])
+            pending.append(order[k])
     raise AssertionError("unreachable: the last threshold settles every option")
 
 
