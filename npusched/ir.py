@@ -19,13 +19,14 @@ NPU_MAX_DILATION = 2
 
 
 class HashedEnum(enum.Enum):
-    """An enum hashing as ``enum.Enum`` does (its name's hash), worked out once per member: enums key the cost
-    model's dicts (memories, purposes, directions), where ``Enum.__hash__`` hashed the name on every lookup."""
+    """An enum hashed once per member, by a checksum of its name: enums key the cost model's dicts (memories,
+    purposes, directions), where ``Enum.__hash__`` hashed the name on every lookup, and with str's hash, which
+    differs per process (PYTHONHASHSEED), so a set of members iterated in another order in each run."""
 
     _hash_: int
 
     def __init__(self, *args: object) -> None:
-        self._hash_ = hash(self._name_)
+        self._hash_ = zlib.crc32(self._name_.encode())
 
     def __hash__(self) -> int:
         return self._hash_
