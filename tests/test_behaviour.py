@@ -53,18 +53,24 @@ def test_a_deterministic_run_decides_alike_with_every_cpu_busy() -> None:
     assert same_behaviour(kept, loaded), first_difference(kept, loaded)
 
 
-# The first CP-SAT model a deterministic run builds, serialised, printed by a process of its own.
+# The first CP-SAT model a deterministic search of a corpus model builds (from Vela legacy's schedule), serialised,
+# printed by a process of its own.
 FIRST_MODEL = """
 import hashlib, sys
-from npusched.bench.behaviour import run_cell
+from npusched.app.pipeline import load_network
+from npusched.bench.behaviour import cell_options
 from npusched.solvers import interruption
+from npusched.solvers.cpsat import SearchBudget, solve_cpsat
+from npusched.solvers.heuristic import heuristic_schedule
 
 def first_model(solver, model, callback=None):
     print(hashlib.sha256(str(model.Proto()).encode()).hexdigest())  # its text format
     sys.exit(0)
 
 interruption._solve = first_model
-run_cell((sys.argv[1], sys.argv[2], "cpsat"), 30.0)
+arch, network, _ = load_network(cell_options((sys.argv[1], sys.argv[2], "cpsat"), 30.0))
+solve_cpsat(network, arch, SearchBudget(time_limit_seconds=30, workers=1, deterministic=True),
+            hint=heuristic_schedule(network, arch))
 """
 
 
