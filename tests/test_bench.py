@@ -104,7 +104,7 @@ def test_a_csv_grid_resumes_with_the_rows_it_wrote(tmp_path: Path) -> None:
 def test_a_timed_run_reads_its_own_document_and_error_back(tmp_path: Path) -> None:
     model = corpus_dir() / "ad01_int8.tflite"
     done = solve_schedule(model, ["--solver", "heuristic"], tmp_path)
-    assert done.error == "" and done.doc is not None and done.wall_seconds > 0 and done.peak_rss_megabytes > 0
+    assert done.error == "" and done.doc is not None and done.peak_rss_megabytes > 0
     assert done.cycles == done.doc["totals"]["cycles"] and done.passes == done.doc["totals"]["npu_ops"]
     failed = solve_schedule(model, ["--accelerator-config", "ethos-u99"], tmp_path)
     assert failed.done.returncode == 2 and failed.doc is None
