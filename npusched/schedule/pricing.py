@@ -37,9 +37,9 @@ def price_inputs(arch: PricedArchitecture, op: NpuOp, config: BlockConfig | None
     layer, the heuristic's own estimates and ``price_op`` alike. ``ofm_depth`` prices only part of the OFM depth
     (a weight slice)."""
     query = query_for_op(op, config, ofm_depth=ofm_depth, ifm_format=ifm.format, ofm_format=ofm.format,
-                              ifm2_format=ifm2.format if ifm2 is not None else TensorFormat.NHWC,
-                              ifm_area=ifm.mem_area, ofm_area=ofm.mem_area,
-                              ifm2_area=ifm2.mem_area if ifm2 is not None else None, const_area=const_area)
+                         ifm2_format=ifm2.format if ifm2 is not None else TensorFormat.NHWC,
+                         ifm_area=ifm.mem_area, ofm_area=ofm.mem_area,
+                         ifm2_area=ifm2.mem_area if ifm2 is not None else None, const_area=const_area)
     lut = None
     if op.activation_lut is not None:
         lut = perf.DmaTransfer(arch.permanent_storage_mem_area, MemArea.Shram,
