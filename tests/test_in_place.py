@@ -213,6 +213,7 @@ def test_vela_writes_the_in_place_slice_where_the_copy_wrote(name: str, tmp_path
         assert sum(e[1].depth for e in ours_writes) == copy_shape.depth
 
 
+@pytest.mark.slow
 def test_a_tcn_under_size_needs_no_more_sram_than_either_core(tmp_path: Path) -> None:
     """kws_tcn_49x40 under --optimise Size on ethos-u55-128: the first output of each causal convolution of
     dilation 1 (``npusched.frontend.normalise.causal_convolutions``) is one tap on one step, a 1x1 convolution on

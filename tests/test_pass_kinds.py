@@ -34,7 +34,8 @@ def _whole_space(model: str, config: str, share: bool, monkeypatch: pytest.Monke
 
 
 @pytest.mark.parametrize(("model", "config"), [
-    ("kws_dscnn_s", "u55-128_hee_shared"), ("siamese_64", "u65-256_mid_dedicated256k"),
+    pytest.param("kws_dscnn_s", "u55-128_hee_shared", marks=pytest.mark.slow),
+    ("siamese_64", "u65-256_mid_dedicated256k"),
     pytest.param("mobilenet_v2_035_96", "u65-256_mid_dedicated256k", marks=pytest.mark.slow),
     pytest.param("kws_gru_unrolled", "u65-256_mid_dedicated256k", marks=pytest.mark.slow)])
 def test_pricing_each_kind_once_gives_the_candidate_space_pass_by_pass_pricing_gives(model, config, monkeypatch):

@@ -55,6 +55,7 @@ def _passes(graph: BuiltGraph) -> list[tuple[str, tuple[int, ...], tuple[int, ..
     return [(op.op_type, tuple(op.ifm.shape.as_list()), tuple(op.ofm.shape.as_list())) for op in graph.network.npu_ops]
 
 
+@pytest.mark.slow
 def test_every_rewrite_is_recorded_in_the_json(tmp_path: Path) -> None:
     """The schedule document has a record for every rewrite (sites found, applied, operators, seconds) and the
     recipe of its graph, which says what was switched off."""
@@ -108,6 +109,7 @@ def test_verify_each_rewrite_catches_a_wrong_one(monkeypatch: pytest.MonkeyPatch
         normalise(data, verify=True)
 
 
+@pytest.mark.slow
 def test_one_recipe_one_graph_whatever_the_cost_model_objective_or_solver(tmp_path: Path) -> None:
     """The graph is the recipe's: built from the recipe of one run, every estimator x objective x solver gets the
     same passes (the options decide only the recipe: ``recipe_for``)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from conftest import load_corpus
 
 from npusched.schedule.options import clear_caches
@@ -79,6 +80,7 @@ def test_price_tables_from_processes_are_the_same() -> None:
             assert all(any(fm is m for m in candidate.boundary) for fm in table.movable)
 
 
+@pytest.mark.slow
 def test_a_run_past_its_deadline_exits_though_its_processes_were_killed_mid_answer(tmp_path) -> None:
     """Large answers are still being sent when the deadline passes and the processes are killed: the caller gets
     None and its process exits (with a process pool's shared result queue, a reader left waiting for the rest of

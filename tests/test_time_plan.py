@@ -4,6 +4,7 @@ network says which limit works; a deterministic run's plan depends on its inputs
 
 from __future__ import annotations
 
+import pytest
 from conftest import CONFIGS, model_path
 
 from npusched.app.pipeline import run
@@ -45,6 +46,7 @@ def test_a_limit_shorter_than_loading_lowering_and_compiling_names_the_least_tha
     assert not plan_run(float(least), NASNET, 4.0, 6.0, cpus=2).warning
 
 
+@pytest.mark.slow
 def test_a_deterministic_runs_plan_depends_on_its_inputs_alone() -> None:
     """Run twice, once as if 5 s had gone before it started (a loaded machine): the same plan."""
     options = run_options_from_vela_args(model_path("kws_dscnn_int8"), CONFIGS["u55-128_hee_shared"],

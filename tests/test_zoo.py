@@ -120,19 +120,16 @@ def test_the_partition_is_the_same_in_every_configuration() -> None:
 
 
 @pytest.mark.parametrize("model", MODELS)
-def test_npusched_partitions_within_both_cores(model: str) -> None:
-    ours, bound = _partition(_network(model)), _bound(model)
+def test_npusched_partitions_within_both_cores_and_what_stays_on_the_cpu_is_listed(model: str) -> None:
+    network = _network(model)
+    ours, bound = _partition(network), _bound(model)
     within = ours.cpu_operators <= bound.cpu_operators and ours.npu_subgraphs <= bound.npu_subgraphs
     if model in NOT_YET:
         assert not within, f"{model} is within both cores' bound now ({ours} <= {bound}): take it off NOT_YET"
     else:
         assert within, f"{model}: npusched {ours}, the better core {bound}"
-
-
-@pytest.mark.parametrize("model", MODELS)
-def test_what_stays_on_the_cpu_is_listed(model: str) -> None:
-    left = dict(Counter(op.tflite_op for op in _network(model).cpu_ops))
-    assert left == RESIDUAL_CPU.get(model, ({}, ""))[0], [op.reason for op in _network(model).cpu_ops][:3]
+    left = dict(Counter(op.tflite_op for op in network.cpu_ops))
+    assert left == RESIDUAL_CPU.get(model, ({}, ""))[0], [op.reason for op in network.cpu_ops][:3]
 
 
 @pytest.mark.slow

@@ -22,6 +22,8 @@ from npusched.vela.report import read_summary, read_verbose_schedule
 WHOLLY_ON_NPU = tuple(model for model in MODELS if all(core_partition(model, config, "legacy") == Partition(0, 1)
                                                          for config in CONFIGS))
 HEURISTIC_CASES = [(config, model) for model in WHOLLY_ON_NPU for config in CONFIGS]
+# The quick tier compares each model in one configuration, every configuration in turn; the rest are slow.
+QUICK_CASES = {(tuple(CONFIGS)[number % len(CONFIGS)], model) for number, model in enumerate(WHOLLY_ON_NPU)}
 
 
 def _golden_file(config: str, model: str, name: str, folder: Path) -> Path:
@@ -30,7 +32,8 @@ def _golden_file(config: str, model: str, name: str, folder: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("config", "model"), HEURISTIC_CASES)
+@pytest.mark.parametrize(("config", "model"), [
+    case if case in QUICK_CASES else pytest.param(*case, marks=pytest.mark.slow) for case in HEURISTIC_CASES])
 def test_the_heuristic_is_velas_own_schedule(config: str, model: str) -> None:
     """Same schedule label, cascades and, per op, block config, stripes, cascade, weight buffers and SRAM in use as
     Vela legacy's --verbose-schedule of the export, and the same network cycles as its summary.csv."""

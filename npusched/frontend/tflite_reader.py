@@ -373,8 +373,16 @@ class _Reader:
 
 
 def parse_tflite(data: bytes, source: str = "<bytes>") -> TfliteModel:
-    """Decode TFLite flatbuffer bytes; ``source`` names the input in error messages."""
-    reader = _Reader(bytes(data), source)
+    """Decode TFLite flatbuffer bytes; ``source`` names the input in error messages.
+
+    The model is frozen, so the last few decoded are kept and shared: one file is often read again (a second
+    graph of it, a replay, a sweep's next configuration), and decoding is most of reading it."""
+    return _parse(bytes(data), source)
+
+
+@functools.lru_cache(maxsize=4)
+def _parse(data: bytes, source: str) -> TfliteModel:
+    reader = _Reader(data, source)
     try:
         return reader.model()
     except ModelError:

@@ -25,6 +25,7 @@ stripe; Vela's own choice is searched per stripe, since its ranking does depend 
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -589,14 +590,13 @@ def _fastest_kept(stripe: StripeChoice, group: list[BlockConfig], floors: list[f
     order = sorted(range(len(group)), key=lambda i: floors[i])
     front: list[tuple[float, ...]] = []  # the figures of the options kept so far
     settled: list[int] = []  # below the threshold and kept (Vela's always)
-    pending = list(priced)  # priced, and not below a threshold yet
+    pending = [(priced[i].total_cycles, i) for i in priced]  # priced, not below a threshold yet: a heap by total
+    heapq.heapify(pending)
     for k in range(len(order) + 1):
         threshold = floors[order[k]] if k < len(order) else math.inf
         newly: list[int] = []
-        waiting: list[int] = []
-        for i in pending:
-            (newly if priced[i].total_cycles < threshold else waiting).append(i)
-        pending = waiting
+        while pending and pending[0][0] < threshold:
+            newly.append(heapq.heappop(pending)[1])
         newly.sort()
         rows = {i: _price_row(priced[i].price) for i in newly}
         for i in sorted(newly, key=rows.__getitem__):  # stable: of equal figures the first in search order
@@ -613,7 +613,7 @@ def _fastest_kept(stripe: StripeChoice, group: list[BlockConfig], floors: list[f
             return tuple(priced[i] for i in sorted(priced) if i in chosen or i in vela)
         if order[k] not in priced:
             priced[order[k]] = option(stripe, group[order[k]])
-            pending.append(order[k])
+            heapq.heappush(pending, (priced[order[k]].total_cycles, order[k]))
     raise AssertionError("unreachable: the last threshold settles every option")
 
 
