@@ -101,7 +101,6 @@ def test_a_csv_grid_resumes_with_the_rows_it_wrote(tmp_path: Path) -> None:
     assert table[:2] == ["| network | ratio |", "|---|---:|"] and table[2].startswith("| ad01_int8 | 0.875")
 
 
-@pytest.mark.slow
 def test_a_timed_run_reads_its_own_document_and_error_back(tmp_path: Path) -> None:
     model = corpus_dir() / "ad01_int8.tflite"
     done = solve_schedule(model, ["--solver", "heuristic"], tmp_path)
@@ -112,7 +111,6 @@ def test_a_timed_run_reads_its_own_document_and_error_back(tmp_path: Path) -> No
     assert failed.error.startswith("error: ") and "ethos-u99" in failed.error
 
 
-@pytest.mark.slow
 def test_a_grid_row_prices_each_run_against_each_cores_own_total() -> None:
     """A row of a versus grid (both cores' columns given, as from an earlier grid): Vela legacy's own schedule (the
     heuristic) priced by Vela legacy's model is that core's golden total, so its ratio against it is 1; every ratio

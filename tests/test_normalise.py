@@ -743,7 +743,6 @@ def test_a_staged_input_costs_its_first_convolution_less_than_it_costs_the_copy(
     assert costs[True][0] < 0.5 * costs[False][0] and costs[True][1] < costs[False][1], costs
 
 
-@pytest.mark.slow
 def test_a_cpsat_run_lowers_the_model_as_it_is_for_its_report_once_and_before_its_search(tmp_path, monkeypatch):
     """The report's lowering of the model as it is is made when the run's graph is built, before the search (whose
     time the plan then shares out): after the search it ran past the plan (0.7 s of an unrolled GRU's run)."""
