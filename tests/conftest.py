@@ -187,3 +187,18 @@ def assert_names_the_peak(message: str, needed_bytes: int, network: Any) -> None
         held = what[len("weights of '"):-1] if what.startswith("weights of '") else what
         assert (held in ops) if what.startswith("weights of") else set(held.split("/")) <= names, (what, message)
         assert 0 < int(size) <= needed_bytes
+
+
+# The quick tier's tests of several seconds each: run first, so that under pytest-xdist (-n) no worker is left
+# finishing one of them while the others are idle.
+LONG_FIRST = ("test_options.py::test_cheapest_options_select_as_from_every_option",
+              "test_path_bound.py::test_dedicated_fast_storage_bound_is_below_the_optimum_and_near_it",
+              "test_graph_choice.py::test_the_answer_is_no_slower_than_either_core_and_the_floors_are_reported",
+              "test_pricing_pool.py::test_price_tables_from_processes_are_the_same",
+              "test_graph_choice.py::test_a_tcn_keeps_its_causal_convolutions_split",
+              "test_in_place.py::test_vela_writes_the_in_place_slice_where_the_copy_wrote",
+              "test_in_place.py::test_writing_in_place_saves_the_copies")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: not any(name in item.nodeid for name in LONG_FIRST))  # stable: the rest in order
