@@ -47,15 +47,33 @@ def test_a_limit_shorter_than_loading_lowering_and_compiling_names_the_least_tha
 
 
 @pytest.mark.slow
-def test_a_deterministic_runs_plan_depends_on_its_inputs_alone() -> None:
-    """Run twice, once as if 5 s had gone before it started (a loaded machine): the same plan."""
-    options = run_options_from_vela_args(model_path("kws_dscnn_int8"), CONFIGS["u55-128_hee_shared"],
-                                         time_limit_seconds=20, workers=1, deterministic=True)
+def test_a_deterministic_runs_plan_and_work_depend_on_its_inputs_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run twice, once as if 5 s had gone before it started (a loaded machine): the same plan, and the searches'
+    work is the plan's search time, shared as the plan shares it (not the whole limit: loading, lowering, the
+    floors, the bound and the final evaluation take their predicted part of it)."""
     import time
 
-    plans = [run(options, started=time.monotonic() - offset).solver_report.model_stats["time_plan"]
-             for offset in (0.0, 5.0)]
+    from npusched.app import cpsat_run
+
+    options = run_options_from_vela_args(model_path("kws_dscnn_int8"), CONFIGS["u55-128_hee_shared"],
+                                         time_limit_seconds=20, workers=1, deterministic=True)
+    works: list[float] = []
+    solve = cpsat_run.solve_cpsat
+
+    def recording(network, arch, budget, **kwargs):
+        works.append(budget.work_limit_seconds)
+        return solve(network, arch, budget, **kwargs)
+
+    monkeypatch.setattr(cpsat_run, "solve_cpsat", recording)
+    plans, runs_works = [], []
+    for offset in (0.0, 5.0):
+        works.clear()
+        plans.append(run(options, started=time.monotonic() - offset).solver_report.model_stats["time_plan"])
+        runs_works.append(list(works))
     assert plans[0] == plans[1] and not plans[0]["dropped"]
+    assert runs_works[0] == runs_works[1]
+    assert sum(runs_works[0]) == pytest.approx(plans[0]["search_seconds"], abs=0.01)
+    assert runs_works[0][-1] == pytest.approx(plans[0]["answer_search_seconds"], abs=0.01)  # npusched's graph last
 
 
 def _measured() -> list[tuple[dict[str, str], NetworkSize]]:

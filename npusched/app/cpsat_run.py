@@ -24,7 +24,7 @@ from typing import Protocol
 
 from npusched.app.floors import DEFAULT, LEGACY, DefaultCoreRun, Floor, legacy_floor
 from npusched.app.graph_choice import Graphs, decisions
-from npusched.app.time_plan import OWN_GRAPH_SHARE, NetworkSize, TimePlan, plan_run, predicted_spent_seconds
+from npusched.app.time_plan import NetworkSize, TimePlan, plan_run, predicted_spent_seconds
 from npusched.errors import ScheduleError, one_line
 from npusched.frontend.recipe import GraphRecipe
 from npusched.lowering.build import BuiltGraph
@@ -231,15 +231,14 @@ def _search_graphs(variants: list[BuiltGraph], graphs: Graphs,
     searches: list[Searched] = []
     errors: list[tuple[BuiltGraph, ScheduleError]] = []
     # The any-schedule bound is worked out once, for the graph returned: its time kept back (the larger graph's).
-    # A deterministic search's work is sized with the bound's nominal share, its clock with the plan's prediction.
-    bound_work = max((any_schedule_bound_seconds(v.network, objective) for v in variants), default=0.0) \
-        if plan.any_schedule_bound else 0.0
-    bound_seconds = max(bound_work, plan.predicted.get("any_schedule_bound", 0.0)) if plan.any_schedule_bound \
-        else 0.0
-    # The wall clock as the plan shares it; a deterministic search's work always 1 : 2 (sized by the inputs alone).
-    order, shares, work_shares = (variants[::-1], (1 - plan.own_share, 1.0), (1 - OWN_GRAPH_SHARE, OWN_GRAPH_SHARE)) \
-        if len(variants) == 2 else (variants, (1.0,) * len(variants), (1.0,) * len(variants))
-    for variant, share, work_share in zip(order, shares, work_shares, strict=True):
+    bound_seconds = max(max((any_schedule_bound_seconds(v.network, objective) for v in variants), default=0.0),
+                        plan.predicted.get("any_schedule_bound", 0.0)) if plan.any_schedule_bound else 0.0
+    # The wall clock as the plan shares it. A deterministic search's work is the plan's share, which in such a run
+    # is predicted from the inputs alone (loading, lowering, the floors, the bound and the compile all taken off).
+    order, shares, works = (variants[::-1], (1 - plan.own_share, 1.0),
+                            (plan.vela_search_seconds, plan.answer_search_seconds)) \
+        if len(variants) == 2 else (variants, (1.0,) * len(variants), (plan.answer_search_seconds,) * len(variants))
+    for variant, share, work in zip(order, shares, works, strict=True):
         if searches and interruption.requested():
             break  # Ctrl-C: the answer so far
         hint, hint_eval = hints[id(variant)] or (None, None)
@@ -249,7 +248,6 @@ def _search_graphs(variants: list[BuiltGraph], graphs: Graphs,
             - plan.compile_seconds - bound_seconds
         search_start = time.monotonic()
         try:
-            work = (options.time_limit_seconds - plan.compile_seconds - bound_work) * work_share
             budget = SearchBudget(left * share, options.workers, options.seed, options.deterministic, work, log)
             result = solve_cpsat(variant.network, objective, budget, hint=hint, hint_evaluation=hint_eval,
                                  any_bound=False)

@@ -17,7 +17,7 @@ process competing for the CPUs). Vela legacy's own schedule is never dropped; th
 cores' schedules made, which are returned where the search finds nothing better. Where loading,
 lowering and the compile alone exceed the limit, the plan says so and names the least limit that works. In
 ``--deterministic`` runs every figure is a prediction (the measured time of loading and lowering is not used), so
-the plan depends on the inputs alone; their searches' work is shared 2 : 1 whatever the plan gives the clock.
+the plan depends on the inputs alone, and each search's work is its share of the plan.
 """
 
 from __future__ import annotations
