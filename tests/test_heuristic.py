@@ -13,6 +13,8 @@ import re
 
 import pytest
 from conftest import (
+    CONFIGS,
+    EXPORTS_DIR,
     VELA_FAILED,
     assert_names_the_peak,
     corpus_arch,
@@ -120,6 +122,34 @@ def test_staging_limit_failure_becomes_a_schedule_error():
     # ... and why: Vela's size-optimised schedule peaks in its first cascade, with the network's input live.
     assert_names_the_peak(str(caught.value), needed, corpus_network(config, model))
     assert "(the cascade of 6 ops" in str(caught.value)
+
+
+@pytest.mark.slow
+def test_a_shared_arena_error_names_velas_staging_need_apart_from_the_peak(tmp_path):
+    """With shared storage Vela legacy checks only what it stages against the arena, then schedules the network
+    over it: the error names that need as Vela's (its CLI stops below it and compiles at it) and the schedule's
+    larger peak as the peak, not one as the other."""
+    from dataclasses import replace
+
+    from npusched.app.pipeline import load_network
+    from npusched.vela.command import run_options_from_vela_args, run_vela
+
+    options = run_options_from_vela_args(EXPORTS_DIR / "kws_dscnn_s_16x8.tflite",
+                                         CONFIGS["u55-256_hee_shared_arena128k"], time_limit_seconds=30)
+    small = replace(options, arena_cache_size=16384)
+    arch, network, _ = load_network(small)
+    with pytest.raises(ScheduleError) as caught:
+        heuristic_schedule(network, arch)
+    message = str(caught.value)
+    match = re.match(r"no schedule fits 16384 bytes of fast storage; Vela legacy's scheduler needs (\d+) bytes "
+                     r"staged there, and from that limit on schedules the network over it as over an arena: its use "
+                     r"peaks at step \d+ \(.+?\) with (\d+) bytes: ", message)
+    assert match is not None, message
+    staged, peak = int(match.group(1)), int(match.group(2))
+    assert staged == caught.value.needed_bytes and 16384 < staged < peak
+    below = run_vela(replace(options, arena_cache_size=staged - 16), tmp_path / "below")
+    assert below.returncode != 0 and "staging limit" in below.stdout + below.stderr
+    assert run_vela(replace(options, arena_cache_size=staged), tmp_path / "at").returncode == 0
 
 
 @pytest.mark.parametrize("model", ["kws_dscnn_int8", "micro_speech_int8", "resnet8_ic_int8", "vww_96_int8"])

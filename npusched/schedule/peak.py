@@ -7,7 +7,7 @@ feature maps and buffers to attack (a layer to split, an operator to move, weigh
 from __future__ import annotations
 
 from npusched.lowering.graph import Network, NpuSubgraph
-from npusched.schedule.evaluator import evaluate, subgraphs_of
+from npusched.schedule.evaluator import Evaluation, evaluate, subgraphs_of
 from npusched.schedule.memory_breakdown import PARTS, memory_breakdown
 from npusched.schedule.schedule import Schedule
 from npusched.target.estimators import PricedArchitecture
@@ -15,10 +15,11 @@ from npusched.target.estimators import PricedArchitecture
 LISTED = 4  # allocations named at the peak step, largest first
 
 
-def explain_peak(network: Network | NpuSubgraph, arch: PricedArchitecture, schedule: Schedule) -> str:
+def explain_peak(network: Network | NpuSubgraph, arch: PricedArchitecture, schedule: Schedule,
+                 evaluation: Evaluation | None = None) -> str:
     """Where ``schedule``'s fast-storage use peaks, how it splits into feature maps, rolling buffers and weight
-    buffers there, and the largest allocations live at that step."""
-    evaluation = evaluate(network, arch, schedule)
+    buffers there, and the largest allocations live at that step (``evaluation``: the schedule's, where known)."""
+    evaluation = evaluation or evaluate(network, arch, schedule)
     if not evaluation.memory or evaluation.peak_fast_storage == 0:
         return "it uses no fast storage"
     index, memory = max(enumerate(evaluation.memory), key=lambda item: item[1].peak)

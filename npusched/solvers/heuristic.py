@@ -38,6 +38,7 @@ from npusched.schedule.cascades import (
 )
 from npusched.schedule.evaluator import (
     TensorUse,
+    evaluate,
     staging_limit,
     subgraphs_of,
     tensor_use,
@@ -609,7 +610,14 @@ def _acceptable_schedule(arch: PricedArchitecture, sg: NpuSubgraph, use: TensorU
                               OptimisationStrategy.PERFORMANCE if size else OptimisationStrategy.SIZE, earlier)
     if not (other.fits and other.peak <= limit):
         smaller = result if result.peak <= other.peak else other
-        why = explain_peak(sg, arch, _as_schedule((smaller,), sg, arch))
+        schedule = _as_schedule((smaller,), sg, arch)
+        evaluation = evaluate(sg, arch, schedule)
+        why = explain_peak(sg, arch, schedule, evaluation)
+        if evaluation.peak_fast_storage > smaller.peak:
+            # Shared storage: Vela checks what it stages against the limit, then runs over it as over an arena.
+            raise StagingLimitError(f"no schedule fits {limit} bytes of fast storage; Vela legacy's scheduler needs "
+                                    f"{smaller.peak} bytes staged there, and from that limit on schedules the "
+                                    f"network over it as over an arena: {why}", needed_bytes=smaller.peak)
         raise StagingLimitError(f"no schedule fits {limit} bytes of fast storage; the smallest that fits needs "
                                 f"{smaller.peak} bytes: {why}", needed_bytes=smaller.peak)
     note = (f"Vela's {'size' if size else 'performance'}-optimised schedule needs {result.peak} bytes of fast "

@@ -62,7 +62,7 @@ FULL_MODEL_MAX_PASSES = 120
 # share of its work.
 WHOLE_SPACE_SHARE = 0.9
 PATH_BOUND_SHARE = 0.15
-PRICING_SECONDS_PER_PASS_AND_MODEL = 0.03
+PRICING_SECONDS_PER_PASS_AND_MODEL = 0.05
 
 
 # What a search gets at least when its time is gone and no hint fits (a schedule is still needed).
