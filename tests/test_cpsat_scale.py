@@ -75,6 +75,46 @@ def test_window_search_improves_on_the_heuristic(corpus_dir, monkeypatch):
     assert result.any_schedule_bound_cycles <= ev.total_cycles == result.objective_cycles < hint_cycles
 
 
+def test_a_deterministic_window_search_stops_by_the_work_of_its_moves(corpus_dir, monkeypatch):
+    """A deterministic window search is charged each move's work (its model's size, CP-SAT's deterministic time)
+    and stops at the first move that takes the charges to half its work budget, whatever the clock says: its
+    solves are not cut at a window's wall seconds (a busy machine takes longer to do the same work), and a run
+    with ten times the wall clock makes the same moves and returns the same schedule."""
+    from npusched.solvers.cpsat import windows
+
+    options = run_options_from_vela_args(corpus_dir / "mobilenet_v2_224_int8.tflite",
+                                         CONFIGS["u65-256_mid_dedicated256k"])
+    arch, network = load_network(options)[:2]
+    hint = heuristic_schedule(network, arch)
+    monkeypatch.setattr(cpsat_search, "FULL_MODEL_MAX_PASSES", 0)
+    charges: list[float] = []
+    wall_limits: list[float] = []
+    charge, new_solver = windows.move_seconds, windows.new_solver
+
+    def charged(built, solver):
+        charges.append(charge(built, solver))
+        return charges[-1]
+
+    def solver_for(time_limit, budget, work_seconds=None):
+        wall_limits.append(time_limit)
+        return new_solver(time_limit, budget, work_seconds)
+
+    monkeypatch.setattr(windows, "move_seconds", charged)
+    monkeypatch.setattr(windows, "new_solver", solver_for)
+    results = []
+    for wall in (60.0, 600.0):
+        charges.clear()
+        budget = cpsat.SearchBudget(time_limit_seconds=wall, workers=2, seed=1, deterministic=True,
+                                    work_limit_seconds=6.0)
+        results.append((cpsat.solve_cpsat(network, arch, budget, hint=hint, any_bound=False), list(charges)))
+    (first, first_charges), (second, second_charges) = results
+    assert first.model_stats["mode"] == "windows" and not first.model_stats.get("stopped_by_clock")
+    assert first.schedule == second.schedule and first_charges == second_charges
+    window_work = 6.0 / windows.LOAD_MARGIN
+    assert sum(first_charges[:-1]) < window_work <= sum(first_charges) or first.model_stats.get("exhausted")
+    assert min(wall_limits) > windows.WINDOW_SOLVE_SECONDS
+
+
 def test_windows_are_whole_runs_of_the_incumbent(corpus_dir):
     """A window never cuts a cascade of the incumbent, and it carries the runs just outside it."""
     options = run_options_from_vela_args(corpus_dir / "mobilenet_v2_224_int8.tflite",

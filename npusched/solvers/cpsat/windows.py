@@ -22,6 +22,7 @@ from npusched.solvers import interruption
 from npusched.solvers.cpsat.candidates import segments_of
 from npusched.solvers.cpsat.model import (
     SCALE,
+    CpSatModel,
     NetworkFacts,
     OutOfTime,
     Region,
@@ -43,8 +44,15 @@ WINDOW_PASSES = 16
 WINDOW_SOLVE_SECONDS = 2.0
 
 
-# With --deterministic the window search makes this many moves per second of the limit, whatever the clock says.
-DETERMINISTIC_MOVES_PER_SECOND = 1.0
+# With --deterministic the window search stops when the work its moves did, charged from what each did (never from
+# the clock), reaches half its work budget, so that a machine twice as busy still ends it by that work. A move is
+# charged a fixed part, a part per variable of its model and one per unit of CP-SAT's deterministic time: the line
+# under the wall time of the moves of NASNetMobile, EfficientNetB0, DenseNet121 and yolov8_tiny_128 on both kinds of
+# fast storage, 2 cores.
+MOVE_SECONDS = 0.1
+MOVE_SECONDS_PER_VARIABLE = 1e-4
+MOVE_SECONDS_PER_DETERMINISTIC_UNIT = 1.6
+LOAD_MARGIN = 2.0
 
 
 # Optimising for size, the window search spends this share of its time and moves lowering the peak.
@@ -70,24 +78,22 @@ def search_windows(net: NetworkFacts, references: tuple[Schedule, ...], hint: Sc
     ``bound_cycles``."""
     if budget.log is not None:
         budget.log(f"cp-sat: {why}; improving the schedule window by window")
-    # A deterministic search stops after a number of moves, not at the clock (which stays a safety net).
-    moves = (max(1, round(DETERMINISTIC_MOVES_PER_SECOND * budget.work_left())) if budget.deterministic
-             else math.inf)
+    # A deterministic search stops by the work its moves did, not at the clock (which stays a safety net).
+    work = budget.work_left() / LOAD_MARGIN if budget.deterministic else math.inf
     reason = f"large-neighbourhood search over windows ({why})"
     stats: dict[str, Any] = {}
     if net.arch.optimise is OptimisationStrategy.SIZE and (least_peak_bytes is None
                                                            or hint_eval.peak_fast_storage > least_peak_bytes):
-        peak_moves = max(1, round(PEAK_SHARE * moves)) if budget.deterministic else math.inf
         peak_budget = replace(budget, deadline=time.monotonic() + PEAK_SHARE * budget.seconds_left())
-        hint, hint_eval, peak_stats = _shrink_peak_by_windows(net, references, hint, hint_eval, limit, peak_budget,
-                                                              peak_moves)
+        hint, hint_eval, peak_stats, peak_work = _shrink_peak_by_windows(net, references, hint, hint_eval, limit,
+                                                                         peak_budget, PEAK_SHARE * work)
         stats.update(peak_stats)
-        moves = max(1, moves - peak_moves)
+        work = max(MOVE_SECONDS, work - peak_work)
         reason += "; peak lowered around its step only"
     if net.arch.optimise is OptimisationStrategy.SIZE:
         limit = min(limit, hint_eval.peak_fast_storage)
         reason += f"; cycles lowered within {limit} bytes"
-    schedule, evaluation, window_stats = _improve_by_windows(net, references, hint, hint_eval, limit, budget, moves,
+    schedule, evaluation, window_stats = _improve_by_windows(net, references, hint, hint_eval, limit, budget, work,
                                                              bound_cycles)
     stats.update(window_stats, mode="windows")
     if window_stats.get("exhausted"):
@@ -96,10 +102,11 @@ def search_windows(net: NetworkFacts, references: tuple[Schedule, ...], hint: Sc
 
 
 def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], incumbent: Schedule,
-                        evaluation: Evaluation, limit: int, budget: SearchBudget, moves: float,
+                        evaluation: Evaluation, limit: int, budget: SearchBudget, work: float,
                         bound_cycles: float = math.nan) -> tuple[Schedule, Evaluation, dict[str, Any]]:
     """Improve ``incumbent`` (verified; ``evaluation`` is the evaluator's) move by move until the deadline or
-    after ``moves`` moves (a deterministic search stops by count, never by the clock). A move
+    until its moves have done ``work`` seconds of it (``move_seconds``: a deterministic search stops by that
+    charge, never by the clock). A move
     decides some regions with everything else fixed, so an accepted move can only lower the total:
 
     * residency: every pass keeps the incumbent's choices, every feature map of every subgraph may move
@@ -113,7 +120,7 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
 
     Each stage repeats until it finds nothing better. The result is verified after every sweep; should a
     sweep's result fail, the previous one is kept."""
-    search = _WindowSearch(net, references, incumbent, evaluation, limit, budget, moves)
+    search = _WindowSearch(net, references, incumbent, evaluation, limit, budget, work)
     stats = search.stats
     longest = max(len(sg.ops) for sg in net.subgraphs)
     widths = [WINDOW_PASSES]
@@ -123,7 +130,7 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
     stages: list[tuple[str, int, int]] = [] if net.shared else [("residency", 0, 0)]
     stages += [("vela_configs_only", WINDOW_PASSES, 0), *(("full", width, 0) for width in widths)]
     idle_rounds = 0
-    while time.monotonic() < budget.deadline and search.moves_left > 0 and not interruption.requested():
+    while time.monotonic() < budget.deadline and search.work_left > 0 and not interruption.requested():
         if relative_gap(objective_of(search.verified_eval, net.arch), bound_cycles) <= CLOSED_GAP:
             stats["gap_closed"] = True
             break
@@ -138,7 +145,7 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
         improved = search.sweep(kind, width, offset)
         stats["sweeps"] += 1
         if not improved:
-            if budget.seconds_left() < 0.2 or search.moves_left <= 0:
+            if budget.seconds_left() < 0.2 or search.work_left <= 0:
                 break  # cut short: the stage is not known to find nothing
             stages.pop(0)
             continue
@@ -151,14 +158,14 @@ def _improve_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], inc
 
 class _WindowSearch:
     """The state of one window search: the incumbent (and the last verified schedule, kept when a sweep's result
-    fails), the moves left and the statistics."""
+    fails), the work left and the statistics."""
 
     def __init__(self, net: NetworkFacts, references: tuple[Schedule, ...], incumbent: Schedule,
-                 evaluation: Evaluation, limit: int, budget: SearchBudget, moves: float) -> None:
+                 evaluation: Evaluation, limit: int, budget: SearchBudget, work: float) -> None:
         self.net, self.references, self.limit, self.budget = net, references, limit, budget
         self.incumbent, self.evaluation = incumbent, evaluation
         self.verified, self.verified_eval = incumbent, evaluation
-        self.moves_left = moves
+        self.work_left = work
         self.stats: dict[str, Any] = {"windows": 0, "improved_windows": 0, "sweeps": 0, "largest_window": 0,
                                       "rounds": 0}
         # Under Estimator.BOTH with a cap: the incumbent's two weighted model totals (scaled), which a window may
@@ -176,7 +183,7 @@ class _WindowSearch:
             return self.move(regions, True, 4 * WINDOW_SOLVE_SECONDS)
         improved = False
         for sgi, lo, hi in windows_by_cost(net, width, self.evaluation, offset):
-            if self.budget.seconds_left() < 0.2 or self.moves_left <= 0:
+            if self.budget.seconds_left() < 0.2 or self.work_left <= 0:
                 break
             region = aligned_region(net, self.incumbent, sgi, lo, hi)
             self.stats["largest_window"] = max(self.stats["largest_window"], region.hi - region.lo + 1)
@@ -185,9 +192,8 @@ class _WindowSearch:
 
     def move(self, regions: list[Region], vela_configs_only: bool, seconds: float) -> bool:
         """Solve ``regions`` of the incumbent; True when that lowered its cost."""
-        if self.moves_left <= 0:
+        if self.work_left <= 0:
             return False
-        self.moves_left -= 1
         net, budget = self.net, self.budget
         try:
             built = build_model(net, regions, (self.incumbent, *self.references), limit=self.limit,
@@ -205,8 +211,9 @@ class _WindowSearch:
             cap = round(net.arch.blend_cap * SCALE)
             for window, window_before, total in held:
                 built.model.add(window <= window_before + max(0, cap - total))
-        solver = new_solver(min(budget.seconds_left(), seconds), budget, seconds / 2)
+        solver = new_solver(_solve_seconds(budget, seconds), budget, seconds / 2)
         status = interruption.solve(solver, built.model)
+        self.work_left -= move_seconds(built, solver)
         self.stats["windows"] += 1
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return False
@@ -311,19 +318,19 @@ def _peak_position(net: NetworkFacts, evaluation: Evaluation) -> tuple[int, int]
 
 
 def _shrink_peak_by_windows(net: NetworkFacts, references: tuple[Schedule, ...], incumbent: Schedule,
-                            evaluation: Evaluation, limit: int, budget: SearchBudget, moves: float
-                            ) -> tuple[Schedule, Evaluation, dict[str, Any]]:
+                            evaluation: Evaluation, limit: int, budget: SearchBudget, work: float
+                            ) -> tuple[Schedule, Evaluation, dict[str, Any], float]:
     """Lower the peak fast storage of ``incumbent`` (verified) window by window: a window around the step where
     the use peaks is re-decided with its highest use minimised, twice as wide when that finds nothing lower,
     back to ``WINDOW_PASSES`` after a success. What a window decides (its cascades, its rolling and weight
     buffers, the residency of maps that live only inside it) lives only inside it, and the passes outside keep
     their choices, so the use elsewhere stays as it was: an accepted move never raises the peak. Each accepted
-    move is verified by the evaluator. Stops at the deadline, after ``moves`` moves, or when a window as wide
-    as the subgraph finds nothing lower."""
+    move is verified by the evaluator. Stops at the deadline, once its moves have done ``work`` seconds of it
+    (``move_seconds``), or when a window as wide as the subgraph finds nothing lower; returns the work done too."""
     stats = {"peak_windows": 0, "peak_improved_windows": 0}
     width = WINDOW_PASSES
-    while moves > 0 and budget.seconds_left() > 0.2:
-        moves -= 1
+    done = 0.0
+    while done < work and budget.seconds_left() > 0.2:
         sgi, pos = _peak_position(net, evaluation)
         last = len(net.subgraphs[sgi].ops) - 1
         if width > 2 * (last + 1):
@@ -336,8 +343,9 @@ def _shrink_peak_by_windows(net: NetworkFacts, references: tuple[Schedule, ...],
         except OutOfTime:
             break
         add_hint(built, incumbent, peak)
-        solver = new_solver(min(budget.seconds_left(), WINDOW_SOLVE_SECONDS), budget, WINDOW_SOLVE_SECONDS / 2)
+        solver = new_solver(_solve_seconds(budget, WINDOW_SOLVE_SECONDS), budget, WINDOW_SOLVE_SECONDS / 2)
         status = interruption.solve(solver, built.model)
+        done += move_seconds(built, solver)
         stats["peak_windows"] += 1
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and solver.objective_value < peak:
             candidate, _ = extract_schedule(built, solver.boolean_value, incumbent)
@@ -351,4 +359,18 @@ def _shrink_peak_by_windows(net: NetworkFacts, references: tuple[Schedule, ...],
                                f"({evaluation.total_cycles:.0f} cycles)")
                 continue
         width *= 2
-    return incumbent, evaluation, stats
+    return incumbent, evaluation, stats, done
+
+
+def _solve_seconds(budget: SearchBudget, seconds: float) -> float:
+    """The wall clock a move's solve may take: ``seconds``, or in a deterministic search whatever the search has
+    left (its solve stops by its work, ``seconds / 2`` units of deterministic time, which a busy machine takes
+    longer to do)."""
+    return budget.seconds_left() if budget.deterministic else min(budget.seconds_left(), seconds)
+
+
+def move_seconds(built: CpSatModel, solver: cp_model.CpSolver) -> float:
+    """What a move is charged: from its model's size and CP-SAT's deterministic time, which do not depend on the
+    machine or its load (the seconds it takes on an idle one, as a rule)."""
+    return MOVE_SECONDS + MOVE_SECONDS_PER_VARIABLE * built.stats["variables"] \
+        + MOVE_SECONDS_PER_DETERMINISTIC_UNIT * solver.response_proto.deterministic_time
