@@ -115,6 +115,28 @@ def test_a_deterministic_window_search_stops_by_the_work_of_its_moves(corpus_dir
     assert min(wall_limits) > windows.WINDOW_SOLVE_SECONDS
 
 
+def test_a_whole_space_too_large_for_the_time_left_is_not_priced(corpus_dir, monkeypatch):
+    """A large network whose whole candidate space would take longer to price than its share of the time left (here
+    made so by its estimate) is not priced at all: the window search gets the time instead (it took 21 s of 30 on
+    NASNetMobile's ethos-u65-256 run, then failed, and left the windows one move)."""
+    options = run_options_from_vela_args(corpus_dir / "mobilenet_v2_224_int8.tflite",
+                                         CONFIGS["u65-256_mid_dedicated256k"])
+    arch, network = load_network(options)[:2]
+    hint = heuristic_schedule(network, arch)
+    monkeypatch.setattr(cpsat_search, "FULL_MODEL_MAX_PASSES", 0)
+    monkeypatch.setattr(cpsat_search, "PRICING_SECONDS_PER_PASS_AND_MODEL", 1.0)
+
+    def not_priced(*args, **kwargs):
+        raise AssertionError("the whole candidate space was priced")
+
+    monkeypatch.setattr(cpsat_search, "whole_network_data", not_priced)
+    result = cpsat.solve_cpsat(network, arch, cpsat.SearchBudget(time_limit_seconds=8, workers=2, seed=1),
+                               hint=hint, any_bound=False)
+    stats = result.model_stats
+    assert stats["path_bound"] == "the whole candidate space is too large to price within the time left"
+    assert stats["mode"] == "windows" and stats["windows"] > 1
+
+
 def test_windows_are_whole_runs_of_the_incumbent(corpus_dir):
     """A window never cuts a cascade of the incumbent, and it carries the runs just outside it."""
     options = run_options_from_vela_args(corpus_dir / "mobilenet_v2_224_int8.tflite",

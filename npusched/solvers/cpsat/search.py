@@ -58,8 +58,8 @@ FULL_MODEL_MAX_PASSES = 120
 
 # Of the time left, what pricing the whole candidate space of a large network for the path bound may take (else the
 # window search goes on without it: its windows reuse what was priced), and what the bound's subgradient steps may
-# take. A deterministic run prices it only when its estimate, per pass and cost model over its workers, fits that
-# share of its work.
+# take. It is priced only where its estimate, per pass and cost model over the processes (the highest rate
+# measured on the window-searched networks), fits that share of the time left (a deterministic run: of its work).
 WHOLE_SPACE_SHARE = 0.9
 PATH_BOUND_SHARE = 0.15
 PRICING_SECONDS_PER_PASS_AND_MODEL = 0.05
@@ -420,15 +420,19 @@ def _relax_whole_space(net: NetworkFacts, references: tuple[Schedule, ...], hint
                        hint_eval: Evaluation | None, limit: int, budget: SearchBudget, build_deadline: float,
                        stats: dict[str, Any]) -> _Relaxed:
     """Price the whole candidate space and bound it (``hint_eval``: the hint's when it fits). A network the one
-    model holds is priced by ``build_deadline``, as its build would be (the build then reuses it); a larger one within
-    ``WHOLE_SPACE_SHARE`` of the time (a deterministic run: when its estimate fits that share of its work),
-    and what it priced is not lost when the window search follows: its windows reuse it."""
+    model holds is priced by ``build_deadline``, as its build would be (the build then reuses it); a larger one,
+    where its estimate fits ``WHOLE_SPACE_SHARE`` of the time left (a deterministic run: of its work), within that
+    share, and what it priced is not lost when the window search follows: its windows reuse it."""
     large = net.passes > FULL_MODEL_MAX_PASSES
     models = 2 if net.arch.estimator is Estimator.BOTH else 1
-    # Sized by the workers asked for, not the CPUs found, so that a deterministic run decides alike everywhere.
-    if large and budget.deterministic and net.passes * models * PRICING_SECONDS_PER_PASS_AND_MODEL / budget.threads \
-            > WHOLE_SPACE_SHARE * budget.work_left():
-        stats["path_bound"] = "the whole candidate space is too large to price within the work budget"
+    # A deterministic run sizes it by the workers asked for, not the CPUs found, so that it decides alike
+    # everywhere; another leaves it out where it would not be done in its share and leaves the window search the
+    # time instead.
+    processes = budget.threads if budget.deterministic else usable_processes(budget.threads)
+    if large and net.passes * models * PRICING_SECONDS_PER_PASS_AND_MODEL / processes \
+            > WHOLE_SPACE_SHARE * (budget.work_left() if budget.deterministic else budget.seconds_left()):
+        stats["path_bound"] = "the whole candidate space is too large to price within the " + (
+            "work budget" if budget.deterministic else "time left")
         return _Relaxed()
     deadline = build_deadline if not large else budget.deadline if budget.deterministic else \
         min(budget.deadline, time.monotonic() + WHOLE_SPACE_SHARE * budget.seconds_left())
