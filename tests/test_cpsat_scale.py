@@ -124,7 +124,7 @@ def test_a_whole_space_too_large_for_the_time_left_is_not_priced(corpus_dir, mon
     arch, network = load_network(options)[:2]
     hint = heuristic_schedule(network, arch)
     monkeypatch.setattr(cpsat_search, "FULL_MODEL_MAX_PASSES", 0)
-    monkeypatch.setattr(cpsat_search, "PRICING_SECONDS_PER_PASS_AND_MODEL", 1.0)
+    monkeypatch.setitem(cpsat_search.TYPICAL_PRICING_SECONDS_PER_PASS_AND_MODEL, "dedicated", 1.0)
 
     def not_priced(*args, **kwargs):
         raise AssertionError("the whole candidate space was priced")

@@ -58,11 +58,13 @@ FULL_MODEL_MAX_PASSES = 120
 
 # Of the time left, what pricing the whole candidate space of a large network for the path bound may take (else the
 # window search goes on without it: its windows reuse what was priced), and what the bound's subgradient steps may
-# take. It is priced only where its estimate, per pass and cost model over the processes (the highest rate
-# measured on the window-searched networks), fits that share of the time left (a deterministic run: of its work).
+# take. Its estimate is per pass and cost model over the processes: a deterministic run prices it where the highest
+# rate measured on the window-searched networks (dedicated fast storage, where weights are priced buffered and not)
+# fits that share of its work; another, where a typical rate for its kind of fast storage fits the time left.
 WHOLE_SPACE_SHARE = 0.9
 PATH_BOUND_SHARE = 0.15
 PRICING_SECONDS_PER_PASS_AND_MODEL = 0.05
+TYPICAL_PRICING_SECONDS_PER_PASS_AND_MODEL = {"shared": 0.025, "dedicated": 0.04}
 
 
 # What a search gets at least when its time is gone and no hint fits (a schedule is still needed).
@@ -421,16 +423,18 @@ def _relax_whole_space(net: NetworkFacts, references: tuple[Schedule, ...], hint
                        stats: dict[str, Any]) -> _Relaxed:
     """Price the whole candidate space and bound it (``hint_eval``: the hint's when it fits). A network the one
     model holds is priced by ``build_deadline``, as its build would be (the build then reuses it); a larger one,
-    where its estimate fits ``WHOLE_SPACE_SHARE`` of the time left (a deterministic run: of its work), within that
-    share, and what it priced is not lost when the window search follows: its windows reuse it."""
+    where its estimate fits the time left (a deterministic run: ``WHOLE_SPACE_SHARE`` of its work), within that
+    share of the time, and what it priced is not lost when the window search follows: its windows reuse it."""
     large = net.passes > FULL_MODEL_MAX_PASSES
     models = 2 if net.arch.estimator is Estimator.BOTH else 1
     # A deterministic run sizes it by the workers asked for, not the CPUs found, so that it decides alike
-    # everywhere; another leaves it out where it would not be done in its share and leaves the window search the
-    # time instead.
+    # everywhere; another leaves it out where it could not be done in the time left, which the window search
+    # then gets instead.
+    rate = PRICING_SECONDS_PER_PASS_AND_MODEL if budget.deterministic \
+        else TYPICAL_PRICING_SECONDS_PER_PASS_AND_MODEL["shared" if net.shared else "dedicated"]
     processes = budget.threads if budget.deterministic else usable_processes(budget.threads)
-    if large and net.passes * models * PRICING_SECONDS_PER_PASS_AND_MODEL / processes \
-            > WHOLE_SPACE_SHARE * (budget.work_left() if budget.deterministic else budget.seconds_left()):
+    if large and net.passes * models * rate / processes > (
+            WHOLE_SPACE_SHARE * budget.work_left() if budget.deterministic else budget.seconds_left()):
         stats["path_bound"] = "the whole candidate space is too large to price within the " + (
             "work budget" if budget.deterministic else "time left")
         return _Relaxed()
