@@ -226,8 +226,8 @@ def _search_graphs(variants: list[BuiltGraph], graphs: Graphs,
                    timings: dict[str, float]) -> tuple[list[Searched], list[tuple[BuiltGraph, ScheduleError]]]:
     """Each graph's search with its share of what is left of the limit, Vela's graph's first: what its search
     leaves unspent (it proved its answer optimal early) goes to npusched's, whose answer the run returns more often;
-    with ``--deterministic`` each sized by the limit alone (its share of the work), never by the clock. The searches
-    are returned npusched's first (a tie keeps it)."""
+    with ``--deterministic`` each's work is its share of the plan (predicted from the inputs), never the clock. The
+    searches are returned npusched's first (a tie keeps it)."""
     searches: list[Searched] = []
     errors: list[tuple[BuiltGraph, ScheduleError]] = []
     # The any-schedule bound is worked out once, for the graph returned: its time kept back (the larger graph's).
