@@ -112,7 +112,8 @@ def test_a_deterministic_window_search_stops_by_the_work_of_its_moves(corpus_dir
     assert first.schedule == second.schedule and first_charges == second_charges
     window_work = 6.0 / windows.LOAD_MARGIN
     assert sum(first_charges[:-1]) < window_work <= sum(first_charges) or first.model_stats.get("exhausted")
-    assert min(wall_limits) > windows.WINDOW_SOLVE_SECONDS
+    caps = (windows.WINDOW_SOLVE_SECONDS, 4 * windows.WINDOW_SOLVE_SECONDS)  # a window's and the residency move's
+    assert wall_limits and not any(limit in caps for limit in wall_limits)
 
 
 def test_a_whole_space_too_large_for_the_time_left_is_not_priced(corpus_dir, monkeypatch):
