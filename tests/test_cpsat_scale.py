@@ -88,7 +88,7 @@ def test_a_deterministic_window_search_stops_by_the_work_of_its_moves(corpus_dir
     hint = heuristic_schedule(network, arch)
     monkeypatch.setattr(cpsat_search, "FULL_MODEL_MAX_PASSES", 0)
     charges: list[float] = []
-    wall_limits: list[float] = []
+    solve_limits: list[float] = []
     charge, new_solver = windows.move_seconds, windows.new_solver
 
     def charged(built, solver):
@@ -96,7 +96,7 @@ def test_a_deterministic_window_search_stops_by_the_work_of_its_moves(corpus_dir
         return charges[-1]
 
     def solver_for(time_limit, budget, work_seconds=None):
-        wall_limits.append(time_limit)
+        solve_limits.append(time_limit)
         return new_solver(time_limit, budget, work_seconds)
 
     monkeypatch.setattr(windows, "move_seconds", charged)
@@ -113,7 +113,7 @@ def test_a_deterministic_window_search_stops_by_the_work_of_its_moves(corpus_dir
     window_work = 6.0 / windows.LOAD_MARGIN
     assert sum(first_charges[:-1]) < window_work <= sum(first_charges) or first.model_stats.get("exhausted")
     caps = (windows.WINDOW_SOLVE_SECONDS, 4 * windows.WINDOW_SOLVE_SECONDS)  # a window's and the residency move's
-    assert wall_limits and not any(limit in caps for limit in wall_limits)
+    assert solve_limits and not any(limit in caps for limit in solve_limits)
 
 
 def test_a_whole_space_too_large_for_the_time_left_is_not_priced(corpus_dir, monkeypatch):
