@@ -427,16 +427,17 @@ def _relax_whole_space(net: NetworkFacts, references: tuple[Schedule, ...], hint
     share of the time, and what it priced is not lost when the window search follows: its windows reuse it."""
     large = net.passes > FULL_MODEL_MAX_PASSES
     models = 2 if net.arch.estimator is Estimator.BOTH else 1
-    # A deterministic run sizes it by the workers asked for, not the CPUs found, so that it decides alike
-    # everywhere; another leaves it out where it could not be done in the time left, which the window search
-    # then gets instead.
-    rate = PRICING_SECONDS_PER_PASS_AND_MODEL if budget.deterministic \
-        else TYPICAL_PRICING_SECONDS_PER_PASS_AND_MODEL["shared" if net.shared else "dedicated"]
-    processes = budget.threads if budget.deterministic else usable_processes(budget.threads)
-    if large and net.passes * models * rate / processes > (
-            WHOLE_SPACE_SHARE * budget.work_left() if budget.deterministic else budget.seconds_left()):
-        stats["path_bound"] = "the whole candidate space is too large to price within the " + (
-            "work budget" if budget.deterministic else "time left")
+    if budget.deterministic:
+        # Sized by the workers asked for, not the CPUs found, so that it decides alike everywhere.
+        rate, processes, available, within = (PRICING_SECONDS_PER_PASS_AND_MODEL, budget.threads,
+                                              WHOLE_SPACE_SHARE * budget.work_left(), "work budget")
+    else:
+        # Left out where it could not be done in the time left, which the window search then gets instead.
+        rate, processes, available, within = (
+            TYPICAL_PRICING_SECONDS_PER_PASS_AND_MODEL["shared" if net.shared else "dedicated"],
+            usable_processes(budget.threads), budget.seconds_left(), "time left")
+    if large and net.passes * models * rate / processes > available:
+        stats["path_bound"] = f"the whole candidate space is too large to price within the {within}"
         return _Relaxed()
     deadline = build_deadline if not large else budget.deadline if budget.deterministic else \
         min(budget.deadline, time.monotonic() + WHOLE_SPACE_SHARE * budget.seconds_left())
