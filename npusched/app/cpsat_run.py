@@ -231,8 +231,8 @@ def _search_graphs(variants: list[BuiltGraph], graphs: Graphs,
     searches: list[Searched] = []
     errors: list[tuple[BuiltGraph, ScheduleError]] = []
     # The any-schedule bound is worked out once, for the graph returned: its time kept back (the larger graph's).
-    bound_seconds = max(plan.predicted.get("any_schedule_bound", 0.0),
-                        *(any_schedule_bound_seconds(v.network, objective) for v in variants)) \
+    bound_seconds = max([plan.predicted.get("any_schedule_bound", 0.0),
+                         *(any_schedule_bound_seconds(v.network, objective) for v in variants)]) \
         if plan.any_schedule_bound else 0.0
     # The wall clock as the plan shares it. A deterministic search's work is the plan's share, which in such a run
     # is predicted from the inputs alone (loading, lowering, the floors, the bound and the compile all taken off).
