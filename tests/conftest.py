@@ -17,6 +17,7 @@ from typing import Any
 import export_forms
 import pytest
 
+from npusched.app.cli import GC_THRESHOLDS
 from npusched.app.pipeline import architecture, load_network
 from npusched.frontend.tflite_reader import read_tflite
 from npusched.lowering.graph import Network, NpuSubgraph, lower_model
@@ -206,10 +207,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Fewer of the interpreter's garbage collections over the session: the caches the tests fill (block configs,
-    compute costs, lowered networks) grow to over a million objects, which each full collection walks (at the
-    default thresholds, 30-37 of them took 8-9 s of each quick-tier worker's CPU; 1-2 s at these)."""
-    gc.set_threshold(5000, 20, 20)
+    """The command's garbage-collection thresholds: the caches the tests fill (block configs, compute costs,
+    lowered networks) grow to over a million objects, which each full collection walks (at the interpreter's
+    defaults, 30-37 of them took 8-9 s of each quick-tier worker's CPU; 1-2 s at these)."""
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

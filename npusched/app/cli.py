@@ -215,8 +215,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+# The command's garbage-collection thresholds: its heap (the candidate space's prices, a network's block configs)
+# grows to millions of objects, which each full collection walks; at the interpreter's defaults (700, 10, 10) a
+# 600-pass network's run spent 2.8 s of --time-limit 30 collecting, at these 0.6 s.
+GC_THRESHOLDS = (5000, 20, 20)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     started = STARTED if argv is None else time.monotonic()
+    if argv is None:
+        gc.set_threshold(*GC_THRESHOLDS)
     args = build_parser().parse_args(argv)
     status = exit_status(lambda: _run(args, started), str(args.model))
     if argv is None:
