@@ -195,7 +195,6 @@ def assert_names_the_peak(message: str, needed_bytes: int, network: Any) -> None
 # finishing one of them while the others are idle.
 LONG_FIRST = ("test_options.py::test_cheapest_options_select_as_from_every_option",
               "test_path_bound.py::test_dedicated_fast_storage_bound_is_below_the_optimum_and_near_it",
-              "test_graph_choice.py::test_the_answer_is_no_slower_than_either_core_and_the_floors_are_reported",
               "test_pricing_pool.py::test_price_tables_from_processes_are_the_same",
               "test_graph_choice.py::test_a_tcn_keeps_its_causal_convolutions_split",
               "test_in_place.py::test_vela_writes_the_in_place_slice_where_the_copy_wrote",
