@@ -121,3 +121,46 @@ def test_the_default_cores_line_covers_nine_runs_in_ten_of_its_measured_seconds(
     from npusched.app.time_plan import default_core_seconds
 
     _assert_nine_in_ten_covered([float(row["default_core"]) / default_core_seconds(size) for row, size in _measured()])
+
+
+# ResNet50 at 96 x 96 as Keras exports it (`scripts/export_zoo.py large`): 110 passes, 25.5 MB of weights,
+# npusched's graph and Vela's apart.
+RESNET50 = NetworkSize(passes=110, operators=110, weight_bytes=25_521_344, graphs_differ=True, cost_models=2,
+                       ofm_elements=3_699_619)
+
+
+def test_a_second_graphs_start_is_not_charged_its_weights_encoding_again() -> None:
+    """npusched's graph's start, a second run of the heuristic, reads the weights' encodings the floor's made: a
+    weight-heavy network at 30 s keeps npusched's graph searched (it was dropped for a 14 s start that took 0.12 s)."""
+    plan = plan_run(30.0, RESNET50, 1.7, 5.2, cpus=2)
+    assert plan.own_graph_search and "own_graph_search" not in dict(plan.dropped)
+    assert plan.predicted["starts"] < 0.2 * plan.predicted["legacy_floor"]
+
+
+def test_a_heuristic_of_the_other_graph_encodes_no_weights_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The premise of the plan's start: after Vela legacy's schedule of Vela's graph, the heuristic of npusched's
+    graph (MobileNet-V2 of the corpus on ethos-u65-256, its input staged in npusched's graph alone) finds every weight
+    encoding in the codec's cache."""
+    from npusched.app import pipeline
+    from npusched.app.graph_choice import Graphs
+    from npusched.solvers.heuristic import heuristic_schedule
+    from npusched.target import weights
+
+    options = run_options_from_vela_args(model_path("mobilenet_v2_224_int8"), CONFIGS["u65-256_mid_dedicated256k"],
+                                         solver="cpsat")
+    loaded = pipeline.load(options)
+    graphs = Graphs(loaded.build, loaded.recipe)
+    assert graphs.vela is not graphs.own
+    weights.clear_caches()
+    encoded: list[int] = []
+    real = weights._encode_substream
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        encoded.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(weights, "_encode_substream", counted)
+    heuristic_schedule(graphs.vela.network, loaded.arch, loaded.arch.optimise)
+    first = len(encoded)
+    heuristic_schedule(graphs.own.network, loaded.arch, loaded.arch.optimise)
+    assert first > 50 and len(encoded) == first
