@@ -78,7 +78,7 @@ REWRITE_MODELS: dict[str, tuple[Callable[[], bytes], bool]] = {
     "staged_output": (lambda: generate("unet", 40, 1, torch_style=True), True),
     "softmax_bands": (lambda: generate("unet", 40, 1, segmentation=True), False),
     "dilated_sequence": (lambda: generate("tcn", 60, 0), False),
-    "causal_convolution": (lambda: generate("tcn", 40, 1), False),
+    "padded_convolution": (lambda: generate("tcn", 40, 1), False),
     "in_place_writes": (lambda: generate("densenet", 40, 1), False),
     "softmax_deep_views": (lambda: generate("transformer", 40, 1), False),
 }
@@ -196,7 +196,7 @@ def assert_names_the_peak(message: str, needed_bytes: int, network: Any) -> None
 LONG_FIRST = ("test_options.py::test_cheapest_options_select_as_from_every_option",
               "test_path_bound.py::test_dedicated_fast_storage_bound_is_below_the_optimum_and_near_it",
               "test_pricing_pool.py::test_price_tables_from_processes_are_the_same",
-              "test_graph_choice.py::test_a_tcn_keeps_its_causal_convolutions_split",
+              "test_graph_choice.py::test_a_tcn_pads_its_causal_convolutions_in_hardware",
               "test_in_place.py::test_vela_writes_the_in_place_slice_where_the_copy_wrote",
               "test_in_place.py::test_writing_in_place_saves_the_copies")
 

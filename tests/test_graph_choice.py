@@ -130,15 +130,15 @@ def test_objective_estimator_minimises_the_estimators_model_alone(tmp_path: Path
     assert result.evaluation.total_cycles <= legacy.cycles_by_estimator["vela-legacy"]
 
 
-def test_a_tcn_keeps_its_causal_convolutions_split_and_is_no_slower_than_the_default_core(tmp_path: Path) -> None:
+def test_a_tcn_pads_its_causal_convolutions_in_hardware_and_is_no_slower_than_the_default_core(tmp_path: Path) -> None:
     """A TCN's causal PADs are longer than Vela legacy folds into hardware padding, so its graph copies every
-    padded input (26% of the cycles under the default core's model, which pads in hardware). Computed without
-    the copies, the run keeps that graph, and on ethos-u65-256 its schedule is no slower than the default core's
-    own under the default core's model, nor than Vela legacy's under its own."""
+    padded input (26% of the cycles under the default core's model, which pads in hardware). Padded in hardware
+    (``padded_convolutions``), the run keeps that graph, and on ethos-u65-256 its schedule is no slower than the
+    default core's own under the default core's model, nor than Vela legacy's under its own."""
     from npusched.netgen import generate
 
     result = _run(tmp_path, generate("tcn", 40, 1), "u65-256_mid_dedicated256k")
-    decision = _decision(result, "causal_convolution")
+    decision = _decision(result, "padded_convolution")
     assert decision.applied, decision.reason
     assert not any(op.name.endswith("_main") and "pad" in op.name for op in result.network.npu_ops)
     floors = {floor.core: floor for floor in result.floors}

@@ -12,11 +12,12 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import CORPUS_DIR as CORPUS
+from conftest import EXPORTS_DIR
 
 from npusched.frontend.normalise import GraphRecipe, normalise, repack
-from npusched.frontend.normalise.causal_convolutions import CAUSAL_CONVOLUTIONS
 from npusched.frontend.normalise.gates_first import GATES_FIRST
 from npusched.frontend.normalise.grouped_convolutions import GROUPED_CONVOLUTIONS
+from npusched.frontend.normalise.padded_convolutions import PADDED_CONVOLUTIONS
 from npusched.frontend.normalise.relayout import RELAYOUT
 from npusched.frontend.normalise.softmax_bands import SOFTMAX_BANDS
 from npusched.frontend.normalise.stacking import STACKING
@@ -271,18 +272,39 @@ def test_normalised_keras_variants_are_bit_exact(arch):
 
 
 @pytest.mark.parametrize("keras_style", [False, True])
-def test_causal_convolutions_are_computed_exactly_without_the_padded_copy(keras_style):
-    """A TCN's causal PADs (more than half the dilated kernel: Vela legacy would copy the whole input) are gone;
-    each convolution is a VALID one on the input and truncated-kernel ones for the first steps, concatenated, and
-    every tensor the two models share is bit-exact."""
+def test_causal_convolutions_are_padded_in_hardware_exactly(keras_style):
+    """A TCN's causal PADs (more than half the dilated kernel: Vela legacy would copy the whole input) become
+    PADs Vela folds before kernels with zero taps, every tensor the two models share bit-exact; lowered, each
+    convolution reads the sequence itself and pads (k - 1) x d steps before it in hardware, its kernel as it was."""
     raw = generate("tcn", 40, 1, keras_style=keras_style)
     normalised, record = normalise(raw)
-    sites = record.sites_of(CAUSAL_CONVOLUTIONS)
-    assert sites > 5 and f"{sites} causal convolutions computed without copying" in record.describe()
-    counts = parse_tflite(normalised).op_counts()
-    assert counts.get("PAD", 0) == parse_tflite(raw).op_counts()["PAD"] - sites
-    assert counts["CONCATENATION"] == sites
+    sites = record.sites_of(PADDED_CONVOLUTIONS)
+    assert sites > 5 and f"{sites} convolutions padded in hardware beyond half the kernel" in record.describe()
     _assert_exact(raw, normalised)
+    before, after = _lowered(raw), _lowered(normalised)
+    def copies(network) -> int:  # a PAD Vela legacy runs: a copy of its input, then the zeros
+        return sum(op.name.lower().endswith("_main") and "pad" in op.name.lower() for op in network.npu_ops)
+
+    assert copies(before) >= sites and copies(after) == 0
+    causal = [op for op in after.npu_ops if op.kernel.padding[1] > op.kernel.area_width() // 2]
+    assert len(causal) == sites
+    for op in causal:
+        top, left, bottom, right = op.kernel.padding
+        assert (top, bottom, right) == (0, 0, 0) and left == (op.kernel.width - 1) * op.kernel.dilation_x, op.name
+
+
+def test_a_one_sided_zero_padding_is_padded_in_hardware_as_the_default_core_pads() -> None:
+    """A Keras export's ZeroPadding2D(((1, 2), (2, 1))) before a 3x3 convolution: Vela legacy copies the input
+    (two sides pad more than half the kernel); normalised, the convolution reads the input itself, padded
+    (top 1, left 2, bottom 2, right 1) in hardware with its own 3x3 kernel, and every tensor is bit-exact."""
+    raw = (EXPORTS_DIR / "unit_pad_crop.tflite").read_bytes()
+    normalised, record = normalise(raw)
+    assert record.sites_of(PADDED_CONVOLUTIONS) == 1
+    _assert_exact(raw, normalised)
+    (conv, *_) = [op for op in _lowered(normalised).npu_ops if op.op_type == "Conv2DBias"]
+    assert conv.ifm.shape.as_list() == [1, 24, 24, 8] and conv.kernel.padding == (1, 2, 2, 1)
+    assert (conv.kernel.width, conv.kernel.height) == (3, 3)
+    assert not any("zero_padding2d" in op.name for op in _lowered(normalised).npu_ops)
 
 
 @pytest.mark.parametrize("name", CORPUS_MODELS)

@@ -98,7 +98,7 @@ def test_a_mutated_site_is_an_error_line_or_left_alone(name: str, mutation: str)
 
 @pytest.mark.parametrize("where", [1, 2], ids=["middle", "last"])
 @pytest.mark.parametrize("mutation", sorted(MUTATIONS))
-@pytest.mark.parametrize("name", ["dilated_convolution", "nearest_upsampling", "causal_convolution",
+@pytest.mark.parametrize("name", ["dilated_convolution", "nearest_upsampling", "padded_convolution",
                                   "dilated_sequence"])
 def test_a_chain_mutated_inside_is_an_error_line_or_left_alone(name: str, mutation: str, where: int) -> None:
     """The rewrites of operator chains read every operator of the chain defensively, not only its first."""

@@ -63,14 +63,14 @@ def test_every_rewrite_is_recorded_in_the_json(tmp_path: Path) -> None:
     model.write_bytes(generate_tcn())
     out = tmp_path / "run.json"
     assert main([str(model), *vela_hardware_args(CONFIGS["u55-128_hee_shared"]), "--solver", "dp", "--quiet",
-                 "--disable-rewrite", "causal_convolution", "--json", str(out)]) == 0
+                 "--disable-rewrite", "padded_convolution", "--json", str(out)]) == 0
     document = json.loads(out.read_text())
     records = {record["name"]: record for record in document["rewrites"]}
     assert sorted(records) == sorted(REWRITE_NAMES)
-    assert records["causal_convolution"]["disabled"] and records["causal_convolution"]["applied"] == 0
+    assert records["padded_convolution"]["disabled"] and records["padded_convolution"]["applied"] == 0
     assert records["dilated_sequence"]["applied"] > 0 and records["dilated_sequence"]["seconds"] >= 0
-    assert document["recipe"]["disabled_rewrites"] == ["causal_convolution"]
-    assert GraphRecipe.from_json(document["recipe"]).disabled_rewrites == {"causal_convolution"}
+    assert document["recipe"]["disabled_rewrites"] == ["padded_convolution"]
+    assert GraphRecipe.from_json(document["recipe"]).disabled_rewrites == {"padded_convolution"}
 
 
 def generate_tcn() -> bytes:

@@ -61,6 +61,37 @@ def padding_and_skirt(padding: str, kernel_wh: tuple[int, int], stride_xy: tuple
     return (top, left, bottom, right), (top, left, ypad - top, xpad - left)
 
 
+def without_padding_only_taps(weights: np.ndarray, zero_point: Any, stride_xy: tuple[int, int],
+                              dilation_xy: tuple[int, int], padding: tuple[int, int, int, int]
+                              ) -> tuple[np.ndarray, tuple[int, int, int, int]] | None:
+    """A convolution's kernel (``weights`` H and W first; ``padding`` top, left, bottom, right) without the taps at
+    its edges that are zero in every filter and read only padding on their side, and the padding left; None where
+    there are none.
+
+    Such taps add nothing to any output, so the kernel can lose them with the padding they read and every output
+    stays the same. ``npusched.frontend.normalise.padded_convolutions`` gives a convolution after a long PAD zero taps
+    and a longer PAD (Vela legacy then folds it into hardware padding), which this drops again: what is left pads
+    as the PAD did, in hardware. Not along a strided axis (its hardware padding is rounded to the stride)."""
+    values = np.asarray(weights)
+    zero = np.asarray(zero_point if zero_point is not None else 0).reshape(-1)
+    if values.ndim != 4 or not np.all(zero == zero[0]):
+        return None
+    is_zero = np.all(values == zero[0], axis=(2, 3))  # per (row, column) tap
+
+    def edges(taps: np.ndarray, stride: int, dilation: int, before: int, after: int) -> tuple[int, int]:
+        if stride != 1 or taps.all():
+            return 0, 0
+        return min(int(np.argmin(taps)), before // dilation), min(int(np.argmin(taps[::-1])), after // dilation)
+
+    (s_x, s_y), (d_x, d_y), (top, left, bottom, right) = stride_xy, dilation_xy, padding
+    cut_top, cut_bottom = edges(is_zero.all(axis=1), s_y, d_y, top, bottom)
+    cut_left, cut_right = edges(is_zero.all(axis=0), s_x, d_x, left, right)
+    if not (cut_top or cut_bottom or cut_left or cut_right):
+        return None
+    kept = values[cut_top:values.shape[0] - cut_bottom, cut_left:values.shape[1] - cut_right]
+    return kept, (top - cut_top * d_y, left - cut_left * d_x, bottom - cut_bottom * d_y, right - cut_right * d_x)
+
+
 def upscaled_padding(padding: str, kernel_hw: tuple[int, int], strides: tuple[int, ...], ifm: Shape4D,
                      up_y: int, up_x: int) -> tuple[int, int, int, int]:
     """Padding of a transpose convolution that upscales its IFM."""

@@ -30,6 +30,7 @@ from npusched.lowering.rewrite_helpers import (
     padding_and_skirt,
     scaling_equal,
     upscaled_padding,
+    without_padding_only_taps,
     zero_point,
 )
 from npusched.target.arch import ArchitectureFeatures
@@ -412,9 +413,31 @@ class ShapeRewrites:
         else:
             padding, skirt = padding_and_skirt(op.attrs["padding"], op.kernel_size(), op.stride(), op.dilation(),
                                                ifm_shape, op.attrs.get("explicit_padding"))
+            if self._drop_padding_only_taps(op, padding):
+                padding, skirt = padding_and_skirt("EXPLICIT", op.kernel_size(), op.stride(), op.dilation(),
+                                                   ifm_shape, op.attrs["explicit_padding"])
         op.attrs["explicit_padding"] = padding
         op.attrs["skirt"] = skirt
         return op
+
+    @staticmethod
+    def _drop_padding_only_taps(op: WorkingOp, padding: tuple[int, int, int, int]) -> bool:
+        """Whether the convolution's kernel lost zero taps that read only ``padding`` (with that padding, now
+        explicit); as the backend bridge teaches Vela (``npusched.vela.lessons``)."""
+        if op.type not in CONV_TYPES | DEPTHWISE_TYPES \
+                or op.type in ("Conv2DBackpropInput", "Conv2DBackpropInputSwitchedBias"):
+            return False
+        weights = op.inputs[1]
+        if weights is None or weights.values is None or len(weights.consumers()) != 1:
+            return False
+        trimmed = without_padding_only_taps(weights.values, weights.quantization.zero_point, op.stride(),
+                                            op.dilation(), padding)
+        if trimmed is None:
+            return False
+        weights.values, op.attrs["explicit_padding"] = trimmed
+        weights.shape = list(weights.values.shape)
+        op.attrs["padding"] = "EXPLICIT"
+        return True
 
     def fixup_bias_tensors(self, op: WorkingOp, dtype: DataType | None = None) -> WorkingOp:
         if op.needs_bias() and op.bias is None and op.inputs[1] is not None:

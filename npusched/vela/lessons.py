@@ -1,11 +1,16 @@
 """What npusched's backend bridge teaches Vela legacy: operators its legacy core leaves on the CPU that npusched runs
-on the NPU, lowered in Vela's graph exactly as npusched lowers them.
+on the NPU, and one step of npusched's lowering, in Vela's graph exactly as npusched lowers them.
 
 * **BATCH_MATMUL** of two activations. Vela 5.2.0's legacy core has no NPU form of it ("CPU only op"); its default
   core runs one column of the output at a time, an int32 MUL and a rescaling REDUCE_SUM per column, and npusched
   lowers it the same way (``npusched.lowering.batch_matmul``, where the passes and their arithmetic are described).
 * **GELU** (int8): TFLite's kernel is a 256-entry table (``npusched.lowering.luts.gelu_lut8_values``), which the NPU
   applies as it applies Vela's own EXP or TANH tables.
+* **Zero taps that read only padding** at a convolution kernel's edge go, with that padding
+  (``npusched.lowering.rewrite_helpers.without_padding_only_taps``): npusched's normaliser gives a convolution after
+  a PAD longer than half its kernel (a causal one's) zero taps and a longer PAD, which Vela folds into hardware
+  padding (``npusched.frontend.normalise.padded_convolutions``); without the zero taps it is the convolution padded
+  as the PAD padded, as Vela's default core runs it.
 
 For one compilation, ``vela_taught`` makes Vela legacy agree: its support check accepts the operators npusched's
 rules accept (``npusched.frontend.npu_rules``: ``batch_matmul_form``, ``gelu_form``, asked of Vela's own operation,
@@ -18,7 +23,7 @@ treats them as any MUL, REDUCE_SUM or table lookup.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -27,6 +32,7 @@ from npusched.frontend.npu_rules import batch_matmul_form, gelu_form
 from npusched.ir import DataType, Quantization
 from npusched.lowering.batch_matmul import matmul_shape, output_scaling
 from npusched.lowering.luts import gelu_lut8_values
+from npusched.lowering.rewrite_helpers import without_padding_only_taps
 
 
 def _data_type(tensor: Any) -> DataType | None:
@@ -125,16 +131,38 @@ def gelu_table(op: Any) -> Any:
     return convert_to_lut(op, values, "gelu")
 
 
+def drop_padding_only_taps(op: Any, own_padding_fields: Callable[[Any, Any, Any], Any], arch: Any, nng: Any) -> Any:
+    """Vela's convolution ``op``, its padding fields set, without the kernel's zero taps that read only padding,
+    as npusched's lowering drops them (``npusched.lowering.rewrite_helpers.without_padding_only_taps``)."""
+    from ethosu.vela.operation import Op, Padding
+
+    weights = op.inputs[1] if len(op.inputs) > 1 else None
+    if not (op.run_on_npu and (op.type.is_conv2d_op() or op.type.is_depthwise_conv2d_op())
+            and op.type not in (Op.Conv2DBackpropInput, Op.Conv2DBackpropInputSwitchedBias)
+            and weights is not None and weights.values is not None and len(weights.consumer_list) == 1
+            and "explicit_padding" in op.attrs):
+        return op
+    trimmed = without_padding_only_taps(weights.values, weights.quantization.zero_point, op.get_kernel_stride(),
+                                        op.get_kernel_dilation(), tuple(op.attrs["explicit_padding"]))
+    if trimmed is None:
+        return op
+    weights.values, padding = trimmed
+    weights.shape = list(weights.values.shape)
+    op.attrs["padding"], op.attrs["explicit_padding"] = Padding.EXPLICIT, padding
+    return own_padding_fields(op, arch, nng)
+
+
 @contextlib.contextmanager
 def vela_taught() -> Iterator[None]:
-    """Vela legacy's support check and operator rewrites taught npusched's BATCH_MATMUL and GELU, for one
-    compilation."""
+    """Vela legacy's support check and operator rewrites taught npusched's BATCH_MATMUL and GELU, and its padding
+    fields npusched's dropping of zero taps that read only padding, for one compilation."""
     from ethosu.vela import tflite_graph_optimiser as optimiser
     from ethosu.vela.operation import Op
     from ethosu.vela.tflite_supported_operators import TFLiteSupportedOperators
 
     own_check = TFLiteSupportedOperators.is_operator_supported
     own_softmax, own_luts = optimiser.convert_softmax, optimiser.convert_ops_to_lut
+    own_padding_fields = optimiser.add_padding_fields
     rules = {Op.BatchMatMul: ("BATCH_MATMUL", batch_matmul_support), Op.Gelu: ("GELU", gelu_support)}
 
     def is_operator_supported(self: Any, op: Any) -> bool:
@@ -157,10 +185,15 @@ def vela_taught() -> Iterator[None]:
             return gelu_table(op)
         return own_luts(op, arch, nng)
 
+    def add_padding_fields(op: Any, arch: Any, nng: Any) -> Any:
+        return drop_padding_only_taps(own_padding_fields(op, arch, nng), own_padding_fields, arch, nng)
+
     TFLiteSupportedOperators.is_operator_supported = is_operator_supported
     optimiser.convert_softmax, optimiser.convert_ops_to_lut = convert_softmax, convert_ops_to_lut
+    optimiser.add_padding_fields = add_padding_fields
     try:
         yield
     finally:
         TFLiteSupportedOperators.is_operator_supported = own_check
         optimiser.convert_softmax, optimiser.convert_ops_to_lut = own_softmax, own_luts
+        optimiser.add_padding_fields = own_padding_fields

@@ -23,7 +23,8 @@ Two kinds of rewrite (``rewrite.Rewrite``; one module each):
 * what changes only what a schedule costs or needs in fast storage, *priced*: ``widened_outputs``,
   ``gates_first``, ``relayout`` (channel-poor element-wise chains on a deep view), ``staged_inputs`` and
   ``staged_outputs`` (channel-poor maps copied in full bursts where feature maps live in DRAM),
-  ``softmax_bands`` and ``causal_convolutions`` (a causal PAD's copy of the whole input avoided). Each finds its
+  ``softmax_bands``, ``dilated_sequences`` and ``padded_convolutions`` (a PAD longer than half the kernel, a causal
+  convolution's, padded in hardware). Each finds its
   sites (``Site``); the recipe names those to leave alone (``GraphRecipe.skipped_sites``), the run having priced
   the network with and without them (``npusched.app.graph_choice``), and the record says which were applied and
   which left.
@@ -48,7 +49,6 @@ from typing import Any
 
 from npusched.errors import ModelError
 from npusched.frontend.normalise.broadcast_operands import BROADCAST_OPERANDS
-from npusched.frontend.normalise.causal_convolutions import CAUSAL_CONVOLUTIONS
 from npusched.frontend.normalise.channel_means import CHANNEL_MEANS
 from npusched.frontend.normalise.constant_operators import CONSTANT_OPERATORS
 from npusched.frontend.normalise.dilated_convolutions import DILATED_CONVOLUTIONS
@@ -71,6 +71,7 @@ from npusched.frontend.normalise.matmul_operands import MATMUL_OPERANDS
 from npusched.frontend.normalise.max_reductions import MAX_REDUCTIONS
 from npusched.frontend.normalise.mean_axes import MEAN_AXES
 from npusched.frontend.normalise.nearest_upsampling import NEAREST_UPSAMPLING
+from npusched.frontend.normalise.padded_convolutions import PADDED_CONVOLUTIONS
 from npusched.frontend.normalise.relayout import RELAYOUT
 from npusched.frontend.normalise.reshape_chains import RESHAPE_CHAINS
 from npusched.frontend.normalise.rewrite import Rewrite, Site, counted
@@ -98,7 +99,7 @@ PIPELINE: tuple[Rewrite, ...] = (
     GROUPED_CONVOLUTIONS, GATHERS, MEAN_AXES, FLOAT_ISLANDS, CHANNEL_MEANS, MAX_REDUCTIONS, STRIDED_CONVOLUTIONS,
     HIGH_RANK, BROADCAST_OPERANDS, MATMUL_OPERANDS, TRANSPOSES, RESHAPE_CHAINS,
     WIDENED_OUTPUTS, GATES_FIRST, RELAYOUT, STAGED_INPUTS, STAGED_OUTPUTS, SOFTMAX_BANDS, DILATED_SEQUENCES,
-    CAUSAL_CONVOLUTIONS)
+    PADDED_CONVOLUTIONS)
 # The names ``--disable-rewrite`` takes: the normaliser's rewrites and the lowering's two priced choices.
 REWRITE_NAMES: tuple[str, ...] = (*(rewrite.name for rewrite in PIPELINE), *LOWERING_REWRITES)
 

@@ -18,7 +18,6 @@ from dataclasses import replace
 
 from ai_edge_litert import schema_py_generated as schema
 
-from npusched.frontend.normalise.causal_convolutions import CausalPlan, find_causal_convolutions
 from npusched.frontend.normalise.flatbuffer import (
     ModelT,
     OperatorT,
@@ -35,41 +34,44 @@ from npusched.frontend.normalise.flatbuffer import (
     reshape_op,
     static_shape,
 )
+from npusched.frontend.normalise.padded_convolutions import PaddedPlan, pads_vela_copies
 from npusched.frontend.normalise.rewrite import Rewrite, Site, counted
 from npusched.ir import NPU_MAX_DILATION
 
 
-def find_dilated_sequences(model: ModelT, subgraph: SubGraphT) -> list[CausalPlan]:
+def find_dilated_sequences(model: ModelT, subgraph: SubGraphT) -> list[PaddedPlan]:
     """Causal convolutions along a sequence ([1, 1, T, C], width T) dilated by d > 2 where d divides T."""
     plans = []
-    for plan in find_causal_convolutions(model, subgraph):
+    for plan in pads_vela_copies(model, subgraph):
         _, rows, steps, _ = plan.view
-        if plan.axis == 2 and rows == 1 and plan.dilation > NPU_MAX_DILATION and steps % plan.dilation == 0:
+        dilation = plan.dilation[1]
+        if plan.causal_axis == 2 and rows == 1 and dilation > NPU_MAX_DILATION and steps % dilation == 0:
             plans.append(replace(plan, site=Site("dilated_sequence", plan.site.tensor)))
     return plans
 
 
-def rewrite_dilated_sequences(model: ModelT, subgraph: SubGraphT, plans: Sequence[CausalPlan]) -> None:
+def rewrite_dilated_sequences(model: ModelT, subgraph: SubGraphT, plans: Sequence[PaddedPlan]) -> None:
     replace_chains(subgraph, plans, lambda plan: _rows(model, subgraph, plan))
 
 
-def _rows(model: ModelT, subgraph: SubGraphT, plan: CausalPlan) -> list[OperatorT]:
+def _rows(model: ModelT, subgraph: SubGraphT, plan: PaddedPlan) -> list[OperatorT]:
     """RESHAPE to [1, T / d, d, C] -> PAD k - 1 rows before -> the convolution (k x 1, undilated) -> RESHAPE."""
     tensors = subgraph.tensors
     conv = subgraph.operators[plan.positions[-1]]
     conv_inputs, output = ints(conv.inputs), ints(conv.outputs)[0]
     _, _, steps, depth = plan.view
-    rows, d = steps // plan.dilation, plan.dilation
+    d, taps = plan.dilation[1], plan.taps[1]
+    rows = steps // d
     out_depth = (static_shape(tensors[output]) or (0,))[-1]
     grid = add_tensor(subgraph, tensors[plan.source], "/rows", (1, rows, d, depth))
-    padded = add_tensor(subgraph, tensors[plan.source], "/rows_padded", (1, rows + plan.taps - 1, d, depth))
+    padded = add_tensor(subgraph, tensors[plan.source], "/rows_padded", (1, rows + taps - 1, d, depth))
     made = add_tensor(subgraph, tensors[output], "/rows", (1, rows, d, out_depth))
     weights = constant(model, tensors[conv_inputs[1]])
     assert weights is not None  # checked when found
     # [O, 1, k, I] (or depthwise [1, 1, k, C]) as [O, k, 1, I]: the same bytes, the taps now along the rows.
     kernel = derived_constant(model, subgraph, conv_inputs[1],
-                              weights.reshape(weights.shape[0], plan.taps, 1, weights.shape[3]), "/rows")
-    paddings = const_int32(model, subgraph, f"{name(tensors[grid])}/paddings", [0, 0, plan.taps - 1, 0, 0, 0, 0, 0],
+                              weights.reshape(weights.shape[0], taps, 1, weights.shape[3]), "/rows")
+    paddings = const_int32(model, subgraph, f"{name(tensors[grid])}/paddings", [0, 0, taps - 1, 0, 0, 0, 0, 0],
                            (4, 2))
     pad = new_operator(model, schema.BuiltinOperator.PAD, [grid, paddings], [padded],
                        schema.BuiltinOptions.PadOptions, schema.PadOptionsT())
