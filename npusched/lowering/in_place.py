@@ -2,7 +2,7 @@
 
 Vela's legacy graph copies every input of a concatenation into the OFM with a 1x1 AvgPool (a
 ``ConcatSliceWrite``). Where a convolution (a FullyConnected among them: Vela makes one of a 1x1 convolution on
-a 1x1 map, as a causal convolution's first output is), a pooling (an up-sampling resize among them) or an
+a 1x1 map), a pooling (an up-sampling resize among them) or an
 element-wise operation (on operands of the slice's shape) makes the input and nothing else reads it, the default
 core has it write the slice itself, and the copy (a pass of its own, reading and writing the whole input) goes.
 Vela's backend takes such a pass as the copy's write offset and shape on the writer, which its command stream

@@ -16,6 +16,7 @@ convolution's. Not priced: without it the convolution and its batch operators ru
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ from npusched.frontend.normalise.flatbuffer import (
     OperatorT,
     SubGraphT,
     add_tensor,
+    chains_from,
     const_int32,
     constant,
     copied_operator,
@@ -37,7 +39,6 @@ from npusched.frontend.normalise.flatbuffer import (
     new_operator,
     opcode,
     options,
-    readers,
     replace_operators,
     reshape_op,
     same_quantisation,
@@ -85,16 +86,7 @@ class DilatedPlan:
 
 
 def find_dilated_convolutions(model: ModelT, subgraph: SubGraphT) -> list[DilatedPlan]:
-    operators = list(subgraph.operators or [])
-    read = readers(operators)
-    kept = set(ints(subgraph.outputs))
-    plans = []
-    for position, op in enumerate(operators):
-        if opcode(model, op) == "SPACE_TO_BATCH_ND" and well_formed(subgraph, op):
-            plan = _plan(model, subgraph, operators, read, kept, position)
-            if plan is not None:
-                plans.append(plan)
-    return plans
+    return chains_from(model, subgraph, "SPACE_TO_BATCH_ND", functools.partial(_plan, model, subgraph))
 
 
 def _plan(model: ModelT, subgraph: SubGraphT, operators: list[OperatorT], read: dict[int, list[int]],

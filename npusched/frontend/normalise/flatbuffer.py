@@ -164,6 +164,18 @@ def sole_reader(operators: Sequence[OperatorT], read: dict[int, list[int]], kept
     return following[0], operators[following[0]]
 
 
+def chains_from(model: ModelT, subgraph: SubGraphT, first: str,
+                plan: Callable[[list[OperatorT], dict[int, list[int]], set[int], int], Any]) -> list[Any]:
+    """Every plan ``plan(operators, readers, subgraph outputs, position)`` makes of a chain starting at a
+    well-formed ``first`` operator (None: no chain there)."""
+    operators = list(subgraph.operators or [])
+    read = readers(operators)
+    kept = set(ints(subgraph.outputs))
+    found = (plan(operators, read, kept, position) for position, op in enumerate(operators)
+             if opcode(model, op) == first and well_formed(subgraph, op))
+    return [each for each in found if each is not None]
+
+
 # The convolutions the chain rewrites change, and the options table each must carry.
 CONVOLUTION_OPTIONS: dict[str, type] = {"CONV_2D": schema.Conv2DOptionsT,
                                         "DEPTHWISE_CONV_2D": schema.DepthwiseConv2DOptionsT}

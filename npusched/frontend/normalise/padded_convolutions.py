@@ -23,6 +23,7 @@ padded map and changes nothing else.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,7 @@ from npusched.frontend.normalise.flatbuffer import (
     OperatorT,
     SubGraphT,
     add_tensor,
+    chains_from,
     const_int32,
     constant,
     copied_operator,
@@ -46,7 +48,6 @@ from npusched.frontend.normalise.flatbuffer import (
     new_operator,
     opcode,
     options,
-    readers,
     replace_chains,
     reshape_op,
     same_quantisation,
@@ -97,16 +98,7 @@ def find_padded_convolutions(model: ModelT, subgraph: SubGraphT) -> list[PaddedP
 def pads_vela_copies(model: ModelT, subgraph: SubGraphT) -> list[PaddedPlan]:
     """Every PAD before a convolution that Vela legacy does not fold and the default core does (with the zero taps
     that make Vela fold it, where there are any within the NPU's limits)."""
-    operators = list(subgraph.operators or [])
-    read = readers(operators)
-    kept = set(ints(subgraph.outputs))
-    plans = []
-    for position, op in enumerate(operators):
-        if opcode(model, op) == "PAD" and well_formed(subgraph, op):
-            plan = _plan(model, subgraph, operators, read, kept, position)
-            if plan is not None:
-                plans.append(plan)
-    return plans
+    return chains_from(model, subgraph, "PAD", functools.partial(_plan, model, subgraph))
 
 
 def _plan(model: ModelT, subgraph: SubGraphT, operators: list[OperatorT], read: dict[int, list[int]],
