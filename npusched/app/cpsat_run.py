@@ -180,8 +180,17 @@ def solve(build: Callable[[GraphRecipe], BuiltGraph], recipe: GraphRecipe, optio
     timings["floors"] = time.monotonic() - start
     hints = {id(variant): _fitting(_starts(variant, graphs, floors, default_run, arch), variant, objective)
              for variant in variants}
-    searches, errors = _search_graphs(variants, graphs, hints, objective, options, plan, started=started, log=log,
-                                      timings=timings)
+    bound_seconds = _bound_seconds(variants, objective, plan)
+    early_bound = math.nan
+    if bound_seconds and variants == [graphs.own]:
+        # The one graph searched is the answer's (or a floor's, below): its bound is worked out first, so that the
+        # search gets what it leaves of its prediction (a many-pass RNN's takes a tenth of it).
+        start = time.monotonic()
+        early_bound = any_schedule_bound(NetworkFacts(graphs.own.network, objective), start + bound_seconds)
+        timings["bound"] = time.monotonic() - start
+        bound_seconds = 0.0
+    searches, errors = _search_graphs(variants, graphs, hints, objective, options, plan, bound_seconds,
+                                      started=started, log=log, timings=timings)
     if floors_may_answer:
         searches += _floor_answers(floors, graphs, objective, "" if variants else NO_TIME_TO_SEARCH)
     if not searches and graphs.own not in variants:
@@ -189,17 +198,16 @@ def solve(build: Callable[[GraphRecipe], BuiltGraph], recipe: GraphRecipe, optio
         # rewrites may need less, is searched with what is left.
         own_start = _fitting(_starts(graphs.own, graphs, floors, default_run, arch), graphs.own, objective)
         searches, own_errors = _search_graphs([graphs.own], graphs, {id(graphs.own): own_start}, objective, options,
-                                              plan, started=started, log=log, timings=timings)
+                                              plan, _bound_seconds([graphs.own], objective, plan), started=started,
+                                              log=log, timings=timings)
         errors += own_errors
     if not searches:
         raise _no_fit_error(errors, graphs, arch)
     best = min(searches, key=lambda s: s.rank)  # a tie keeps npusched's graph (listed first)
     if answer is not None:
         answer(best.graph.network, arch, best.result.schedule, best.graph.model_bytes)
-    # Worked out to a deadline: what is left of the limit but the final evaluation and the compile.
-    deadline = started + options.time_limit_seconds - plan.compile_seconds - plan.predicted["evaluation"]
-    bound = any_schedule_bound(NetworkFacts(best.graph.network, objective), deadline) if plan.any_schedule_bound \
-        else math.nan
+    bound = early_bound if best.graph is graphs.own and not math.isnan(early_bound) \
+        else _late_bound(best.graph, objective, options, plan, started)
     return replace(_outcome(best, searches, graphs, floors, arch, objective, compile_seconds, bound, plan),
                    missing_floors=tuple(missing), warnings=(plan.warning,) if plan.warning else ())
 
@@ -220,20 +228,42 @@ def _time_plan(options: RunOptions, arch: PricedArchitecture, graphs: Graphs, st
                     cpus=options.workers or os.cpu_count() or 1, default_core_available=available)
 
 
+def _late_bound(graph: BuiltGraph, objective: PricedArchitecture, options: RunOptions, plan: TimePlan,
+                started: float) -> float:
+    """The any-schedule bound of the graph returned, after the search (NaN where the plan dropped it), worked out
+    to a deadline: what is left of the limit but the final evaluation (and the compile, where it does not run
+    beside it)."""
+    if not plan.any_schedule_bound:
+        return math.nan
+    deadline = started + options.time_limit_seconds - plan.predicted["evaluation"] \
+        - (0.0 if _compiles_beside(options) else plan.compile_seconds)
+    return any_schedule_bound(NetworkFacts(graph.network, objective), deadline)
+
+
+def _bound_seconds(variants: list[BuiltGraph], objective: PricedArchitecture, plan: TimePlan) -> float:
+    """What the any-schedule bound, worked out once for the graph returned, is given (the larger graph's)."""
+    return max([plan.predicted.get("any_schedule_bound", 0.0),
+                *(any_schedule_bound_seconds(v.network, objective) for v in variants)]) \
+        if plan.any_schedule_bound else 0.0
+
+
+def _compiles_beside(options: RunOptions) -> bool:
+    """Whether Vela's compile of the answer runs in a process of its own beside what follows the search (started
+    ahead, on a machine of more than one CPU)."""
+    return options.compile_started_ahead and (os.cpu_count() or 1) > 1
+
+
 def _search_graphs(variants: list[BuiltGraph], graphs: Graphs,
                    hints: dict[int, tuple[Schedule, Evaluation] | None], objective: PricedArchitecture,
-                   options: RunOptions, plan: TimePlan, *, started: float, log: Log | None,
+                   options: RunOptions, plan: TimePlan, bound_seconds: float, *, started: float, log: Log | None,
                    timings: dict[str, float]) -> tuple[list[Searched], list[tuple[BuiltGraph, ScheduleError]]]:
     """Each graph's search with its share of what is left of the limit, Vela's graph's first: what its search
     leaves unspent (it proved its answer optimal early) goes to npusched's, whose answer the run returns more often;
     with ``--deterministic`` each's work is its share of the plan (predicted from the inputs), never the clock. The
-    searches are returned npusched's first (a tie keeps it)."""
+    searches are returned npusched's first (a tie keeps it). ``bound_seconds``: what the any-schedule bound after
+    them is given."""
     searches: list[Searched] = []
     errors: list[tuple[BuiltGraph, ScheduleError]] = []
-    # The any-schedule bound is worked out once, for the graph returned: its time kept back (the larger graph's).
-    bound_seconds = max([plan.predicted.get("any_schedule_bound", 0.0),
-                         *(any_schedule_bound_seconds(v.network, objective) for v in variants)]) \
-        if plan.any_schedule_bound else 0.0
     # The wall clock as the plan shares it. A deterministic search's work is the plan's share, which in such a run
     # is predicted from the inputs alone (loading, lowering, the floors, the bound and the compile all taken off).
     order, shares, works = (variants[::-1], (1 - plan.own_share, 1.0),
@@ -244,9 +274,10 @@ def _search_graphs(variants: list[BuiltGraph], graphs: Graphs,
             break  # Ctrl-C: the answer so far
         hint, hint_eval = hints[id(variant)] or (None, None)
         # Keep back what the final evaluation, verification and report take after the search (the plan's), the
-        # bound and Vela's compile when one follows.
-        left = options.time_limit_seconds - (time.monotonic() - started) - plan.predicted["evaluation"] \
-            - plan.compile_seconds - bound_seconds
+        # bound and Vela's compile when one follows: a compile started ahead runs beside the other two.
+        after = plan.predicted["evaluation"] + bound_seconds
+        left = options.time_limit_seconds - (time.monotonic() - started) \
+            - (max(plan.compile_seconds, after) if _compiles_beside(options) else plan.compile_seconds + after)
         search_start = time.monotonic()
         try:
             budget = SearchBudget(left * share, options.workers, options.seed, options.deterministic, work, log)
