@@ -142,7 +142,7 @@ def solve(build: Callable[[GraphRecipe], BuiltGraph], recipe: GraphRecipe, optio
     told each graph the run may schedule as soon as it is known (a compile started ahead), ``fallback`` Vela
     legacy's own schedule as soon as it is made (compiled beside the run, so that a compiled model exists at the
     limit) and ``answer`` the answer as soon as it is chosen (it compiles while the any-schedule bound is worked
-    out); the time limit counts from ``started``."""
+    out, where that follows the search); the time limit counts from ``started``."""
     start = time.monotonic()
     graphs = Graphs(build, recipe)
     compile_seconds = estimated_compile_seconds(graphs.own.network, started_ahead=options.compile_started_ahead) \
