@@ -181,7 +181,7 @@ def solve(build: Callable[[GraphRecipe], BuiltGraph], recipe: GraphRecipe, optio
     hints = {id(variant): _fitting(_starts(variant, graphs, floors, default_run, arch), variant, objective)
              for variant in variants}
     bound_seconds = _bound_seconds(variants, objective, plan)
-    early_bound = math.nan
+    early_bound: float | None = None  # not worked out before the search
     if bound_seconds and variants == [graphs.own]:
         # The one graph searched is the answer's (or a floor's, below): its bound is worked out first, so that the
         # search gets what it leaves of its prediction (a many-pass RNN's takes a tenth of it).
@@ -206,7 +206,7 @@ def solve(build: Callable[[GraphRecipe], BuiltGraph], recipe: GraphRecipe, optio
     best = min(searches, key=lambda s: s.rank)  # a tie keeps npusched's graph (listed first)
     if answer is not None:
         answer(best.graph.network, arch, best.result.schedule, best.graph.model_bytes)
-    bound = early_bound if best.graph is graphs.own and not math.isnan(early_bound) \
+    bound = early_bound if best.graph is graphs.own and early_bound is not None \
         else _late_bound(best.graph, objective, options, plan, started)
     return replace(_outcome(best, searches, graphs, floors, arch, objective, compile_seconds, bound, plan),
                    missing_floors=tuple(missing), warnings=(plan.warning,) if plan.warning else ())
