@@ -130,6 +130,12 @@ def per_channel_scales(tensor: TensorT) -> int:
     return 0 if q is None or q.scale is None else len(q.scale)
 
 
+def zero_points(tensor: TensorT) -> np.ndarray:
+    """The tensor's zero points (empty where it has none)."""
+    q = tensor.quantization
+    return np.asarray(q.zeroPoint if q is not None and q.zeroPoint is not None else [])
+
+
 def same_quantisation(subgraph: SubGraphT, a: int, b: int) -> bool:
     """Whether tensors ``a`` and ``b`` hold values alike (type, scales, zero points): an operator that only moves
     elements between them (a reshape, a slice, a resize) keeps every value (False for a missing tensor)."""

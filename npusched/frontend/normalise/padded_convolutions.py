@@ -26,7 +26,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
@@ -55,6 +54,7 @@ from npusched.frontend.normalise.flatbuffer import (
     static_shape,
     tensor_at,
     well_formed,
+    zero_points,
 )
 from npusched.frontend.normalise.rewrite import Rewrite, Site, counted
 from npusched.frontend.op_view import DILATED_AREA_MAX, DILATED_HEIGHT_MAX
@@ -132,7 +132,7 @@ def _plan(model: ModelT, subgraph: SubGraphT, operators: list[OperatorT], read: 
     weights = constant(model, weights_tensor) if weights_tensor is not None else None
     if conv_options is None or not well_formed(subgraph, conv) or weights is None or weights.ndim != 4 \
             or (conv_options.strideH, conv_options.strideW, conv_options.padding) != (1, 1, schema.Padding.VALID) \
-            or not _zero_points_zero(weights_tensor):
+            or np.any(zero_points(weights_tensor) != 0):  # int8 weights are symmetric: the zero taps are zeros
         return None
     taps = (int(weights.shape[1]), int(weights.shape[2]))
     dilation = (int(conv_options.dilationHFactor), int(conv_options.dilationWFactor))
@@ -170,13 +170,6 @@ def _zero_taps(before: int, after: int, span: int, dilation: int) -> tuple[int, 
             if before + first * dilation <= half and after + (added - first) * dilation <= half:
                 return first, added - first
     return None
-
-
-def _zero_points_zero(weights: Any) -> bool:
-    """Whether the weights' zero points are all 0 (int8 weights are symmetric): the zero taps are then zeros."""
-    quantization = weights.quantization
-    points = quantization.zeroPoint if quantization is not None else None
-    return points is None or not np.any(np.asarray(points))
 
 
 def rewrite_padded_convolutions(model: ModelT, subgraph: SubGraphT, plans: Sequence[PaddedPlan]) -> None:

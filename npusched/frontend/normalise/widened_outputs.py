@@ -32,6 +32,7 @@ from npusched.frontend.normalise.flatbuffer import (
     reshape_op,
     static_shape,
     tensor_at,
+    zero_points,
 )
 from npusched.frontend.normalise.relayout import UNARY_ELEMENTWISE
 from npusched.frontend.normalise.rewrite import Rewrite, Site, counted
@@ -76,10 +77,9 @@ def find_widenable(model: ModelT, subgraph: SubGraphT) -> list[WidenPlan]:
         if not 0 < channels < DEEP_CHANNELS or DEEP_CHANNELS % channels \
                 or conv.ofm_shape[2] % (DEEP_CHANNELS // channels) or conv.ofm_shape[:3] != conv.ifm_shape[:3]:
             continue
-        quantization = subgraph.tensors[conv.inputs[1]].quantization
-        zero_points = np.asarray(quantization.zeroPoint if quantization is not None
-                                 and quantization.zeroPoint is not None else [])
-        if quantization is None or np.any(zero_points != 0) or not reaches_an_output(conv.output, conv.ofm_shape):
+        weights = subgraph.tensors[conv.inputs[1]]
+        if weights.quantization is None or np.any(zero_points(weights) != 0) \
+                or not reaches_an_output(conv.output, conv.ofm_shape):
             continue
         plans.append(WidenPlan(Site("widened_output", name(subgraph.tensors[conv.output])), position, conv))
     return plans
